@@ -1,0 +1,27 @@
+# Two commands on a fresh machine: `make run` (train DQN on CartPole with an automatic plan)
+# and `make test`. Both create .venv and install hetrl into it.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# torch first, pinned: on the project's CPU machines this wheel is on local disk; elsewhere PyPI's
+# build of the same release (CUDA on Linux) is used unchanged. Override with TORCH_SPEC=... .
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: run test install clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+run: install
+	$(VENV)/bin/hetrl train dqn CartPole-v1 --steps 100000 --stop-at-return 475
+
+test: install
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,1 @@
+"""The library of primitive implementations: importing this module registers all of them."""

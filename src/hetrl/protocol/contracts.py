@@ -1,0 +1,136 @@
+"""The training protocol: named primitives with fixed contracts.
+
+One off-policy iteration is a dataflow between these primitives::
+
+    EnvStep --obs--> Act --actions--> EnvStep                      (actors)
+    EnvStep --transitions--> ReplayAdd --> replay storage
+    ReplaySample --batch, indices, weights--> Learn --td errors--> PriorityUpdate
+    Learn --parameters--> WeightSync --> Act
+
+A contract names each input and output with a symbolic shape and a dtype. Symbols are filled from
+the algorithm's spec: ``N`` envs stepped together, ``B`` the batch size, ``obs`` the observation
+shape, ``act`` the action shape (empty for discrete actions). Randomness is an *input* (uniform
+draws, noise): the executor owns the random number generator, so every implementation of a
+primitive computes the same function and a run is reproducible whatever backend runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+Shape = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """One named array of a contract. ``shape`` may hold symbols such as ``"B"`` or ``"obs"``."""
+
+    name: str
+    shape: Shape
+    dtype: str  # a numpy dtype name; "action" means the algorithm's action dtype
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Contract:
+    name: str
+    inputs: tuple[ArraySpec, ...]
+    outputs: tuple[ArraySpec, ...]
+    doc: str
+
+    def check(self, side: str, arrays: Mapping[str, Any], dims: Mapping[str, Any]) -> None:
+        """Raise ``TypeError`` if ``arrays`` do not match the ``side`` ("inputs"/"outputs") specs.
+
+        ``dims`` maps each symbol to an int or, for ``obs``/``act``, a tuple of ints; ``action``
+        dtype is looked up in ``dims["action_dtype"]``.
+        """
+        for spec in getattr(self, side):
+            if spec.name not in arrays:
+                raise TypeError(f"{self.name}: missing {side[:-1]} {spec.name!r}")
+            value = arrays[spec.name]
+            shape = tuple(value.shape)
+            want: list[int] = []
+            for dim in spec.shape:
+                resolved = dims[dim] if isinstance(dim, str) else dim
+                want.extend(resolved if isinstance(resolved, tuple) else (resolved,))
+            if shape != tuple(want):
+                raise TypeError(f"{self.name}: {spec.name} has shape {shape}, contract says {tuple(want)}")
+            dtype = dims["action_dtype"] if spec.dtype == "action" else spec.dtype
+            got = str(value.dtype).replace("torch.", "")
+            if got != np.dtype(dtype).name:
+                raise TypeError(f"{self.name}: {spec.name} has dtype {got}, contract says {dtype}")
+
+
+A = ArraySpec
+_TRANSITION = (
+    A("obs", ("B", "obs"), "float32"),
+    A("actions", ("B", "act"), "action"),
+    A("rewards", ("B",), "float32", "n-step discounted reward sum"),
+    A("next_obs", ("B", "obs"), "float32", "observation n steps later (the true final one at an episode end)"),
+    A("discounts", ("B",), "float32", "gamma**k to bootstrap with; 0 where the episode terminated"),
+)
+
+PRIMITIVES: dict[str, Contract] = {
+    c.name: c
+    for c in (
+        Contract(
+            "EnvStep",
+            inputs=(A("actions", ("N", "act"), "action"),),
+            outputs=(
+                A("next_obs", ("N", "obs"), "float32", "after auto-reset: first obs of the new episode"),
+                A("rewards", ("N",), "float32"),
+                A("terminated", ("N",), "bool"),
+                A("truncated", ("N",), "bool"),
+                A("final_obs", ("N", "obs"), "float32", "the last obs of an episode that ended, else next_obs"),
+            ),
+            doc="Step N environments; ended episodes reset automatically.",
+        ),
+        Contract(
+            "Act",
+            inputs=(
+                A("obs", ("N", "obs"), "float32"),
+                A("explore", ("N", "act"), "float32", "exploration draws: DQN uniform [0,1) per env; DDPG Gaussian noise"),
+                A("random_actions", ("N", "act"), "action", "what a fully random policy would do"),
+            ),
+            outputs=(A("actions", ("N", "act"), "action"),),
+            doc="The behaviour policy: the network's greedy action plus exploration.",
+        ),
+        Contract(
+            "ReplayAdd",
+            inputs=tuple(A(s.name, ("N",) + s.shape[1:], s.dtype, s.doc) for s in _TRANSITION),
+            outputs=(),
+            doc="Append N transitions to the ring storage; new items get the maximum priority.",
+        ),
+        Contract(
+            "ReplaySample",
+            inputs=(A("uniform", ("B",), "float64", "one U[0,1) draw per sample"),),
+            outputs=_TRANSITION
+            + (
+                A("indices", ("B",), "int64"),
+                A("weights", ("B",), "float32", "importance-sampling weights (ones for uniform replay)"),
+            ),
+            doc="Draw a batch: uniform, or proportional to priority (stratified) with IS weights.",
+        ),
+        Contract(
+            "Learn",
+            inputs=_TRANSITION + (A("weights", ("B",), "float32"),),
+            outputs=(A("td_errors", ("B",), "float32", "absolute TD errors, for PriorityUpdate"),),
+            doc="One gradient update of the algorithm's networks (and its target networks).",
+        ),
+        Contract(
+            "PriorityUpdate",
+            inputs=(A("indices", ("B",), "int64"), A("td_errors", ("B",), "float32")),
+            outputs=(),
+            doc="Set priorities to (|td| + eps) ** alpha for the sampled items.",
+        ),
+        Contract(
+            "WeightSync",
+            inputs=(),
+            outputs=(),
+            doc="Copy the learner's policy parameters into the acting policy.",
+        ),
+    )
+}

@@ -1,0 +1,69 @@
+"""Registry of primitive implementations, per backend.
+
+An implementation is a class whose instances perform one or more primitives through named methods
+(a replay storage performs ReplayAdd, ReplaySample and PriorityUpdate). Classes register with
+:func:`implements`; the executor builds the ones a placement names, and the cross-check test
+builds every registered implementation of a primitive and compares their outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from hetrl.errors import HetrlError, did_you_mean
+from hetrl.protocol.contracts import PRIMITIVES
+
+T = TypeVar("T", bound=type)
+
+
+@dataclass(frozen=True)
+class Implementation:
+    primitive: str
+    backend: str  # "numpy", "torch", "gymnasium", ...
+    cls: type
+    method: str  # the method of an instance that performs the primitive
+    any_torch_device: bool  # True: runs on any torch device; False: host (CPU) only
+
+    @property
+    def key(self) -> str:
+        return f"{self.primitive}/{self.backend}"
+
+
+_REGISTRY: dict[str, dict[str, Implementation]] = {name: {} for name in PRIMITIVES}
+
+
+def implements(backend: str, *, any_torch_device: bool = False, **methods: str) -> Callable[[T], T]:
+    """Class decorator: ``@implements("numpy", ReplayAdd="add", ReplaySample="sample")``."""
+
+    def register(cls: T) -> T:
+        for primitive, method in methods.items():
+            if primitive not in PRIMITIVES:
+                raise ValueError(f"{cls.__name__}: unknown primitive {primitive!r}")
+            if not callable(getattr(cls, method, None)):
+                raise ValueError(f"{cls.__name__} has no method {method!r} for {primitive}")
+            _REGISTRY[primitive][backend] = Implementation(primitive, backend, cls, method, any_torch_device)
+        return cls
+
+    return register
+
+
+def implementations(primitive: str) -> dict[str, Implementation]:
+    """All registered implementations of ``primitive``, by backend."""
+    _load_library()
+    return dict(_REGISTRY[primitive])
+
+
+def get(primitive: str, backend: str) -> Implementation:
+    impls = implementations(primitive)
+    if backend not in impls:
+        raise HetrlError(
+            f"no {backend!r} implementation of {primitive}{did_you_mean(backend, impls)}; "
+            f"available: {', '.join(sorted(impls))}"
+        )
+    return impls[backend]
+
+
+def _load_library() -> None:
+    # Importing the library registers every implementation it ships.
+    import hetrl.primitives  # noqa: F401
