@@ -1,2 +1,110 @@
-def main(argv=None):
-    raise SystemExit("not yet")
+"""The ``hetrl`` command line: train, resume, eval (and tabular)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from hetrl.errors import HetrlError
+
+
+def _add_train(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3) on a Gymnasium env.")
+    p.add_argument("algo", help="dqn, ddpg or td3")
+    p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
+    p.add_argument("--steps", type=int, help="total env steps (default 100000)")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--device", help="learner device: auto (default), cpu, cuda, cuda:N, mps")
+    p.add_argument("--config", help="a JSON config (e.g. a run's config.json) to start from")
+    p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                   help="override a setting, e.g. --set lr=0.001 --set hidden=64,64 (repeatable)")
+    p.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
+    p.add_argument("--run-dir", help="where to write the run (default runs/ALGO_ENV_sSEED_TIME)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_train)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from hetrl.api import _base_config
+    from hetrl.config import apply_overrides
+    from hetrl.run.rundir import RunDir
+    from hetrl.training import Session
+
+    cfg = _base_config(args.algo, args.env, args.config)
+    flags = [f"{k}={v}" for k, v in (("steps", args.steps), ("seed", args.seed), ("device", args.device),
+                                      ("stop_at_return", args.stop_at_return)) if v is not None]
+    apply_overrides(cfg, flags + args.overrides)
+    console = Console(stderr=True)
+    session = Session(cfg, RunDir.create(args.run_dir, cfg), console)
+    console.print(f"run directory: {session.run.path}")
+    result = session.train(progress=not args.no_progress)
+    session.print_summary(result)
+    return 130 if result.interrupted else 0
+
+
+def _add_resume(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("resume", help="continue a run from its newest checkpoint")
+    p.add_argument("run_dir")
+    p.add_argument("--steps", type=int, help="new total env steps (default: the run's own total)")
+    p.add_argument("--checkpoint", help="resume from this checkpoint file instead of the newest")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_resume)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from hetrl.api import resume
+
+    result = resume(args.run_dir, args.steps, checkpoint=args.checkpoint, progress=not args.no_progress, summary=True)
+    return 130 if result.interrupted else 0
+
+
+def _add_eval(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate a run's greedy policy")
+    p.add_argument("run_dir")
+    p.add_argument("--episodes", type=int, default=20)
+    p.add_argument("--checkpoint", help="evaluate this checkpoint file instead of the newest")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--render-video", action="store_true", help="save a GIF of one episode (rgb_array envs)")
+    p.set_defaults(func=_eval)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from hetrl.api import evaluate
+
+    if args.episodes <= 0:
+        raise HetrlError(f"--episodes must be > 0 (got {args.episodes})")
+    res = evaluate(args.run_dir, args.episodes, checkpoint=args.checkpoint, render_video=args.render_video, seed=args.seed)
+    print(f"{res.checkpoint}: return {res.mean:.2f} ± {res.std:.2f} over {len(res.returns)} episodes "
+          f"(min {res.returns.min():.1f}, max {res.returns.max():.1f})")
+    if res.video is not None:
+        print(f"video: {res.video}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
+    parser.add_argument("--version", action="version", version=f"hetrl {__import__('hetrl').__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_train(sub)
+    _add_resume(sub)
+    _add_eval(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HetrlError as exc:
+        print(f"hetrl: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("hetrl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,42 @@
+"""Algorithms, written once against the protocol: DQN, DDPG and TD3."""
+
+from __future__ import annotations
+
+from hetrl.algos.base import AgentConfig, Algorithm, Learner, TorchLearn
+from hetrl.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
+from hetrl.algos.dqn import DQN, DQNConfig
+from hetrl.envs.spec import EnvSpec
+from hetrl.errors import HetrlError, did_you_mean
+
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (DQN, DDPG, TD3)}
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    key = name.lower()
+    if key not in ALGORITHMS:
+        raise HetrlError(f"unknown algorithm {name!r}{did_you_mean(key, ALGORITHMS)}; choose one of: {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[key]
+
+
+def make_algorithm(name: str, spec: EnvSpec, config: AgentConfig) -> Algorithm:
+    """The algorithm ``name`` for ``spec``, after checking that it can handle the env's actions."""
+    cls = algorithm_class(name)
+    if cls.discrete_actions and not spec.discrete:
+        raise HetrlError(
+            f"{cls.name} needs a discrete action space, but {spec.env_id} has continuous actions; "
+            "use ddpg or td3 for it"
+        )
+    if not cls.discrete_actions and spec.discrete:
+        raise HetrlError(
+            f"{cls.name} needs a continuous (Box) action space, but {spec.env_id} has discrete actions; use dqn for it"
+        )
+    problems = config.validate()
+    if problems:
+        raise HetrlError(f"invalid {cls.name} config: {'; '.join(problems)}")
+    return cls(spec, config)
+
+
+__all__ = [
+    "ALGORITHMS", "AgentConfig", "Algorithm", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "Learner",
+    "TD3", "TD3Config", "TorchLearn", "algorithm_class", "make_algorithm",
+]

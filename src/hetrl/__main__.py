@@ -1,0 +1,3 @@
+from hetrl.cli import main
+
+raise SystemExit(main())

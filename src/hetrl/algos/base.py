@@ -1,0 +1,167 @@
+"""What every algorithm provides to an executor.
+
+An algorithm is written once, against the protocol: it builds a learner on a torch device it is
+given (the Learn primitive), says how the acting policy turns network outputs into actions (the
+shared part of Act), and draws its exploration randomness from the executor's generator. It never
+names a device.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from hetrl.envs.spec import EnvSpec
+from hetrl.protocol import implements
+
+
+@dataclass
+class AgentConfig:
+    """Settings shared by the off-policy algorithms."""
+
+    hidden: tuple[int, ...] = (256, 256)
+    lr: float = 1e-3
+    gamma: float = 0.99
+    batch_size: int = 256
+    buffer_size: int = 100_000
+    learning_starts: int = 1_000  # env steps of uniformly random actions before learning starts
+    replay_ratio: float = 1.0  # gradient updates per env step (held fixed by every executor)
+    train_every: int = 1  # env steps between bursts of updates (a burst is train_every*replay_ratio updates)
+    n_step: int = 1
+    prioritized: bool = False
+    alpha: float = 0.6  # prioritisation exponent
+    beta0: float = 0.4  # importance-sampling exponent, annealed linearly to 1
+    beta_anneal_steps: int = 100_000  # env steps; absolute so that resuming does not change the schedule
+    priority_eps: float = 1e-6
+    max_grad_norm: float | None = None
+
+    def validate(self) -> list[str]:
+        """Problems with the values, one message each."""
+        problems = []
+        for name in ("lr", "batch_size", "buffer_size", "n_step", "train_every"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
+        if not 0 < self.gamma <= 1:
+            problems.append(f"gamma must be in (0, 1] (got {self.gamma})")
+        if self.replay_ratio < 0:
+            problems.append(f"replay_ratio must be >= 0 (got {self.replay_ratio})")
+        if not self.hidden or min(self.hidden) <= 0:
+            problems.append(f"hidden must list positive layer widths (got {self.hidden})")
+        if self.batch_size > self.buffer_size:
+            problems.append(f"batch_size ({self.batch_size}) must not exceed buffer_size ({self.buffer_size})")
+        return problems
+
+    def beta(self, env_steps: int) -> float:
+        frac = min(1.0, env_steps / max(1, self.beta_anneal_steps))
+        return self.beta0 + frac * (1.0 - self.beta0)
+
+
+class Learner(ABC):
+    """The networks, optimisers and update rule of an algorithm, on one torch device."""
+
+    updates: int
+
+    @property
+    @abstractmethod
+    def policy_network(self) -> nn.Module:
+        """The network the acting policy copies (Q-network or actor)."""
+
+    @abstractmethod
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One gradient update; returns ``td_errors`` (B,) and ``loss`` (scalar), detached, on device."""
+
+    @abstractmethod
+    def state_dict(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class Algorithm(ABC):
+    name: ClassVar[str]
+    Config: ClassVar[type[AgentConfig]]
+    discrete_actions: ClassVar[bool]
+
+    def __init__(self, spec: EnvSpec, config: AgentConfig) -> None:
+        self.spec, self.config = spec, config
+
+    @abstractmethod
+    def build_learner(self, device: torch.device, seed: int) -> Learner: ...
+
+    @abstractmethod
+    def random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """What a uniformly random policy does in ``n`` envs (also used before learning starts)."""
+
+    @abstractmethod
+    def draw_exploration(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``explore`` and ``random_actions`` inputs of Act for ``n`` envs."""
+
+    @abstractmethod
+    def exploration(self, env_steps: int) -> float:
+        """The exploration level at this step (epsilon for DQN, noise scale for DDPG)."""
+
+    @abstractmethod
+    def action_rule(self, out: np.ndarray, explore: np.ndarray, random_actions: np.ndarray, level: float) -> np.ndarray:
+        """Behaviour actions from the policy network's output (host arrays)."""
+
+    @abstractmethod
+    def greedy_rule(self, out: np.ndarray) -> np.ndarray:
+        """Evaluation actions from the policy network's output."""
+
+
+def seeded_init(seed: int):
+    """A context in which module initialisation draws from ``seed`` without touching global RNG state.
+
+    Modules are built on the CPU inside it and moved afterwards, so every device starts from the same
+    weights.
+    """
+    return _SeededInit(seed)
+
+
+class _SeededInit:
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+
+    def __enter__(self) -> None:
+        self._ctx = torch.random.fork_rng(devices=[])
+        self._ctx.__enter__()
+        torch.manual_seed(self.seed)
+
+    def __exit__(self, *exc: object) -> None:
+        self._ctx.__exit__(*exc)
+
+
+def adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel where the device has one (fewer kernel launches per step)."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except RuntimeError:  # no fused Adam for this device type
+        return torch.optim.Adam(params, lr=lr)
+
+
+def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) * target + tau * source, for parameters (buffers are copied)."""
+    with torch.no_grad():
+        t_params, s_params = list(target.parameters()), list(source.parameters())
+        if tau == 1.0:
+            torch._foreach_copy_(t_params, s_params)
+        else:
+            torch._foreach_lerp_(t_params, s_params, tau)
+
+
+@implements("torch", any_torch_device=True, Learn="learn")
+class TorchLearn:
+    """Learn on any torch device: the algorithm's learner, fed a batch already on that device."""
+
+    def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
+        self.device = torch.device(device)
+        self.learner = algorithm.build_learner(self.device, seed)
+
+    def learn(self, **batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.learner.update(batch)

@@ -1,0 +1,132 @@
+"""DQN (Mnih et al. 2015) with double Q-learning, an optional dueling head, n-step returns,
+uniform or prioritized replay, an epsilon schedule, hard or Polyak target updates, Huber loss and
+gradient clipping.
+
+Defaults are the tuned CartPole-v1 values of rl-baselines3-zoo (lr 2.3e-3, batch 64, 256x256,
+updates in bursts: 128 updates every 256 env steps, epsilon 1 -> 0.04 over 16k steps), with the
+target network refreshed every 128 updates (zoo: every 10 env steps, i.e. once per burst) and
+double Q-learning on.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hetrl.algos.base import AgentConfig, Algorithm, Learner, adam, polyak_, seeded_init
+from hetrl.nets import QNetwork
+
+
+@dataclass
+class DQNConfig(AgentConfig):
+    hidden: tuple[int, ...] = (256, 256)
+    lr: float = 2.3e-3
+    gamma: float = 0.99
+    batch_size: int = 64
+    buffer_size: int = 100_000
+    learning_starts: int = 1_000
+    replay_ratio: float = 0.5
+    train_every: int = 256
+    double: bool = True
+    dueling: bool = False
+    target_update_every: int = 128  # gradient updates between hard target copies (tau == 1)
+    tau: float = 1.0  # 1: hard copies every target_update_every updates; < 1: Polyak every update
+    eps_start: float = 1.0
+    eps_end: float = 0.04
+    eps_decay_steps: int = 16_000
+    max_grad_norm: float | None = 10.0
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        if not 0 < self.tau <= 1:
+            problems.append(f"tau must be in (0, 1] (got {self.tau})")
+        if self.target_update_every <= 0:
+            problems.append(f"target_update_every must be > 0 (got {self.target_update_every})")
+        return problems
+
+
+class DQNLearner(Learner):
+    def __init__(self, algo: "DQN", device: torch.device, seed: int) -> None:
+        cfg, spec = algo.config, algo.spec
+        with seeded_init(seed):
+            self.q = QNetwork(int(np.prod(spec.obs_shape)), spec.n_actions, cfg.hidden, cfg.dueling)
+        self.q.to(device)
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.optimizer = adam(self.q.parameters(), cfg.lr)
+        self.cfg = cfg
+        self.updates = 0
+
+    @property
+    def policy_network(self) -> QNetwork:
+        return self.q
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        q = self.q(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+        with torch.no_grad():
+            next_q_all = self.q_target(batch["next_obs"])
+            if cfg.double:
+                best = self.q(batch["next_obs"]).argmax(dim=1, keepdim=True)
+                next_q = next_q_all.gather(1, best).squeeze(1)
+            else:
+                next_q = next_q_all.max(dim=1).values
+            target = batch["rewards"] + batch["discounts"] * next_q
+        td = target - q
+        loss = (batch["weights"] * F.huber_loss(q, target, reduction="none")).mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.q.parameters(), cfg.max_grad_norm)
+        self.optimizer.step()
+        self.updates += 1
+        if cfg.tau < 1.0:
+            polyak_(self.q_target, self.q, cfg.tau)
+        elif self.updates % cfg.target_update_every == 0:
+            polyak_(self.q_target, self.q, 1.0)
+        return {"td_errors": td.detach().abs(), "loss": loss.detach()}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "q": self.q.state_dict(),
+            "q_target": self.q_target.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])
+        self.q_target.load_state_dict(state["q_target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
+
+
+class DQN(Algorithm):
+    name = "dqn"
+    Config = DQNConfig
+    discrete_actions = True
+    config: DQNConfig
+
+    def build_learner(self, device: torch.device, seed: int) -> DQNLearner:
+        return DQNLearner(self, device, seed)
+
+    def random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        return rng.integers(0, self.spec.n_actions, size=n, dtype=np.int64)
+
+    def draw_exploration(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+        return rng.random(n, dtype=np.float32), self.random_actions(rng, n)
+
+    def exploration(self, env_steps: int) -> float:
+        cfg = self.config
+        frac = min(1.0, env_steps / max(1, cfg.eps_decay_steps))
+        return cfg.eps_start + frac * (cfg.eps_end - cfg.eps_start)
+
+    def action_rule(self, out: np.ndarray, explore: np.ndarray, random_actions: np.ndarray, level: float) -> np.ndarray:
+        return np.where(explore < level, random_actions, out.argmax(axis=1))
+
+    def greedy_rule(self, out: np.ndarray) -> np.ndarray:
+        return out.argmax(axis=1)

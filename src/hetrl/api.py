@@ -1,0 +1,124 @@
+"""The high-level Python API: as short as the CLI.
+
+>>> import hetrl
+>>> result = hetrl.train("dqn", "CartPole-v1", steps=50_000, stop_at_return=475)
+>>> result.eval_return_mean, result.run_dir
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from hetrl.config import TrainConfig, apply_overrides, config_from_dict, default_config, load_config, save_config
+from hetrl.errors import HetrlError
+from hetrl.evaluation import record_gif
+from hetrl.run.rundir import RunDir
+from hetrl.training import Session, TrainResult, greedy_policy
+
+
+def train(
+    algo: str,
+    env: str,
+    steps: int | None = None,
+    *,
+    seed: int | None = None,
+    device: str | None = None,
+    config: str | Path | dict[str, Any] | TrainConfig | None = None,
+    run_dir: str | Path | None = None,
+    progress: bool = True,
+    summary: bool = False,
+    **settings: Any,
+) -> TrainResult:
+    """Train ``algo`` on the Gymnasium env ``env``; returns measured rates, evaluation and the run dir.
+
+    ``config`` is a base config (a JSON file, a dict or a TrainConfig); ``settings`` override any run
+    or agent field by name (``lr=1e-3``, ``hidden=(64, 64)``, ``stop_at_return=475``).
+    """
+    cfg = _base_config(algo, env, config)
+    given = {"steps": steps, "seed": seed, "device": device}
+    apply_overrides(cfg, [f"{k}={_as_text(v)}" for k, v in {**given, **settings}.items() if v is not None or k in settings])
+    session = Session(cfg, RunDir.create(run_dir, cfg))
+    result = session.train(progress=progress)
+    if summary:
+        session.print_summary(result)
+    return result
+
+
+def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | Path | None = None,
+           progress: bool = True, summary: bool = False) -> TrainResult:
+    """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps."""
+    run = RunDir.open(run_dir)
+    cfg = run.load_config()
+    session = Session(cfg, run)
+    session.restore(checkpoint)
+    if steps is not None:
+        if steps <= session.executor.env_steps:
+            raise HetrlError(f"--steps {steps} is not beyond the checkpoint's {session.executor.env_steps} env steps")
+        cfg.steps = steps
+        save_config(cfg, run.config)
+    result = session.train(progress=progress)
+    if summary:
+        session.print_summary(result)
+    return result
+
+
+@dataclass
+class EvalResult:
+    returns: np.ndarray
+    checkpoint: Path
+    video: Path | None
+
+    @property
+    def mean(self) -> float:
+        return float(self.returns.mean())
+
+    @property
+    def std(self) -> float:
+        return float(self.returns.std())
+
+
+def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path | None = None,
+             render_video: bool = False, seed: int | None = None) -> EvalResult:
+    """Greedy returns of a run's newest (or given) checkpoint; optionally a GIF of one episode."""
+    run = RunDir.open(run_dir)
+    cfg = run.load_config()
+    if seed is not None:
+        cfg.seed = seed
+    cfg.device = "cpu"  # evaluation acts on the host whatever device trained the run
+    session = Session(cfg, run)
+    path = session.restore(checkpoint)
+    returns = session.evaluate(episodes)
+    video = None
+    if render_video:
+        if not session.spec.supports_rgb_array:
+            raise HetrlError(f"{cfg.env} cannot render rgb_array frames, so no video can be recorded; drop --render-video")
+        video = run.path / f"eval_{path.stem}.gif"
+        record_gif(greedy_policy(session.algo, session.executor.learner.policy_network), cfg.env, video, cfg.seed)
+    session.executor.close()
+    return EvalResult(returns=returns, checkpoint=path, video=video)
+
+
+def _base_config(algo: str, env: str, config: str | Path | dict[str, Any] | TrainConfig | None) -> TrainConfig:
+    if config is None:
+        return default_config(algo, env)
+    if isinstance(config, TrainConfig):
+        base = config
+    elif isinstance(config, dict):
+        base = config_from_dict({**config, "algo": algo, "env": env})
+    else:
+        base = load_config(config)
+    data = base.to_dict()
+    if data["algo"] != default_config(algo, env).algo:
+        raise HetrlError(f"the config is for {data['algo']}, not {algo}; pass a {algo} config or drop --config")
+    return config_from_dict({**data, "algo": algo, "env": env})
+
+
+def _as_text(value: Any) -> str:
+    if isinstance(value, (tuple, list)):
+        return ",".join(str(v) for v in value)
+    return "none" if value is None else str(value)

@@ -1,0 +1,174 @@
+"""Typed run configuration: a :class:`TrainConfig` holding the algorithm's own config.
+
+Saved as ``config.json`` in every run directory and loadable again (``--config FILE``). Values can
+be overridden by ``key=value`` strings (the CLI's ``--set``), parsed by the field's declared type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import types
+import typing
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from hetrl.algos import AgentConfig, algorithm_class
+from hetrl.errors import HetrlError, did_you_mean
+
+
+@dataclass
+class TrainConfig:
+    algo: str
+    env: str
+    steps: int = 100_000  # total env steps of the run (a resumed run continues to this total)
+    seed: int = 0
+    device: str = "auto"  # the learner's torch device: auto, cpu, cuda, cuda:N, mps
+    num_envs: int = 1
+    executor: str = "inline"
+    log_every: int = 1_000  # env steps between metric rows
+    eval_every: int = 10_000  # env steps between evaluations (0: only at the end)
+    eval_episodes: int = 20
+    stop_at_return: float | None = None  # stop once an evaluation's mean return reaches this
+    checkpoint_every: int = 50_000  # env steps between checkpoints (one is always written at the end)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+
+    def validate(self) -> None:
+        problems = []
+        for name in ("steps", "num_envs", "log_every", "eval_episodes", "checkpoint_every"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
+        if self.eval_every < 0:
+            problems.append(f"eval_every must be >= 0 (got {self.eval_every})")
+        if self.executor != "inline":
+            problems.append(f"executor {self.executor!r} is not available yet; use inline")
+        if problems:
+            raise HetrlError("invalid run config: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def default_config(algo: str, env: str) -> TrainConfig:
+    cls = algorithm_class(algo)
+    return TrainConfig(algo=cls.name, env=env, agent=cls.Config())
+
+
+# --- overrides ---------------------------------------------------------------------------------
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def _parse(text: str, kind: Any, key: str) -> Any:
+    """``text`` as a value of the annotated type ``kind`` (int, float, bool, str, X | None, tuple[int, ...])."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        if text.lower() in ("none", "null"):
+            return None
+        return _parse(text, next(a for a in args if a is not type(None)), key)
+    try:
+        if kind is bool:
+            if text.lower() in _TRUE | _FALSE:
+                return text.lower() in _TRUE
+            raise ValueError
+        if kind is int:
+            number = float(text)
+            if not number.is_integer():
+                raise ValueError
+            return int(number)
+        if kind is float:
+            return float(text)
+        if kind is str:
+            return text
+        if origin is tuple:
+            parts = text.strip("[]() ").replace("x", ",").split(",")
+            return tuple(args[0](p.strip()) for p in parts if p.strip())
+    except ValueError:
+        pass
+    raise HetrlError(f"--set {key}={text}: expected {_type_name(kind)}")
+
+
+def _type_name(kind: Any) -> str:
+    if typing.get_origin(kind) is tuple:
+        return "a comma-separated list of integers, e.g. 64,64"
+    if typing.get_origin(kind) in (typing.Union, types.UnionType):
+        return _type_name(next(a for a in typing.get_args(kind) if a is not type(None))) + " or none"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
+
+
+def _field_types(obj: Any) -> dict[str, Any]:
+    hints = typing.get_type_hints(type(obj))
+    return {f.name: hints[f.name] for f in fields(obj)}
+
+
+def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """Apply ``key=value`` strings. A key names a run field (steps, seed...) or an agent field (lr,
+    hidden...); ``agent.lr`` is accepted too."""
+    run_types = {k: v for k, v in _field_types(config).items() if k != "agent"}
+    agent_types = _field_types(config.agent)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise HetrlError(f"--set expects key=value, got {item!r} (for example --set lr=0.001)")
+        if key.startswith("agent."):
+            key = key[len("agent."):]
+            target, types_ = config.agent, agent_types
+        elif key in agent_types:
+            target, types_ = config.agent, agent_types
+        elif key in run_types:
+            target, types_ = config, run_types
+        else:
+            known = sorted(agent_types) + sorted(run_types)
+            raise HetrlError(f"--set {key}: no such setting for {config.algo}{did_you_mean(key, known)}; known: {', '.join(known)}")
+        if key in ("algo", "env"):
+            raise HetrlError(f"--set {key}: the {key} is given as a positional argument, not with --set")
+        setattr(target, key, _parse(value.strip(), types_[key], key))
+    return config
+
+
+# --- files -------------------------------------------------------------------------------------
+def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
+    kinds = _field_types(obj)
+    for key, value in data.items():
+        if key not in kinds:
+            raise HetrlError(f"{where}: unknown setting {key!r}{did_you_mean(key, kinds)}")
+        kind = kinds[key]
+        if key == "agent":
+            continue
+        if typing.get_origin(kind) is tuple and isinstance(value, list):
+            value = tuple(value)
+        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        elif value is not None and not isinstance(value, str):
+            value = _parse(json.dumps(value), kind, key)  # type-checks bools, ints, optionals alike
+        elif isinstance(value, str) and kind is not str:
+            value = _parse(value, kind, key)
+        setattr(obj, key, value)
+
+
+def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
+    if not isinstance(data, dict) or "algo" not in data or "env" not in data:
+        raise HetrlError(f"{where}: a config needs at least 'algo' and 'env' keys")
+    config = default_config(data["algo"], data["env"])
+    agent = data.get("agent", {})
+    if not isinstance(agent, dict):
+        raise HetrlError(f"{where}: 'agent' must be a mapping of {config.algo} settings")
+    _from_mapping(config, {k: v for k, v in data.items() if k not in ("algo", "env")}, where)
+    _from_mapping(config.agent, agent, f"{where} (agent)")
+    return config
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise HetrlError(f"config file {path} does not exist") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HetrlError(f"config file {path} is not valid JSON ({exc}); fix it or pass another --config") from None
+    return config_from_dict(data, str(path))
+
+
+def save_config(config: TrainConfig, path: Path) -> None:
+    path.write_text(json.dumps(config.to_dict(), indent=2) + "\n")

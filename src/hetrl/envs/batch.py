@@ -1,0 +1,64 @@
+"""EnvStep on the host: N Gymnasium environments stepped in turn, with auto-reset.
+
+Ended episodes reset in the same step, and the true last observation is returned as
+``final_obs`` so that truncated episodes can bootstrap from it. The batch is picklable (for
+checkpoints) when its environments are, which holds for Gymnasium's classic-control and toy-text.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hetrl.envs.spec import make_env
+from hetrl.protocol import implements
+
+
+@implements("gymnasium", EnvStep="step")
+class EnvBatch:
+    def __init__(self, env_id: str, num_envs: int, seed: int) -> None:
+        self.envs = [make_env(env_id) for _ in range(num_envs)]
+        self.num_envs = num_envs
+        self.seed = seed
+        self.episode_returns = np.zeros(num_envs, dtype=np.float64)
+        self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
+        self._is_discrete = hasattr(self.envs[0].action_space, "n")
+
+    def reset(self) -> np.ndarray:
+        """First observations; env i is seeded with ``seed + i``."""
+        obs = [env.reset(seed=self.seed + i)[0] for i, env in enumerate(self.envs)]
+        self.episode_returns[:] = 0
+        self.episode_lengths[:] = 0
+        return np.asarray(obs, dtype=np.float32)
+
+    def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
+        n = self.num_envs
+        next_obs = np.empty((n,) + self.envs[0].observation_space.shape, dtype=np.float32)
+        final_obs = np.empty_like(next_obs)
+        rewards = np.empty(n, dtype=np.float32)
+        terminated = np.empty(n, dtype=bool)
+        truncated = np.empty(n, dtype=bool)
+        self.finished: list[tuple[float, int]] = []  # (return, length) of episodes ended this step
+        for i, env in enumerate(self.envs):
+            action = int(actions[i]) if self._is_discrete else actions[i]
+            obs, reward, term, trunc, _ = env.step(action)
+            rewards[i], terminated[i], truncated[i] = reward, term, trunc
+            final_obs[i] = obs
+            self.episode_returns[i] += reward
+            self.episode_lengths[i] += 1
+            if term or trunc:
+                self.finished.append((float(self.episode_returns[i]), int(self.episode_lengths[i])))
+                self.episode_returns[i] = 0
+                self.episode_lengths[i] = 0
+                obs, _ = env.reset()
+            next_obs[i] = obs
+        return {
+            "next_obs": next_obs,
+            "rewards": rewards,
+            "terminated": terminated,
+            "truncated": truncated,
+            "final_obs": final_obs,
+        }
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

@@ -1,0 +1,78 @@
+"""What an algorithm needs to know about an environment, read once from Gymnasium."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gymnasium as gym
+import numpy as np
+
+from hetrl.errors import HetrlError, did_you_mean
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    env_id: str
+    obs_shape: tuple[int, ...]
+    discrete: bool
+    n_actions: int  # discrete: number of actions; continuous: 0
+    action_shape: tuple[int, ...]  # () for discrete
+    action_low: tuple[float, ...]  # continuous bounds (empty for discrete)
+    action_high: tuple[float, ...]
+    reward_threshold: float | None  # Gymnasium's "solved" return, where it defines one
+    supports_rgb_array: bool
+
+    @property
+    def action_dtype(self) -> str:
+        return "int64" if self.discrete else "float32"
+
+
+def make_env(env_id: str, render_mode: str | None = None, **kwargs) -> gym.Env:
+    """``gym.make`` with a one-line error for an unknown id."""
+    try:
+        return gym.make(env_id, render_mode=render_mode, **kwargs)
+    except gym.error.NameNotFound as exc:  # also covers an unknown namespace's env
+        raise HetrlError(f"unknown environment {env_id!r}{did_you_mean(env_id, gym.registry)}: {exc}") from None
+    except gym.error.VersionNotFound as exc:
+        raise HetrlError(f"environment {env_id!r}: {exc}") from None
+    except gym.error.Error as exc:
+        raise HetrlError(f"cannot make environment {env_id!r}: {exc}") from None
+    except ModuleNotFoundError as exc:
+        raise HetrlError(
+            f"environment {env_id!r} needs the package {exc.name!r}: install it (pip install {exc.name})"
+        ) from None
+
+
+def env_spec(env_id: str) -> EnvSpec:
+    """Read spaces and metadata of ``env_id``; only flat Box observations are supported."""
+    env = make_env(env_id)
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+        if not isinstance(obs_space, gym.spaces.Box):
+            raise HetrlError(
+                f"{env_id} has {type(obs_space).__name__} observations; the deep RL algorithms need a Box "
+                "(for discrete observations use `hetrl tabular`, or wrap the env in a one-hot wrapper)"
+            )
+        if isinstance(act_space, gym.spaces.Discrete):
+            discrete, n, shape, low, high = True, int(act_space.n), (), (), ()
+        elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
+            if not (np.all(np.isfinite(act_space.low)) and np.all(np.isfinite(act_space.high))):
+                raise HetrlError(f"{env_id} has an unbounded action space; DDPG/TD3 need finite bounds")
+            discrete, n, shape = False, 0, tuple(act_space.shape)
+            low, high = tuple(map(float, act_space.low)), tuple(map(float, act_space.high))
+        else:
+            raise HetrlError(f"{env_id} has a {act_space} action space; hetrl supports Discrete and 1-D Box")
+        spec = env.spec
+        return EnvSpec(
+            env_id=env_id,
+            obs_shape=tuple(int(d) for d in obs_space.shape),
+            discrete=discrete,
+            n_actions=n,
+            action_shape=shape,
+            action_low=low,
+            action_high=high,
+            reward_threshold=spec.reward_threshold if spec is not None else None,
+            supports_rgb_array="rgb_array" in env.metadata.get("render_modes", []),
+        )
+    finally:
+        env.close()

@@ -1,0 +1,54 @@
+"""Greedy-policy evaluation: all episodes step together, one batched forward per step."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from hetrl.envs import make_env
+
+EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training envs
+
+
+def evaluate_policy(
+    policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int, seed: int
+) -> np.ndarray:
+    """Returns of ``episodes`` episodes; env i is reset with ``seed + EVAL_SEED_OFFSET + i``."""
+    envs = [make_env(env_id) for _ in range(episodes)]
+    obs = np.stack([env.reset(seed=seed + EVAL_SEED_OFFSET + i)[0] for i, env in enumerate(envs)]).astype(np.float32)
+    returns = np.zeros(episodes)
+    active = np.ones(episodes, dtype=bool)
+    discrete = hasattr(envs[0].action_space, "n")
+    while active.any():
+        idx = np.flatnonzero(active)
+        actions = policy(obs[idx])
+        for j, i in enumerate(idx):
+            o, r, term, trunc, _ = envs[i].step(int(actions[j]) if discrete else actions[j])
+            returns[i] += r
+            obs[i] = o
+            if term or trunc:
+                active[i] = False
+    for env in envs:
+        env.close()
+    return returns
+
+
+def record_gif(policy: Callable[[np.ndarray], np.ndarray], env_id: str, path: Path, seed: int, fps: int = 30) -> float:
+    """Run one greedy episode with ``rgb_array`` rendering and save it as an animated GIF."""
+    from PIL import Image
+
+    env = make_env(env_id, render_mode="rgb_array")
+    obs, _ = env.reset(seed=seed + EVAL_SEED_OFFSET)
+    frames, total, done = [Image.fromarray(env.render())], 0.0, False
+    discrete = hasattr(env.action_space, "n")
+    while not done:
+        action = policy(np.asarray(obs, dtype=np.float32)[None])[0]
+        obs, reward, term, trunc, _ = env.step(int(action) if discrete else action)
+        total += float(reward)
+        done = term or trunc
+        frames.append(Image.fromarray(env.render()))
+    env.close()
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=int(1000 / fps), loop=0)
+    return total

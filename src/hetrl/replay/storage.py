@@ -1,0 +1,230 @@
+"""Replay storage: a ring buffer of transitions in preallocated arrays, uniform or prioritized.
+
+:class:`NumpyReplay` keeps everything in host numpy arrays, :class:`TorchReplay` in torch tensors
+on any device, so a GPU learner samples without a host round trip. Both run the same arithmetic
+(float64 priorities, the same sum tree), so the same calls give the same indices, batches and
+weights in either; only ``x ** alpha`` may differ in the last bit of a float64 priority (torch's
+vectorised or CUDA pow against numpy's). Their state dicts (numpy arrays) load into each other.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from hetrl.protocol.registry import implements
+from hetrl.replay.sum_tree import Array, ArrayOps, NumpyOps, SumTree, TorchOps
+
+_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
+_BELOW_ONE = 1.0 - 2.0**-52  # x * _BELOW_ONE < x for any float64 x > 0
+
+
+class _Replay:
+    """The storage logic, on whichever arrays ``ops`` makes (see NumpyReplay and TorchReplay)."""
+
+    def __init__(
+        self,
+        ops: ArrayOps,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: str,
+        prioritized: bool,
+        alpha: float,
+        eps: float,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be >= 1, got {capacity}")
+        self.capacity = int(capacity)
+        self.obs_shape = tuple(int(d) for d in obs_shape)
+        self.action_shape = tuple(int(d) for d in action_shape)
+        self.action_dtype = np.dtype(action_dtype).name
+        self.prioritized = prioritized
+        self.alpha = alpha
+        self.eps = eps
+        self._ops = ops
+        self._specs = {  # field -> (per-item shape, dtype)
+            "obs": (self.obs_shape, "float32"),
+            "actions": (self.action_shape, self.action_dtype),
+            "rewards": ((), "float32"),
+            "next_obs": (self.obs_shape, "float32"),
+            "discounts": ((), "float32"),
+        }
+        self._data = {name: ops.zeros((self.capacity, *shape), dtype) for name, (shape, dtype) in self._specs.items()}
+        self._position = 0  # the slot the next item goes to
+        self._size = 0
+        self.tree = SumTree(self.capacity, ops) if prioritized else None
+        self._max_priority = ops.asarray(1.0, "float64")  # 0-d, on the device: reading it would sync
+
+    def __len__(self) -> int:
+        return self._size
+
+    def add(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, discounts: Any) -> None:
+        """Append N transitions (arrays with a leading N, cast to the storage dtypes).
+
+        The ring wraps around past the end; of a batch larger than the capacity only the last
+        ``capacity`` items are kept, in the slots they would have had if added one by one.
+        New items get the maximum priority set so far (1.0 before any update).
+        """
+        values = (obs, actions, rewards, next_obs, discounts)
+        batch = {name: self._ops.asarray(value, self._specs[name][1]) for name, value in zip(_FIELDS, values)}
+        n = len(batch["obs"])
+        for name, value in batch.items():
+            if tuple(value.shape) != (n, *self._specs[name][0]):
+                raise ValueError(f"add: {name} has shape {tuple(value.shape)}, expected {(n, *self._specs[name][0])}")
+        skip = max(0, n - self.capacity)
+        slots = (self._position + skip + self._ops.arange(n - skip)) % self.capacity
+        for name, value in batch.items():
+            self._data[name][slots] = value[skip:]
+        if self.tree is not None:
+            self.tree.update(slots, self._max_priority.repeat(n - skip))
+        self._position = (self._position + n) % self.capacity
+        self._size = min(self._size + n, self.capacity)
+
+    def sample(self, uniform: Any, beta: float = 0.4) -> dict[str, Array]:
+        """A batch of B items for B float64 draws ``uniform`` in [0, 1); deterministic.
+
+        Uniform replay: index ``floor(u * len)``, weights 1. Prioritized: stratified, sample i
+        takes the item whose prefix-priority interval holds ``(i + u_i) / B * total``; weights
+        ``(len * P(i)) ** -beta`` divided by their maximum *in this batch* (so they are <= 1 and
+        only scale updates down, as in Schaul et al. 2016, without a min-tree over the buffer).
+        """
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay buffer: add transitions first")
+        u = self._ops.asarray(uniform, "float64")
+        batch_size = len(u)
+        if self.tree is None:
+            indices = self._ops.asarray(u * self._size, "int64")  # truncation is floor for u >= 0
+        else:
+            total = self.tree.total
+            targets = (self._ops.arange(batch_size) + u) / batch_size * total
+            indices = self.tree.find(targets.clip(max=total * _BELOW_ONE))
+        # Never past the last item: rounding in the descent can end on an empty leaf beyond it.
+        indices = indices.clip(max=self._size - 1)
+        out = {name: self._data[name][indices] for name in _FIELDS}
+        out["indices"] = indices
+        if self.tree is None:
+            out["weights"] = self._ops.ones(batch_size, "float32")
+        else:
+            weights = (self._size * self.tree.leaves[indices] / self.tree.total) ** -beta
+            out["weights"] = self._ops.asarray(weights / weights.max(), "float32")
+        return out
+
+    def update_priorities(self, indices: Any, td_errors: Any) -> None:
+        """Set the priorities of items ``indices`` to ``(|td| + eps) ** alpha`` (computed in float64).
+
+        A repeated index takes its last value. No-op for uniform replay. ``indices`` must come
+        from :meth:`sample` (they are not checked: that would synchronise a GPU).
+        """
+        if self.tree is None:
+            return
+        indices = self._ops.asarray(indices, "int64")
+        priorities = (abs(self._ops.asarray(td_errors, "float64")) + self.eps) ** self.alpha
+        self.tree.update(indices, priorities)
+        # Read back from the tree: the max over the values that won, not those of overridden duplicates.
+        self._max_priority = self._ops.maximum(self._max_priority, self.tree.leaves[indices].max())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore this replay exactly, with numpy copies of the arrays.
+
+        ``priorities`` (the leaf values, float64) and ``max_priority`` only for prioritized replay.
+        """
+        state: dict[str, Any] = self._header()
+        state.update(position=self._position, size=self._size)
+        state.update({name: self._ops.numpy(array) for name, array in self._data.items()})
+        if self.tree is not None:
+            state["priorities"] = self._ops.numpy(self.tree.leaves)
+            state["max_priority"] = float(self._max_priority)
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a :meth:`state_dict` of either backend; ``ValueError`` names any mismatch."""
+        mine = self._header()
+        try:
+            theirs = {
+                "capacity": int(state["capacity"]),
+                "obs_shape": tuple(int(d) for d in state["obs_shape"]),
+                "action_shape": tuple(int(d) for d in state["action_shape"]),
+                "action_dtype": np.dtype(state["action_dtype"]).name,
+                "prioritized": bool(state["prioritized"]),
+            }
+        except KeyError as missing:
+            raise ValueError(f"replay state lacks {missing}") from None
+        for key, value in mine.items():
+            if theirs[key] != value:
+                raise ValueError(f"replay state mismatch: {key} is {theirs[key]!r} in the state, {value!r} here")
+        for name, array in self._data.items():
+            got = np.asarray(state[name])
+            want = (tuple(array.shape), self._specs[name][1])
+            if (got.shape, got.dtype.name) != want:
+                raise ValueError(f"replay state mismatch: {name} is {(got.shape, got.dtype.name)}, expected {want}")
+        for name, array in self._data.items():
+            array[...] = self._ops.asarray(state[name], self._specs[name][1])
+        self._position, self._size = int(state["position"]), int(state["size"])
+        if self.tree is not None:
+            self.tree.set_leaves(self._ops.asarray(state["priorities"], "float64"))
+            self._max_priority = self._ops.asarray(state["max_priority"], "float64")
+
+    def _header(self) -> dict[str, Any]:
+        return {
+            "capacity": self.capacity,
+            "obs_shape": self.obs_shape,
+            "action_shape": self.action_shape,
+            "action_dtype": self.action_dtype,
+            "prioritized": self.prioritized,
+        }
+
+
+def _torch_device(device: str | torch.device) -> torch.device:
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"invalid replay device {device!r}: {error}") from None
+
+
+@implements("numpy", ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
+class NumpyReplay(_Replay):
+    """Replay storage in host numpy arrays; ``sample`` returns numpy arrays."""
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: str,
+        *,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        eps: float = 1e-6,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.device = _torch_device(device)
+        if self.device.type != "cpu":
+            raise ValueError(f"NumpyReplay stores in host memory: device must be 'cpu', not {device!r} (use TorchReplay)")
+        super().__init__(NumpyOps(), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)
+
+
+@implements("torch", any_torch_device=True, ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
+class TorchReplay(_Replay):
+    """Replay storage in torch tensors on ``device``.
+
+    ``add``, ``sample`` and ``update_priorities`` take numpy arrays or tensors; ``sample`` returns
+    tensors on the device. With inputs already on the device nothing synchronises with the host.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: str,
+        *,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        eps: float = 1e-6,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.device = _torch_device(device)
+        super().__init__(TorchOps(self.device), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)

@@ -1,0 +1,48 @@
+"""Metric rows, written to metrics.csv and to TensorBoard event files."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+COLUMNS = (
+    "env_steps", "updates", "wall_s", "episodes", "return_mean", "length_mean", "loss", "exploration",
+    "env_steps_per_s", "updates_per_s", "eval_return_mean", "eval_return_std",
+)
+
+
+class MetricsWriter:
+    def __init__(self, csv_path: Path, tensorboard_dir: Path, resume_step: int | None = None) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        new = not csv_path.exists()
+        self._file = csv_path.open("a", newline="")
+        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS)
+        if new:
+            self._csv.writeheader()
+        # purge_step drops events past the checkpoint a resumed run restarts from
+        self._tb = SummaryWriter(str(tensorboard_dir), purge_step=resume_step)
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._csv.writerow({k: ("" if row.get(k) is None else row[k]) for k in COLUMNS})
+        self._file.flush()
+        step = int(row["env_steps"])
+        for key, value in row.items():
+            if key != "env_steps" and isinstance(value, (int, float)) and not math.isnan(value):
+                self._tb.add_scalar(f"hetrl/{key}", value, step)
+
+    def close(self) -> None:
+        self._file.close()
+        self._tb.close()
+
+
+def read_metrics(csv_path: Path) -> list[dict[str, float | None]]:
+    """Rows of metrics.csv as numbers; a resumed run's re-logged steps keep their newest row."""
+    if not csv_path.exists():
+        return []
+    with csv_path.open() as f:
+        rows = [{k: (float(v) if v not in ("", None) else None) for k, v in row.items()} for row in csv.DictReader(f)]
+    latest = {row["env_steps"]: row for row in rows}
+    return [latest[k] for k in sorted(latest)]

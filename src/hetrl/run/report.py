@@ -1,0 +1,59 @@
+"""What a person sees: a progress bar during training and a summary table at the end."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from hetrl.training import TrainResult
+
+
+def progress_bar(console: Console, enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[stats]}"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=console,
+        disable=not enabled,
+    )
+
+
+def summary_table(result: "TrainResult") -> Table:
+    table = Table(title=f"hetrl {result.algo} on {result.env}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    ev = result.eval_return_mean
+    evaluation = "n/a" if ev is None else f"{ev:.1f} ± {result.eval_return_std:.1f} over {result.eval_episodes} episodes"
+    rows = [
+        ("run directory", str(result.run_dir)),
+        ("env steps", f"{result.env_steps:,}" + (f" (stopped at target return at {result.solved_at:,})" if result.solved_at else "")),
+        ("gradient updates", f"{result.updates:,}"),
+        ("wall time", f"{result.wall_s:.1f} s"),
+        ("env steps/s", f"{result.env_steps_per_s:,.0f} (measured)"),
+        ("updates/s", f"{result.updates_per_s:,.0f} (measured)"),
+        ("final evaluation return", evaluation),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    return table
+
+
+def placement_table(result: "TrainResult") -> Table:
+    table = Table(title="where each primitive ran (measured time in this session)", title_justify="left")
+    for col in ("primitive", "placement", "calls", "µs/call", "share of wall"):
+        table.add_column(col, justify="right" if col in ("calls", "µs/call", "share of wall") else "left")
+    timing = {name: (calls, us, share) for name, calls, us, share in result.timers}
+    for primitive, where in result.placement.items():
+        calls, us, share = timing.get(primitive, (0, 0.0, 0.0))
+        table.add_row(primitive, where, f"{calls:,}", f"{us:,.1f}", f"{100 * share:.1f}%")
+    if "Transfer" in timing:
+        calls, us, share = timing["Transfer"]
+        table.add_row("Transfer", "replay -> learner", f"{calls:,}", f"{us:,.1f}", f"{100 * share:.1f}%")
+    return table

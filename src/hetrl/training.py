@@ -1,0 +1,184 @@
+"""A training session: an executor driven to a step count, with metrics, evaluation, checkpoints,
+a progress bar and a summary. ``hetrl.train`` and ``hetrl.resume`` are thin wrappers over it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from hetrl.algos import Algorithm, make_algorithm
+from hetrl.config import TrainConfig
+from hetrl.devices import resolve_device
+from hetrl.envs import env_spec
+from hetrl.evaluation import evaluate_policy
+from hetrl.nets import numpy_params
+from hetrl.run.metrics import MetricsWriter, read_metrics
+from hetrl.run.plots import plot_returns
+from hetrl.run.report import placement_table, progress_bar, summary_table
+from hetrl.run.rundir import RunDir
+from hetrl.runtime.inline import InlineExecutor
+from hetrl.runtime.placement import Placement, default_placement
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    algo: str
+    env: str
+    env_steps: int
+    updates: int
+    wall_s: float  # this session only (a resumed run counts from the resume)
+    env_steps_per_s: float
+    updates_per_s: float
+    eval_return_mean: float | None
+    eval_return_std: float | None
+    eval_episodes: int
+    solved_at: int | None  # env step at which stop_at_return was reached
+    interrupted: bool
+    placement: dict[str, str]
+    timers: list[tuple[str, int, float, float]]
+    metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)
+
+
+def greedy_policy(algo: Algorithm, network: Any):
+    """A host snapshot of ``network`` acting greedily (independent of where the learner runs)."""
+    params, forward = numpy_params(network), network.forward_numpy
+    return lambda obs: algo.greedy_rule(forward(params, obs))
+
+
+class Session:
+    def __init__(self, config: TrainConfig, run: RunDir, console: Console | None = None) -> None:
+        config.validate()
+        self.config, self.run = config, run
+        self.console = console or Console(stderr=True)
+        self.spec = env_spec(config.env)
+        self.algo = make_algorithm(config.algo, self.spec, config.agent)
+        self.placement: Placement = default_placement(resolve_device(config.device))
+        self.executor = InlineExecutor(self.algo, self.placement, config.num_envs, config.seed)
+        self.resumed_from: int | None = None
+
+    def restore(self, checkpoint: str | Path | None = None) -> Path:
+        path, state = self.run.load_checkpoint(checkpoint)
+        self.executor.load_state_dict(state["executor"])
+        self.resumed_from = self.executor.env_steps
+        return path
+
+    def evaluate(self, episodes: int) -> np.ndarray:
+        policy = greedy_policy(self.algo, self.executor.learner.policy_network)
+        return evaluate_policy(policy, self.config.env, episodes, self.config.seed)
+
+    def save_checkpoint(self) -> Path:
+        return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)
+
+    def train(self, progress: bool = True) -> TrainResult:
+        cfg, ex, run = self.config, self.executor, self.run
+        run.placement.write_text(json.dumps(self.placement.to_dict(), indent=2) + "\n")
+        metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from)
+        interrupted = _InterruptFlag()
+        next_log = _next_multiple(ex.env_steps, cfg.log_every)
+        next_eval = _next_multiple(ex.env_steps, cfg.eval_every) if cfg.eval_every else None
+        next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
+        start, start_steps, start_updates = time.perf_counter(), ex.env_steps, ex.updates
+        last_t, last_steps, last_updates = start, ex.env_steps, ex.updates
+        last_eval: np.ndarray | None = None
+        solved_at: int | None = None
+        bar = progress_bar(self.console, progress)
+        with interrupted, bar:
+            task = bar.add_task(f"{cfg.algo} {cfg.env}", total=cfg.steps, completed=ex.env_steps, stats="")
+            while ex.env_steps < cfg.steps and not interrupted.set:
+                ex.iteration()
+                if ex.env_steps >= next_log or ex.env_steps >= cfg.steps:
+                    now = time.perf_counter()
+                    episodes = ex.drain_episodes()
+                    row: dict[str, Any] = {
+                        "env_steps": ex.env_steps,
+                        "updates": ex.updates,
+                        "wall_s": round(now - start, 3),
+                        "episodes": len(episodes),
+                        "return_mean": float(np.mean([r for r, _ in episodes])) if episodes else None,
+                        "length_mean": float(np.mean([n for _, n in episodes])) if episodes else None,
+                        "loss": ex.drain_losses(),
+                        "exploration": self.algo.exploration(ex.env_steps),
+                        "env_steps_per_s": (ex.env_steps - last_steps) / (now - last_t),
+                        "updates_per_s": (ex.updates - last_updates) / (now - last_t),
+                    }
+                    if next_eval is not None and ex.env_steps >= next_eval:
+                        last_eval = self.evaluate(cfg.eval_episodes)
+                        row["eval_return_mean"], row["eval_return_std"] = float(last_eval.mean()), float(last_eval.std())
+                        next_eval = _next_multiple(ex.env_steps, cfg.eval_every)
+                        if cfg.stop_at_return is not None and last_eval.mean() >= cfg.stop_at_return:
+                            solved_at = ex.env_steps
+                    metrics.write(row)
+                    stats = f"{row['env_steps_per_s']:,.0f} steps/s {row['updates_per_s']:,.0f} upd/s"
+                    if row["return_mean"] is not None:
+                        stats += f" return {row['return_mean']:.1f}"
+                    if last_eval is not None:
+                        stats += f" eval {last_eval.mean():.1f}"
+                    bar.update(task, completed=ex.env_steps, stats=stats)
+                    next_log = _next_multiple(ex.env_steps, cfg.log_every)
+                    last_t, last_steps, last_updates = time.perf_counter(), ex.env_steps, ex.updates
+                    if solved_at is not None:
+                        break
+                if ex.env_steps >= next_ckpt:
+                    self.save_checkpoint()
+                    next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
+        wall = time.perf_counter() - start
+        self.save_checkpoint()
+        if solved_at is None and not interrupted.set:
+            last_eval = self.evaluate(cfg.eval_episodes)
+            metrics.write({"env_steps": ex.env_steps, "updates": ex.updates, "wall_s": round(wall, 3),
+                           "eval_return_mean": float(last_eval.mean()), "eval_return_std": float(last_eval.std())})
+        metrics.close()
+        plot_returns(run.metrics, run.plot, f"{cfg.algo} on {cfg.env} (seed {cfg.seed})")
+        result = TrainResult(
+            run_dir=run.path, algo=cfg.algo, env=cfg.env, env_steps=ex.env_steps, updates=ex.updates, wall_s=wall,
+            env_steps_per_s=(ex.env_steps - start_steps) / wall, updates_per_s=(ex.updates - start_updates) / wall,
+            eval_return_mean=None if last_eval is None else float(last_eval.mean()),
+            eval_return_std=None if last_eval is None else float(last_eval.std()),
+            eval_episodes=cfg.eval_episodes, solved_at=solved_at, interrupted=interrupted.set,
+            placement=self.placement.by_primitive(), timers=ex.timers.table(wall), metrics=read_metrics(run.metrics),
+        )
+        run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
+        ex.close()
+        return result
+
+    def print_summary(self, result: TrainResult) -> None:
+        self.console.print(summary_table(result))
+        self.console.print(placement_table(result))
+        if result.interrupted:
+            self.console.print(f"interrupted: checkpoint saved; continue with `hetrl resume {result.run_dir}`")
+
+
+def _next_multiple(value: int, every: int) -> int:
+    return (value // every + 1) * every
+
+
+class _InterruptFlag:
+    """Ctrl-C sets a flag; the loop stops at the end of the iteration and saves a checkpoint."""
+
+    def __init__(self) -> None:
+        self.set = False
+
+    def __enter__(self) -> "_InterruptFlag":
+        self._previous = signal.getsignal(signal.SIGINT)
+        try:
+            signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: keep the default behaviour
+            self._previous = None
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.set:  # a second Ctrl-C stops at once
+            raise KeyboardInterrupt
+        self.set = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)

@@ -1,0 +1,97 @@
+"""Every backend computes the same tables for the same shards and order."""
+
+import numpy as np
+import pytest
+import torch
+
+from hetrl.errors import HetrlError
+from hetrl.tabular.backends import AUTO_GPU_UNITS, resolve_backend
+from hetrl.tabular.schedule import Order
+from hetrl.tabular.train import TabularConfig, train_tabular
+
+
+def learn(data, backend, device=None, **kwargs):
+    return train_tabular(data, TabularConfig(backend=backend, device=device, **kwargs))
+
+
+def assert_same(a, b, number_format):
+    if number_format == "int32":
+        np.testing.assert_array_equal(a.table, b.table)
+    else:
+        np.testing.assert_allclose(a.q, b.q, rtol=1e-5, atol=1e-6)
+    assert np.abs(a.q).max() > 0.01  # the tables learned something
+
+
+# 7 units: shards of 428 and 429 transitions, so the units' streams end at different steps.
+SETTINGS = dict(units=7, epochs=2, order=Order("random", seed=2), merge_every=300, alpha=0.3, gamma=0.95)
+
+
+@pytest.mark.parametrize("algo", ["q", "sarsa"])
+@pytest.mark.parametrize("number_format", ["fp32", "int32"])
+def test_torch_cpu_matches_numba_threads(frozenlake_small, algo, number_format):
+    kwargs = dict(algo=algo, number_format=number_format, **SETTINGS)
+    threads = learn(frozenlake_small, "numba-threads", **kwargs)
+    torch_cpu = learn(frozenlake_small, "torch", device="cpu", **kwargs)
+    assert torch_cpu.device == "cpu" and torch_cpu.merges == threads.merges == 3  # after 300, 600 and 858 (the end)
+    assert_same(threads, torch_cpu, number_format)
+
+
+@pytest.mark.parametrize("number_format", ["fp32", "int32"])
+def test_processes_match_threads(frozenlake_small, number_format):
+    kwargs = dict(algo="q", number_format=number_format, units=2, epochs=3, order=Order("strided", stride=5), merge_every=1000)
+    threads = learn(frozenlake_small, "numba-threads", **kwargs)
+    processes = learn(frozenlake_small, "numba-processes", **kwargs)
+    # the same compiled kernel on the same data: identical even in float32
+    np.testing.assert_array_equal(threads.table, processes.table)
+    assert np.abs(threads.q).max() > 0.01
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("number_format", ["fp32", "int32"])
+def test_cuda_matches_numba_threads(require_cuda, frozenlake_small, number_format):
+    kwargs = dict(algo="q", number_format=number_format, **SETTINGS)
+    assert_same(learn(frozenlake_small, "numba-threads", **kwargs), learn(frozenlake_small, "torch", device="cuda", **kwargs), number_format)
+
+
+def test_ray_matches_threads(frozenlake_small):
+    ray = pytest.importorskip("ray", reason="Ray is optional (pip install ray); the ray backend needs it")
+    ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)
+    try:
+        for number_format in ("fp32", "int32"):
+            kwargs = dict(algo="sarsa", number_format=number_format, units=2, epochs=2, order=Order("random", seed=4), merge_every=500)
+            np.testing.assert_array_equal(learn(frozenlake_small, "numba-threads", **kwargs).table, learn(frozenlake_small, "ray", **kwargs).table)
+    finally:
+        ray.shutdown()
+
+
+def test_ray_missing_is_a_clear_error(frozenlake_small):
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        with pytest.raises(HetrlError, match="needs Ray"):
+            learn(frozenlake_small, "ray", units=2)
+    else:
+        pytest.skip("Ray is installed")
+
+
+def test_placement_rule():
+    assert resolve_backend("auto", units=2) == "numba-threads"
+    assert resolve_backend("auto", units=4, device="cuda") == "torch"
+    big = resolve_backend("auto", units=AUTO_GPU_UNITS)
+    assert big == ("torch" if torch.cuda.is_available() else "numba-threads")
+    assert resolve_backend("numba-processes", units=2) == "numba-processes"
+    with pytest.raises(HetrlError, match="did you mean 'numba-threads'"):
+        resolve_backend("numba-thread", units=2)
+
+
+def test_cpu_backends_refuse_a_gpu_device(frozenlake_small):
+    with pytest.raises(HetrlError, match="runs on the CPU"):
+        learn(frozenlake_small, "numba-threads", device="cuda", units=2)
+
+
+def test_orders_change_the_result_but_not_across_backends(frozenlake_small):
+    sequential = learn(frozenlake_small, "numba-threads", units=2, alpha=0.5)
+    shuffled = learn(frozenlake_small, "numba-threads", units=2, alpha=0.5, order=Order("random", seed=1))
+    reshuffled = learn(frozenlake_small, "numba-threads", units=2, alpha=0.5, order=Order("random", seed=1))
+    assert not np.array_equal(sequential.table, shuffled.table)
+    np.testing.assert_array_equal(shuffled.table, reshuffled.table)

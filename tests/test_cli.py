@@ -1,0 +1,145 @@
+"""The CLI end to end: run files, eval, video, and one-line errors with exit code 2."""
+
+import csv
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hetrl.cli import main
+
+FAST = ["--set", "hidden=16,16", "--set", "learning_starts=100", "--set", "batch_size=16", "--set", "eval_episodes=3",
+        "--set", "log_every=100", "--set", "eval_every=200", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs") / "dqn"
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "400", "--seed", "1", "--run-dir", str(path), *FAST]) == 0
+    return path
+
+
+def test_train_writes_a_complete_run_directory(run_dir):
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["algo"] == "dqn" and config["steps"] == 400 and config["agent"]["hidden"] == [16, 16]
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
+    assert [int(r["env_steps"]) for r in rows][:4] == [100, 200, 300, 400]
+    assert any(r["eval_return_mean"] for r in rows) and any(r["loss"] for r in rows)
+    assert float(rows[-1]["updates"]) > 0
+    assert any(p.name.startswith("events.out.tfevents") for p in (run_dir / "tb").iterdir())
+    assert (run_dir / "checkpoints" / "step_0000000400.pt").exists()
+    assert (run_dir / "returns.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 400 and summary["env_steps_per_s"] > 0
+    assert summary["placement"]["Learn"] == "torch on cpu" and summary["placement"]["Act"] == "numpy on cpu"
+    placement = json.loads((run_dir / "placement.json").read_text())
+    assert placement["replay"]["backend"] == "numpy"
+
+
+def test_summary_is_printed(tmp_path, capfd):
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(tmp_path / "r"), *FAST]) == 0
+    err = capfd.readouterr().err
+    for text in ("env steps/s", "updates/s", "final evaluation return", "where each primitive ran", "Learn", "torch on cpu"):
+        assert text in err
+
+
+def test_eval_and_video(run_dir, capsys):
+    assert main(["eval", str(run_dir), "--episodes", "3", "--render-video"]) == 0
+    out = capsys.readouterr().out
+    assert "over 3 episodes" in out and "video:" in out
+    gif = next(run_dir.glob("eval_step_*.gif"))
+    assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
+
+
+def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hetrl", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "dqnn", "CartPole-v1"], "unknown algorithm 'dqnn' (did you mean 'dqn'?)"),
+    (["train", "dqn", "CartPol-v1"], "unknown environment 'CartPol-v1'"),
+    (["train", "dqn", "Pendulum-v1"], "dqn needs a discrete action space"),
+    (["train", "ddpg", "CartPole-v1"], "ddpg needs a continuous (Box) action space"),
+    (["train", "dqn", "CartPole-v1", "--device", "cuda:7"], "device 'cuda:7' is not available"),
+    (["train", "dqn", "CartPole-v1", "--device", "gpu0"], "not a torch device name"),
+    (["train", "dqn", "CartPole-v1", "--set", "lr"], "--set expects key=value"),
+    (["train", "dqn", "CartPole-v1", "--set", "learning_rate=1"], "no such setting"),
+    (["train", "dqn", "CartPole-v1", "--set", "gamma=2"], "gamma must be in (0, 1]"),
+    (["train", "dqn", "CartPole-v1", "--config", "nope.json"], "config file nope.json does not exist"),
+    (["resume", "no/such/run"], "run directory no/such/run does not exist"),
+    (["eval", "no/such/run"], "run directory no/such/run does not exist"),
+])
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, args, message):
+    proc = cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hetrl: error: "), proc.stderr
+    assert message in lines[0]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # no half-made run left
+
+
+def _snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_existing_run_is_never_overwritten(run_dir):
+    before = _snapshot(run_dir)
+    proc = cli("train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run_dir), *FAST)
+    assert proc.returncode == 2 and "already holds a run" in proc.stderr and "hetrl resume" in proc.stderr
+    assert _snapshot(run_dir) == before
+
+
+def test_missing_and_corrupt_checkpoints(tmp_path, run_dir):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(run_dir, copy)
+    ckpt = copy / "checkpoints" / "step_0000000400.pt"
+    data = ckpt.read_bytes()
+    ckpt.write_bytes(data[: len(data) // 2])  # truncated, as after a crash mid-write on another tool
+    before = _snapshot(copy)
+    proc = cli("resume", str(copy), "--no-progress")
+    assert proc.returncode == 2 and "is corrupt or truncated" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    proc = cli("eval", str(copy))
+    assert proc.returncode == 2 and "is corrupt or truncated" in proc.stderr
+    assert _snapshot(copy) == before  # nothing touched
+    ckpt.unlink()
+    proc = cli("resume", str(copy))
+    assert proc.returncode == 2 and "has no checkpoint" in proc.stderr
+    proc = cli("resume", str(run_dir), "--checkpoint", str(copy / "missing.pt"))
+    assert proc.returncode == 2 and "does not exist" in proc.stderr
+    (copy / "checkpoints" / "step_0000000100.pt").write_text("not a checkpoint")
+    proc = cli("eval", str(copy))
+    assert proc.returncode == 2 and "corrupt" in proc.stderr
+
+
+def test_video_needs_rgb_array(tmp_path, monkeypatch):
+    from hetrl import api
+    from hetrl.errors import HetrlError
+
+    run = tmp_path / "r"
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run), *FAST]) == 0
+    real = api.Session
+
+    class NoRender(real):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.spec = type(self.spec)(**{**self.spec.__dict__, "supports_rgb_array": False})
+
+    monkeypatch.setattr(api, "Session", NoRender)
+    with pytest.raises(HetrlError, match="cannot render rgb_array"):
+        api.evaluate(run, 2, render_video=True)
+
+
+def test_python_api_is_as_short_as_the_cli(tmp_path):
+    import hetrl
+
+    result = hetrl.train("dqn", "CartPole-v1", steps=300, run_dir=tmp_path / "api", progress=False, hidden=(16, 16),
+                         learning_starts=100, batch_size=16, eval_episodes=2, log_every=100)
+    assert result.run_dir == tmp_path / "api" and result.env_steps == 300 and result.updates > 0
+    assert result.eval_return_mean is not None and len(result.metrics) >= 3
+    assert hetrl.evaluate(result.run_dir, episodes=2).returns.shape == (2,)

@@ -1,0 +1,191 @@
+"""The protocol: contracts, the registry, and every implementation of a primitive agreeing."""
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
+from hetrl.algos.base import TorchLearn
+from hetrl.envs import EnvBatch, env_spec
+from hetrl.errors import HetrlError
+from hetrl.protocol import PRIMITIVES, get, implementations
+
+from conftest import torch_devices
+
+
+def dims(spec, n=None, b=None):
+    return {"N": n, "B": b, "obs": spec.obs_shape, "act": spec.action_shape, "action_dtype": spec.action_dtype}
+
+
+def test_every_primitive_has_an_implementation():
+    expected = {
+        "EnvStep": {"gymnasium"}, "Act": {"numpy", "torch"}, "WeightSync": {"numpy", "torch"},
+        "ReplayAdd": {"numpy", "torch"}, "ReplaySample": {"numpy", "torch"}, "PriorityUpdate": {"numpy", "torch"},
+        "Learn": {"torch"},
+    }
+    assert set(PRIMITIVES) == set(expected)
+    for name, backends in expected.items():
+        assert backends <= set(implementations(name)), name
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(HetrlError, match="no 'nmupy' implementation of Act.*did you mean 'numpy'"):
+        get("Act", "nmupy")
+
+
+def test_contract_check_catches_shape_and_dtype():
+    spec = env_spec("CartPole-v1")
+    contract = PRIMITIVES["PriorityUpdate"]
+    contract.check("inputs", {"indices": np.zeros(4, np.int64), "td_errors": np.zeros(4, np.float32)}, dims(spec, b=4))
+    with pytest.raises(TypeError, match="shape"):
+        contract.check("inputs", {"indices": np.zeros(3, np.int64), "td_errors": np.zeros(4, np.float32)}, dims(spec, b=4))
+    with pytest.raises(TypeError, match="dtype"):
+        contract.check("inputs", {"indices": np.zeros(4, np.int32), "td_errors": np.zeros(4, np.float32)}, dims(spec, b=4))
+
+
+def test_env_step_matches_gymnasium_vector_env():
+    """EnvStep/gymnasium against Gymnasium's own SyncVectorEnv (same-step autoreset) as reference."""
+    n, seed = 3, 7
+    ours = EnvBatch("CartPole-v1", n, seed)
+    ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    obs_ours, (obs_ref, _) = ours.reset(), ref.reset(seed=[seed + i for i in range(n)])
+    np.testing.assert_array_equal(obs_ours, obs_ref.astype(np.float32))
+    rng = np.random.default_rng(0)
+    spec = env_spec("CartPole-v1")
+    ended = 0
+    for _ in range(300):
+        actions = rng.integers(0, 2, n)
+        out = ours.step(actions)
+        PRIMITIVES["EnvStep"].check("outputs", out, dims(spec, n=n))
+        o, r, term, trunc, info = ref.step(actions)
+        np.testing.assert_array_equal(out["next_obs"], o.astype(np.float32))
+        np.testing.assert_array_equal(out["rewards"], r.astype(np.float32))
+        np.testing.assert_array_equal(out["terminated"], term)
+        np.testing.assert_array_equal(out["truncated"], trunc)
+        for i in np.flatnonzero(term | trunc):
+            np.testing.assert_array_equal(out["final_obs"][i], info["final_obs"][i].astype(np.float32))
+            ended += 1
+    assert ended > 5  # the comparison covered auto-resets
+
+
+@pytest.fixture(params=["dqn", "ddpg"])
+def algo(request):
+    if request.param == "dqn":
+        return make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(32, 32), dueling=True))
+    return make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(32, 32)))
+
+
+def _act_impls(algo, network):
+    for backend, impl in implementations("Act").items():
+        for device in torch_devices() if impl.any_torch_device else ["cpu"]:
+            yield f"{backend}/{device}", impl.cls(network, algo.action_rule, device)
+
+
+def test_act_implementations_agree(algo):
+    learner = TorchLearn(algo, "cpu", seed=0).learner
+    rng = np.random.default_rng(1)
+    obs = rng.standard_normal((16,) + algo.spec.obs_shape).astype(np.float32)
+    explore, random_actions = algo.draw_exploration(rng, 16)
+    outputs = {}
+    for name, policy in _act_impls(algo, learner.policy_network):
+        actions = policy.act(obs, explore, random_actions, algo.exploration(5_000))
+        PRIMITIVES["Act"].check("outputs", {"actions": actions}, dims(algo.spec, n=16))
+        outputs[name] = actions
+    assert len(outputs) >= 2
+    first = next(iter(outputs.values()))
+    for name, actions in outputs.items():
+        np.testing.assert_allclose(actions, first, rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_weight_sync_implementations_copy_the_learner(algo):
+    learn = TorchLearn(algo, "cpu", seed=0)
+    policies = dict(_act_impls(algo, learn.learner.policy_network))
+    obs = np.random.default_rng(2).standard_normal((8,) + algo.spec.obs_shape).astype(np.float32)
+    before = {name: p.forward(obs).copy() for name, p in policies.items()}
+    batch = _learn_batch(algo, b=32, seed=3)
+    for _ in range(5):
+        learn.learn(**{k: torch.as_tensor(v) for k, v in batch.items()})
+    with torch.no_grad():
+        want = learn.learner.policy_network(torch.as_tensor(obs)).numpy()
+    for name, p in policies.items():
+        assert not np.allclose(p.forward(obs), want, atol=1e-6), f"{name} changed before WeightSync"
+        p.sync()
+        np.testing.assert_allclose(p.forward(obs), want, rtol=1e-5, atol=1e-6, err_msg=name)
+        assert not np.allclose(before[name], want, atol=1e-6)
+
+
+def _learn_batch(algo, b, seed):
+    rng = np.random.default_rng(seed)
+    spec = algo.spec
+    actions = algo.random_actions(rng, b)
+    return {
+        "obs": rng.standard_normal((b,) + spec.obs_shape).astype(np.float32),
+        "actions": actions,
+        "rewards": rng.standard_normal(b).astype(np.float32),
+        "next_obs": rng.standard_normal((b,) + spec.obs_shape).astype(np.float32),
+        "discounts": np.full(b, 0.99, np.float32),
+        "weights": rng.uniform(0.5, 1, b).astype(np.float32),
+    }
+
+
+def test_learn_outputs_conform_and_are_deterministic(algo):
+    batch = _learn_batch(algo, b=32, seed=4)
+    runs = []
+    for _ in range(2):
+        learn = TorchLearn(algo, "cpu", seed=0)
+        out = [learn.learn(**{k: torch.as_tensor(v) for k, v in batch.items()}) for _ in range(3)][-1]
+        PRIMITIVES["Learn"].check("outputs", {"td_errors": out["td_errors"]}, dims(algo.spec, b=32))
+        runs.append(out["td_errors"].numpy())
+    np.testing.assert_array_equal(runs[0], runs[1])
+
+
+@pytest.mark.gpu
+def test_learn_agrees_across_devices(algo, require_cuda):
+    batch = _learn_batch(algo, b=32, seed=5)
+    results = []
+    for device in ("cpu", "cuda"):
+        learn = TorchLearn(algo, device, seed=0)
+        for _ in range(3):
+            out = learn.learn(**{k: torch.as_tensor(v, device=device) for k, v in batch.items()})
+        results.append(out["td_errors"].cpu().numpy())
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-5)
+
+
+def test_replay_implementations_agree():
+    spec = env_spec("CartPole-v1")
+    rng = np.random.default_rng(6)
+    data = {
+        "obs": rng.standard_normal((300, 4)).astype(np.float32), "actions": rng.integers(0, 2, 300),
+        "rewards": rng.standard_normal(300).astype(np.float32), "next_obs": rng.standard_normal((300, 4)).astype(np.float32),
+        "discounts": np.full(300, 0.99, np.float32),
+    }
+    uniform = rng.random(64)
+    td = rng.uniform(0, 3, 64).astype(np.float32)
+    samples = {}
+    for backend, impl in implementations("ReplayAdd").items():
+        for device in torch_devices() if impl.any_torch_device else ["cpu"]:
+            replay = impl.cls(256, spec.obs_shape, spec.action_shape, spec.action_dtype, prioritized=True, device=device)
+            replay.add(**data)
+            first = replay.sample(uniform, 0.5)
+            replay.update_priorities(first["indices"], td)
+            out = {k: (v.cpu().numpy() if torch.is_tensor(v) else v) for k, v in replay.sample(uniform, 0.5).items()}
+            PRIMITIVES["ReplaySample"].check("outputs", out, dims(spec, b=64))
+            samples[f"{backend}/{device}"] = out
+    assert len(samples) >= 2
+    ref = next(iter(samples.values()))
+    for name, out in samples.items():
+        for key in ref:
+            np.testing.assert_allclose(out[key], ref[key], rtol=1e-6, err_msg=f"{name} {key}")
+
+
+def test_algorithms_never_name_a_device():
+    import inspect
+
+    import hetrl.algos.ddpg as ddpg
+    import hetrl.algos.dqn as dqn
+
+    for module in (dqn, ddpg):
+        source = inspect.getsource(module)
+        for word in ('"cpu"', '"cuda"', "'cpu'", "'cuda'", ".cuda(", ".cpu()", '"mps"'):
+            assert word not in source, f"{module.__name__} names a device: {word}"
