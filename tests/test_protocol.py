@@ -11,7 +11,7 @@ from hetrl.envs import EnvBatch, env_spec
 from hetrl.errors import HetrlError
 from hetrl.protocol import PRIMITIVES, get, implementations
 
-from conftest import torch_devices
+from hetrl.devices import available_devices as torch_devices
 
 
 def dims(spec, n=None, b=None):

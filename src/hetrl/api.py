@@ -42,7 +42,7 @@ def train(
     cfg = _base_config(algo, env, config)
     given = {"steps": steps, "seed": seed, "device": device}
     apply_overrides(cfg, [f"{k}={_as_text(v)}" for k, v in {**given, **settings}.items() if v is not None or k in settings])
-    session = Session(cfg, RunDir.create(run_dir, cfg))
+    session = Session.create(cfg, run_dir)
     result = session.train(progress=progress)
     if summary:
         session.print_summary(result)
@@ -53,8 +53,8 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
            progress: bool = True, summary: bool = False) -> TrainResult:
     """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps."""
     run = RunDir.open(run_dir)
-    cfg = run.load_config()
-    session = Session(cfg, run)
+    session = Session.open(run)
+    cfg = session.config
     session.restore(checkpoint)
     if steps is not None:
         if steps <= session.executor.env_steps:
@@ -90,7 +90,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
     if seed is not None:
         cfg.seed = seed
     cfg.device = "cpu"  # evaluation acts on the host whatever device trained the run
-    session = Session(cfg, run)
+    session = Session.open(run, cfg)
     path = session.restore(checkpoint)
     returns = session.evaluate(episodes)
     video = None

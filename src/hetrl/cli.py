@@ -15,7 +15,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3) on a Gymnasium env.")
     p.add_argument("algo", help="dqn, ddpg or td3")
     p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
-    p.add_argument("--steps", type=int, help="total env steps (default 100000)")
+    p.add_argument("--steps", type=int, help="total env steps (default: 100000 for dqn, 20000 for ddpg and td3)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", help="learner device: auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--config", help="a JSON config (e.g. a run's config.json) to start from")
@@ -30,7 +30,6 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 def _train(args: argparse.Namespace) -> int:
     from hetrl.api import _base_config
     from hetrl.config import apply_overrides
-    from hetrl.run.rundir import RunDir
     from hetrl.training import Session
 
     cfg = _base_config(args.algo, args.env, args.config)
@@ -38,7 +37,7 @@ def _train(args: argparse.Namespace) -> int:
                                       ("stop_at_return", args.stop_at_return)) if v is not None]
     apply_overrides(cfg, flags + args.overrides)
     console = Console(stderr=True)
-    session = Session(cfg, RunDir.create(args.run_dir, cfg), console)
+    session = Session.create(cfg, args.run_dir, console)
     console.print(f"run directory: {session.run.path}")
     result = session.train(progress=not args.no_progress)
     session.print_summary(result)

@@ -22,7 +22,7 @@ from hetrl.errors import HetrlError, did_you_mean
 class TrainConfig:
     algo: str
     env: str
-    steps: int = 100_000  # total env steps of the run (a resumed run continues to this total)
+    steps: int = 100_000  # total env steps (default: the algorithm's default_steps); resume continues to it
     seed: int = 0
     device: str = "auto"  # the learner's torch device: auto, cpu, cuda, cuda:N, mps
     num_envs: int = 1
@@ -52,7 +52,7 @@ class TrainConfig:
 
 def default_config(algo: str, env: str) -> TrainConfig:
     cls = algorithm_class(algo)
-    return TrainConfig(algo=cls.name, env=env, agent=cls.Config())
+    return TrainConfig(algo=cls.name, env=env, steps=cls.default_steps, agent=cls.Config())
 
 
 # --- overrides ---------------------------------------------------------------------------------

@@ -40,3 +40,8 @@ def resolve_device(name: str) -> torch.device:
         if not hasattr(torch, device.type) or not getattr(torch, device.type).is_available():
             raise HetrlError(f"device {name!r} is not available on this machine; use --device cpu")
     return device
+
+
+def available_devices() -> list[str]:
+    """Every torch device type usable here: cpu, then cuda and mps where present."""
+    return ["cpu"] + (["cuda"] if cuda_available() else []) + (["mps"] if mps_available() else [])

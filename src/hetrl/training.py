@@ -54,15 +54,32 @@ def greedy_policy(algo: Algorithm, network: Any):
 
 
 class Session:
-    def __init__(self, config: TrainConfig, run: RunDir, console: Console | None = None) -> None:
+    """Build with :meth:`create` (a new run) or :meth:`open` (an existing one). Everything is
+    validated before anything is written, so a bad config leaves no half-made run directory."""
+
+    run: RunDir
+
+    def __init__(self, config: TrainConfig, console: Console | None = None) -> None:
         config.validate()
-        self.config, self.run = config, run
+        self.config = config
         self.console = console or Console(stderr=True)
         self.spec = env_spec(config.env)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
         self.placement: Placement = default_placement(resolve_device(config.device))
         self.executor = InlineExecutor(self.algo, self.placement, config.num_envs, config.seed)
         self.resumed_from: int | None = None
+
+    @classmethod
+    def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None) -> "Session":
+        session = cls(config, console)
+        session.run = RunDir.create(run_dir, config)
+        return session
+
+    @classmethod
+    def open(cls, run: RunDir, config: TrainConfig | None = None) -> "Session":
+        session = cls(config or run.load_config())
+        session.run = run
+        return session
 
     def restore(self, checkpoint: str | Path | None = None) -> Path:
         path, state = self.run.load_checkpoint(checkpoint)

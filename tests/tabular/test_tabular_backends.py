@@ -53,6 +53,7 @@ def test_cuda_matches_numba_threads(require_cuda, frozenlake_small, number_forma
     assert_same(learn(frozenlake_small, "numba-threads", **kwargs), learn(frozenlake_small, "torch", device="cuda", **kwargs), number_format)
 
 
+@pytest.mark.slow  # starting a local Ray takes 10-30 s
 def test_ray_matches_threads(frozenlake_small):
     ray = pytest.importorskip("ray", reason="Ray is optional (pip install ray); the ray backend needs it")
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True)

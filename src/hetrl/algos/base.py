@@ -86,6 +86,7 @@ class Algorithm(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[AgentConfig]]
     discrete_actions: ClassVar[bool]
+    default_steps: ClassVar[int]  # env steps of a run when none are given (what the defaults are tuned for)
 
     def __init__(self, spec: EnvSpec, config: AgentConfig) -> None:
         self.spec, self.config = spec, config

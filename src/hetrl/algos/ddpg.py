@@ -136,6 +136,7 @@ class DDPG(Algorithm):
     name = "ddpg"
     Config = DDPGConfig
     discrete_actions = False
+    default_steps = 20_000
     config: DDPGConfig
 
     def __init__(self, spec, config) -> None:

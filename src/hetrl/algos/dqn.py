@@ -109,6 +109,7 @@ class DQN(Algorithm):
     name = "dqn"
     Config = DQNConfig
     discrete_actions = True
+    default_steps = 100_000
     config: DQNConfig
 
     def build_learner(self, device: torch.device, seed: int) -> DQNLearner:

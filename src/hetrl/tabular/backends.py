@@ -19,6 +19,7 @@ unit, to hand out its ``tables`` and to ``set_tables`` after a merge.
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 from abc import ABC, abstractmethod
 from concurrent.futures import ThreadPoolExecutor
@@ -33,6 +34,9 @@ from hetrl.tabular.kernels import learn_fp32, learn_int32
 from hetrl.tabular.schedule import Order, segments
 
 AUTO = "auto"
+# Host tables start 128 bytes apart and on 128-byte boundaries: units writing to one cache line
+# (or to an adjacent-line prefetch pair) from different cores would stall each other.
+TABLE_ALIGN = 128
 # "auto" puts this many units or more on the GPU, when there is one: a kernel launch per step
 # is only worth it when a step updates many tables.
 AUTO_GPU_UNITS = 256
@@ -61,6 +65,19 @@ class UpdateRule:
         return np.int32 if self.int32 else np.float32
 
 
+def _aligned_tables(flat: np.ndarray, units: int, size: int) -> np.ndarray:
+    """``[units, size]`` views into ``flat`` (from :func:`_table_buffer_entries`), one padded row each."""
+    per_align = TABLE_ALIGN // flat.itemsize
+    stride = -(-size // per_align) * per_align + per_align
+    offset = (-flat.ctypes.data % TABLE_ALIGN) // flat.itemsize
+    return flat[offset : offset + units * stride].reshape(units, stride)[:, :size]
+
+
+def _table_buffer_entries(units: int, size: int, itemsize: int) -> int:
+    per_align = TABLE_ALIGN // itemsize
+    return units * (-(-size // per_align) * per_align + per_align) + per_align
+
+
 class _Unit:
     """One unit on the host: its shard, its flat table and its position in the schedule."""
 
@@ -70,12 +87,13 @@ class _Unit:
         scalar = np.int64 if rule.int32 else np.float32
         self._alpha, self._gamma = scalar(rule.alpha), scalar(rule.gamma)
         self._orders: tuple[int, np.ndarray] | None = None
+        self._gather = rule.order.kind == "random"
         # Compile (or load from numba's cache) now, not while timing: an empty range of epoch 0.
         self._call(self._indices(0), 0, 0)
 
     def _call(self, order: np.ndarray, k0: int, k1: int) -> None:
         rule = self.rule
-        self._kernel(self.table, self.shard, order, k0, k1, self._alpha, self._gamma, rule.n_actions, rule.sarsa)
+        self._kernel(self.table, self.shard, order, k0, k1, self._alpha, self._gamma, rule.n_actions, rule.sarsa, self._gather)
 
     def _indices(self, epoch: int) -> np.ndarray:
         if self._orders is None or (self._orders[0] != epoch and self.rule.order.changes_each_epoch):
@@ -128,7 +146,8 @@ class NumbaThreads(Backend):
 
     def __init__(self, rule: UpdateRule, packed: np.ndarray, bounds: np.ndarray, device: str | None = None) -> None:
         super().__init__(rule, packed, bounds, device)
-        self._tables = np.zeros((self.units, rule.table_size), dtype=rule.dtype)
+        flat = np.zeros(_table_buffer_entries(self.units, rule.table_size, 4), dtype=rule.dtype)
+        self._tables = _aligned_tables(flat, self.units, rule.table_size)
         shards = [packed[bounds[u] : bounds[u + 1]] for u in range(self.units)]
         self._units = [_Unit(rule, u, shards[u], self._tables[u]) for u in range(self.units)]
         self._pool = ThreadPoolExecutor(self.units, thread_name_prefix="hetrl-unit") if self.units > 1 else None
@@ -151,9 +170,10 @@ class NumbaThreads(Backend):
 
 def _process_unit(conn: Any, packed_raw: Any, n: int, tables_raw: Any, rule: UpdateRule, unit: int, bounds: np.ndarray) -> None:
     """A ``numba-processes`` worker: serves ``(start, stop)`` requests until it receives None."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
     try:
         packed = np.frombuffer(packed_raw, dtype=np.int32).reshape(n, 4)
-        tables = np.frombuffer(tables_raw, dtype=rule.dtype).reshape(len(bounds) - 1, rule.table_size)
+        tables = _aligned_tables(np.frombuffer(tables_raw, dtype=rule.dtype), len(bounds) - 1, rule.table_size)
         worker = _Unit(rule, unit, packed[bounds[unit] : bounds[unit + 1]], tables[unit])
         conn.send(("ready", None))
         while (request := conn.recv()) is not None:
@@ -171,8 +191,8 @@ class NumbaProcesses(Backend):
         ctx = mp.get_context("spawn")
         packed_raw = ctx.RawArray("b", packed.nbytes)
         np.frombuffer(packed_raw, dtype=np.int32).reshape(packed.shape)[:] = packed
-        tables_raw = ctx.RawArray("b", self.units * rule.table_size * np.dtype(rule.dtype).itemsize)
-        self._tables = np.frombuffer(tables_raw, dtype=rule.dtype).reshape(self.units, rule.table_size)
+        tables_raw = ctx.RawArray("b", 4 * _table_buffer_entries(self.units, rule.table_size, 4))
+        self._tables = _aligned_tables(np.frombuffer(tables_raw, dtype=rule.dtype), self.units, rule.table_size)
         self._conns, self._procs = [], []
         for unit in range(self.units):
             parent, child = ctx.Pipe()
@@ -215,6 +235,7 @@ class NumbaProcesses(Backend):
                     conn.send(None)
                 except OSError:
                     pass
+        for conn, proc in zip(self._conns, self._procs):
             proc.join(timeout=10)
             if proc.is_alive():
                 proc.kill()

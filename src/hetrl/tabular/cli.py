@@ -161,7 +161,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     table = Table(title=f"tabular {args.algo} on {dataset.env_id}", show_header=False)
     table.add_column("metric", style="bold")
-    table.add_column("value", justify="right")
+    table.add_column("value")
     rows = [
         ("dataset", f"{args.dataset} ({len(dataset):,} transitions, {dataset.policy})"),
         ("algorithm / format", f"{args.algo} / {args.number_format}" + (f" (scale {args.scale})" if args.number_format == "int32" else "")),
@@ -182,8 +182,8 @@ def run_train(args: argparse.Namespace) -> int:
         if evaluation.value_gap is not None:
             rows += [
                 ("success probability (exact)", f"{evaluation.success_probability:.3f} (optimal {evaluation.optimal_success_probability:.3f})"),
-                ("value gap V*(s0) - V(s0)", f"{evaluation.value_gap:.4f} (V* = {evaluation.optimal_value:.4f})"),
-                ("max |Q - Q*|", f"{evaluation.q_error:.4f}"),
+                ("value gap V*(s0) - V(s0)", f"{max(evaluation.value_gap, 0.0):.4f} (V* = {evaluation.optimal_value:.4f})"),
+                ("max |Q - Q*| (reachable states)", f"{evaluation.q_error:.4f}"),
             ]
     for row in rows:
         table.add_row(*row)

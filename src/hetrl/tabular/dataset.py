@@ -94,14 +94,14 @@ def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
     try:
         env = gym.make(env_id, **(env_kwargs or {}))
     except (gym.error.Error, TypeError, ValueError, ModuleNotFoundError) as exc:
-        raise HetrlError(
-            f"cannot make environment {env_id!r}: {exc}; tabular envs include {EXAMPLE_ENVS}"
-        ) from None
+        reason = str(exc).rstrip(".")
+        raise HetrlError(f"cannot make environment {env_id!r}: {reason}; tabular envs include {EXAMPLE_ENVS}") from None
     for what, space in (("observation", env.observation_space), ("action", env.action_space)):
         if not isinstance(space, gym.spaces.Discrete) or space.start != 0:
             env.close()
+            shown = str(space) if len(str(space)) <= 60 else f"{type(space).__name__}{space.shape}"
             raise HetrlError(
-                f"{env_id} has {what} space {space}; tabular learning needs Discrete observation and "
+                f"{env_id} has {what} space {shown}; tabular learning needs Discrete observation and "
                 f"action spaces starting at 0 (e.g. {EXAMPLE_ENVS})"
             )
     return env
@@ -210,10 +210,14 @@ def load(path: str | os.PathLike[str]) -> TabularDataset:
     def malformed(problem: str) -> HetrlError:
         return HetrlError(f"dataset {path} is malformed: {problem}; re-create it with {collect_cmd}")
 
+    with open(path, "rb") as f:
+        magic = f.read(6)
+    if magic == b"\x93NUMPY":
+        raise malformed("it is a single .npy array, not a .npz archive")
+    if not magic.startswith(b"PK"):
+        raise malformed("it is not a .npz (zip) archive")
     try:
         with np.load(path, allow_pickle=False) as npz:
-            if not isinstance(npz, np.lib.npyio.NpzFile):
-                raise malformed("it is a single .npy array, not a .npz archive")
             missing = [name for name in ("meta",) + ARRAYS if name not in npz.files]
             if missing:
                 raise malformed(f"missing arrays {', '.join(missing)}")

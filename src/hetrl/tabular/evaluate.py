@@ -65,6 +65,19 @@ class TabularModel:
     def success_reward(self) -> float:
         return float(self.reward.max())
 
+    def decision_states(self) -> np.ndarray:
+        """Mask of the states an episode can be in when acting: reachable from a start state
+        without passing a termination (unreachable and terminal states are never learned)."""
+        reached = self.start > 0
+        frontier = reached.copy()
+        going_on = (self.prob > 0) & ~self.terminated
+        while frontier.any():
+            new = np.zeros(self.n_states, dtype=bool)
+            new[self.next_state[going_on & frontier[self.sa // self.n_actions]]] = True
+            frontier = new & ~reached
+            reached |= new
+        return reached
+
     def backup(self, values: np.ndarray, gamma: float) -> np.ndarray:
         """``Q(s, a) = E[r + gamma * V(s')]``, with no bootstrap from terminal transitions."""
         bootstrap = np.where(self.terminated, 0.0, gamma * values[self.next_state])
@@ -114,7 +127,7 @@ class Evaluation:
     optimal_success_probability: float | None = None  # of the greedy policy of Q*
     policy_value: float | None = None  # E over start states of V^greedy
     optimal_value: float | None = None  # E over start states of V*
-    q_error: float | None = None  # max |Q - Q*|
+    q_error: float | None = None  # max |Q - Q*| over the decision states
 
     @property
     def value_gap(self) -> float | None:
@@ -160,5 +173,5 @@ def evaluate(env: gym.Env, q: np.ndarray, gamma: float, episodes: int = 1000, se
         optimal_success_probability=model.success_probability(optimal, horizon),
         policy_value=float(model.start @ model.policy_values(policy, gamma)),
         optimal_value=float(model.start @ q_star.max(axis=1)),
-        q_error=float(np.abs(np.asarray(q, dtype=np.float64) - q_star).max()),
+        q_error=float(np.abs(np.asarray(q, dtype=np.float64) - q_star)[model.decision_states()].max()),
     )
