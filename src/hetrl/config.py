@@ -26,6 +26,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # the learner's torch device: auto, cpu, cuda, cuda:N, mps
     num_envs: int = 1
+    threads: int = 0  # torch threads of a host learner; 0: by the placement rule
     executor: str = "inline"
     log_every: int = 1_000  # env steps between metric rows
     eval_every: int = 10_000  # env steps between evaluations (0: only at the end)
@@ -39,8 +40,9 @@ class TrainConfig:
         for name in ("steps", "num_envs", "log_every", "eval_episodes", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
-        if self.eval_every < 0:
-            problems.append(f"eval_every must be >= 0 (got {self.eval_every})")
+        for name in ("eval_every", "threads"):
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
         if self.executor != "inline":
             problems.append(f"executor {self.executor!r} is not available yet; use inline")
         if problems:

@@ -4,6 +4,7 @@ a progress bar and a summary. ``hetrl.train`` and ``hetrl.resume`` are thin wrap
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
@@ -65,7 +67,12 @@ class Session:
         self.console = console or Console(stderr=True)
         self.spec = env_spec(config.env)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
-        self.placement: Placement = default_placement(resolve_device(config.device))
+        device = resolve_device(config.device)
+        work = (self.algo.learner_parameters(), config.agent.batch_size)
+        threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
+        self.placement: Placement = default_placement(device, work, threads)
+        if self.placement.learn.threads:
+            torch.set_num_threads(self.placement.learn.threads)
         self.executor = InlineExecutor(self.algo, self.placement, config.num_envs, config.seed)
         self.resumed_from: int | None = None
 

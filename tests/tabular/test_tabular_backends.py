@@ -88,6 +88,8 @@ def test_placement_rule():
 def test_cpu_backends_refuse_a_gpu_device(frozenlake_small):
     with pytest.raises(HetrlError, match="runs on the CPU"):
         learn(frozenlake_small, "numba-threads", device="cuda", units=2)
+    with pytest.raises(HetrlError, match="cannot use torch device 'nodevice'"):
+        learn(frozenlake_small, "torch", device="nodevice", units=2)
 
 
 def test_orders_change_the_result_but_not_across_backends(frozenlake_small):

@@ -132,3 +132,11 @@ def test_one_million_transitions(tmp_path):
     loaded = load(data.save(tmp_path / "taxi_1m.npz"))
     assert len(loaded) == 1_000_000
     np.testing.assert_array_equal(loaded.next_obs, data.next_obs)
+
+
+def test_a_dataset_built_in_python_is_checked_too(frozenlake_small):
+    # the kernels index tables without bounds checks: a bad state must never reach them
+    from dataclasses import replace
+
+    with pytest.raises(HetrlError, match=r"next_obs has values outside \[0, 16\)"):
+        replace(frozenlake_small, next_obs=np.full(len(frozenlake_small), 16, dtype=np.int32))

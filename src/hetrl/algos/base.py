@@ -95,6 +95,14 @@ class Algorithm(ABC):
     def build_learner(self, device: torch.device, seed: int) -> Learner: ...
 
     @abstractmethod
+    def make_networks(self) -> dict[str, nn.Module]:
+        """The trained networks, freshly initialised on the CPU (targets are copies of them)."""
+
+    def learner_parameters(self) -> int:
+        """Trainable parameters of the learner (targets excluded): the size of its work."""
+        return sum(p.numel() for net in self.make_networks().values() for p in net.parameters())
+
+    @abstractmethod
     def random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """What a uniformly random policy does in ``n`` envs (also used before learning starts)."""
 

@@ -59,11 +59,10 @@ class TD3Config(DDPGConfig):
 
 class DDPGLearner(Learner):
     def __init__(self, algo: "DDPG", device: torch.device, seed: int) -> None:
-        cfg, spec = algo.config, algo.spec
-        obs_dim, act_dim = int(np.prod(spec.obs_shape)), spec.action_shape[0]
+        cfg = algo.config
         with seeded_init(seed):
-            self.actor = Actor(obs_dim, act_dim, cfg.hidden, spec.action_low, spec.action_high)
-            self.critic = Critic(obs_dim, act_dim, cfg.hidden, n=2 if cfg.twin_critics else 1)
+            nets = algo.make_networks()
+        self.actor, self.critic = nets["actor"], nets["critic"]
         self.actor.to(device)
         self.critic.to(device)
         self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
@@ -147,6 +146,14 @@ class DDPG(Algorithm):
 
     def build_learner(self, device: torch.device, seed: int) -> DDPGLearner:
         return DDPGLearner(self, device, seed)
+
+    def make_networks(self) -> dict[str, torch.nn.Module]:
+        cfg, spec = self.config, self.spec
+        obs_dim, act_dim = int(np.prod(spec.obs_shape)), spec.action_shape[0]
+        return {
+            "actor": Actor(obs_dim, act_dim, cfg.hidden, spec.action_low, spec.action_high),
+            "critic": Critic(obs_dim, act_dim, cfg.hidden, n=2 if cfg.twin_critics else 1),
+        }
 
     def random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.uniform(self._low, self._high, size=(n, self._low.size)).astype(np.float32)

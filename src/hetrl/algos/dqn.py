@@ -52,9 +52,9 @@ class DQNConfig(AgentConfig):
 
 class DQNLearner(Learner):
     def __init__(self, algo: "DQN", device: torch.device, seed: int) -> None:
-        cfg, spec = algo.config, algo.spec
+        cfg = algo.config
         with seeded_init(seed):
-            self.q = QNetwork(int(np.prod(spec.obs_shape)), spec.n_actions, cfg.hidden, cfg.dueling)
+            self.q = algo.make_networks()["q"]
         self.q.to(device)
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
         self.optimizer = adam(self.q.parameters(), cfg.lr)
@@ -114,6 +114,10 @@ class DQN(Algorithm):
 
     def build_learner(self, device: torch.device, seed: int) -> DQNLearner:
         return DQNLearner(self, device, seed)
+
+    def make_networks(self) -> dict[str, QNetwork]:
+        cfg, spec = self.config, self.spec
+        return {"q": QNetwork(int(np.prod(spec.obs_shape)), spec.n_actions, cfg.hidden, cfg.dueling)}
 
     def random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.integers(0, self.spec.n_actions, size=n, dtype=np.int64)

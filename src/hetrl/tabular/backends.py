@@ -31,7 +31,7 @@ import numpy as np
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.tabular.fixed_point import COEF_BITS, COEF_HALF, INT32_MAX, INT32_MIN
 from hetrl.tabular.kernels import learn_fp32, learn_int32
-from hetrl.tabular.schedule import Order, segments
+from hetrl.tabular.schedule import EpochOrders, Order, segments
 
 AUTO = "auto"
 # Host tables start 128 bytes apart and on 128-byte boundaries: units writing to one cache line
@@ -65,17 +65,22 @@ class UpdateRule:
         return np.int32 if self.int32 else np.float32
 
 
+def _table_stride(size: int) -> int:
+    """Entries from one unit's (4-byte) table to the next: ``size`` rounded up, plus a gap."""
+    per_align = TABLE_ALIGN // 4
+    return -(-size // per_align) * per_align + per_align
+
+
+def _table_buffer_entries(units: int, size: int) -> int:
+    """Size of a flat buffer that holds ``units`` aligned, padded tables wherever it starts."""
+    return units * _table_stride(size) + TABLE_ALIGN // 4
+
+
 def _aligned_tables(flat: np.ndarray, units: int, size: int) -> np.ndarray:
-    """``[units, size]`` views into ``flat`` (from :func:`_table_buffer_entries`), one padded row each."""
-    per_align = TABLE_ALIGN // flat.itemsize
-    stride = -(-size // per_align) * per_align + per_align
-    offset = (-flat.ctypes.data % TABLE_ALIGN) // flat.itemsize
+    """``[units, size]`` views of aligned, padded rows of a buffer of ``_table_buffer_entries``."""
+    stride = _table_stride(size)
+    offset = (-flat.ctypes.data % TABLE_ALIGN) // 4
     return flat[offset : offset + units * stride].reshape(units, stride)[:, :size]
-
-
-def _table_buffer_entries(units: int, size: int, itemsize: int) -> int:
-    per_align = TABLE_ALIGN // itemsize
-    return units * (-(-size // per_align) * per_align + per_align) + per_align
 
 
 class _Unit:
@@ -86,25 +91,20 @@ class _Unit:
         self._kernel = learn_int32 if rule.int32 else learn_fp32
         scalar = np.int64 if rule.int32 else np.float32
         self._alpha, self._gamma = scalar(rule.alpha), scalar(rule.gamma)
-        self._orders: tuple[int, np.ndarray] | None = None
+        self._orders = EpochOrders(rule.order, len(shard), unit)
         self._gather = rule.order.kind == "random"
         # Compile (or load from numba's cache) now, not while timing: an empty range of epoch 0.
-        self._call(self._indices(0), 0, 0)
+        self._call(self._orders(0), 0, 0)
 
     def _call(self, order: np.ndarray, k0: int, k1: int) -> None:
         rule = self.rule
         self._kernel(self.table, self.shard, order, k0, k1, self._alpha, self._gamma, rule.n_actions, rule.sarsa, self._gather)
 
-    def _indices(self, epoch: int) -> np.ndarray:
-        if self._orders is None or (self._orders[0] != epoch and self.rule.order.changes_each_epoch):
-            self._orders = (epoch, self.rule.order.indices(len(self.shard), self.unit, epoch))
-        return self._orders[1]
-
     def run(self, start: int, stop: int) -> float:
         """Run stream positions ``[start, stop)``; returns the seconds it took."""
         began = time.perf_counter()
         for epoch, k0, k1 in segments(len(self.shard), self.rule.epochs, start, stop):
-            self._call(self._indices(epoch), k0, k1)
+            self._call(self._orders(epoch), k0, k1)
         return time.perf_counter() - began
 
 
@@ -112,11 +112,12 @@ class Backend(ABC):
     """Runs ``len(bounds) - 1`` units, unit ``u`` on rows ``bounds[u]:bounds[u+1]`` of ``packed``."""
 
     name: ClassVar[str]
+    host_only: ClassVar[bool] = True
 
     def __init__(self, rule: UpdateRule, packed: np.ndarray, bounds: np.ndarray, device: str | None = None) -> None:
         self.rule, self.bounds, self.units = rule, bounds, len(bounds) - 1
         self.device = "cpu"
-        if device not in (None, "cpu") and self.name != "torch":
+        if self.host_only and device not in (None, "cpu"):
             raise HetrlError(f"the {self.name} backend runs on the CPU, not {device!r}; use --backend torch for a GPU")
 
     @abstractmethod
@@ -146,7 +147,7 @@ class NumbaThreads(Backend):
 
     def __init__(self, rule: UpdateRule, packed: np.ndarray, bounds: np.ndarray, device: str | None = None) -> None:
         super().__init__(rule, packed, bounds, device)
-        flat = np.zeros(_table_buffer_entries(self.units, rule.table_size, 4), dtype=rule.dtype)
+        flat = np.zeros(_table_buffer_entries(self.units, rule.table_size), dtype=rule.dtype)
         self._tables = _aligned_tables(flat, self.units, rule.table_size)
         shards = [packed[bounds[u] : bounds[u + 1]] for u in range(self.units)]
         self._units = [_Unit(rule, u, shards[u], self._tables[u]) for u in range(self.units)]
@@ -191,7 +192,7 @@ class NumbaProcesses(Backend):
         ctx = mp.get_context("spawn")
         packed_raw = ctx.RawArray("b", packed.nbytes)
         np.frombuffer(packed_raw, dtype=np.int32).reshape(packed.shape)[:] = packed
-        tables_raw = ctx.RawArray("b", 4 * _table_buffer_entries(self.units, rule.table_size, 4))
+        tables_raw = ctx.RawArray("b", 4 * _table_buffer_entries(self.units, rule.table_size))
         self._tables = _aligned_tables(np.frombuffer(tables_raw, dtype=rule.dtype), self.units, rule.table_size)
         self._conns, self._procs = [], []
         for unit in range(self.units):
@@ -247,6 +248,7 @@ class TorchUnits(Backend):
     """All units in lockstep: step ``t`` updates every unit's table with its ``t``-th transition."""
 
     name = "torch"
+    host_only = False
     # Index rows fetched to the device at a time: bounded so units * CHUNK * 16 bytes stays small.
     MAX_CHUNK_ROWS = 1 << 22
 
@@ -270,23 +272,17 @@ class TorchUnits(Backend):
         else:
             self._alpha = torch.tensor(rule.alpha, dtype=torch.float32, device=self._device)
             self._gamma = torch.tensor(rule.gamma, dtype=torch.float32, device=self._device)
-        self._lengths = np.diff(bounds)
-        self._orders: list[tuple[int, np.ndarray] | None] = [None] * self.units
+        self._lengths = [int(n) for n in np.diff(bounds)]
+        self._orders = [EpochOrders(rule.order, n, u) for u, n in enumerate(self._lengths)]
         self._chunk = max(1, min(4096, self.MAX_CHUNK_ROWS // self.units))
-
-    def _indices(self, unit: int, epoch: int) -> np.ndarray:
-        cached = self._orders[unit]
-        if cached is None or (cached[0] != epoch and self.rule.order.changes_each_epoch):
-            cached = self._orders[unit] = (epoch, self.rule.order.indices(int(self._lengths[unit]), unit, epoch))
-        return cached[1]
 
     def _rows(self, start: int, stop: int) -> np.ndarray:
         """Dataset rows of stream positions ``[start, stop)``, ``[units, stop - start]``; -1 past a stream."""
         rows = np.full((self.units, stop - start), -1, dtype=np.int64)
         for unit, length in enumerate(self._lengths):
-            for epoch, k0, k1 in segments(int(length), self.rule.epochs, start, stop):
-                offset = epoch * int(length) + k0 - start
-                rows[unit, offset : offset + k1 - k0] = self.bounds[unit] + self._indices(unit, epoch)[k0:k1]
+            for epoch, k0, k1 in segments(length, self.rule.epochs, start, stop):
+                offset = epoch * length + k0 - start
+                rows[unit, offset : offset + k1 - k0] = self.bounds[unit] + self._orders[unit](epoch)[k0:k1]
         return rows
 
     def run(self, start: int, stop: int) -> np.ndarray:

@@ -60,6 +60,11 @@ class TabularDataset:
     epsilon: float = 0.0
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        problem = problems({name: np.asarray(getattr(self, name)) for name in ARRAYS}, self.n_states, self.n_actions)
+        if problem:
+            raise HetrlError(f"invalid tabular dataset of {self.env_id}: {problem}")
+
     def __len__(self) -> int:
         return len(self.obs)
 
@@ -87,6 +92,31 @@ class TabularDataset:
             np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
         os.replace(tmp, path)
         return path
+
+
+def problems(arrays: dict[str, np.ndarray], n_states: int, n_actions: int) -> str | None:
+    """The first thing wrong with a dataset's arrays, or None.
+
+    The kernels index tables with these values unchecked, so every dataset is checked once.
+    """
+    n = len(arrays["obs"])
+    kinds = dict(obs="iu", action="iu", reward="fiu", next_obs="iu", done="biu", next_action="iu")
+    for name in ARRAYS:
+        array = arrays[name]
+        if array.ndim != 1 or len(array) != n:
+            return f"{name} has shape {array.shape}, expected ({n},) like obs"
+        if array.dtype.kind not in kinds[name]:
+            return f"{name} has dtype {array.dtype}"
+    if n == 0:
+        return "it holds no transitions"
+    for name, bound in (("obs", n_states), ("next_obs", n_states), ("action", n_actions), ("next_action", n_actions)):
+        if arrays[name].min() < 0 or arrays[name].max() >= bound:
+            return f"{name} has values outside [0, {bound})"
+    if not np.isfinite(arrays["reward"]).all():
+        return "reward has non-finite values"
+    if not np.isin(arrays["done"], (0, 1)).all():
+        return "done has values other than 0 and 1"
+    return None
 
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
@@ -236,22 +266,9 @@ def load(path: str | os.PathLike[str]) -> TabularDataset:
         env_kwargs = dict(meta.get("env_kwargs") or {})
     except (KeyError, TypeError, ValueError) as exc:
         raise malformed(f"bad meta field {exc}") from None
-    n = len(arrays["obs"])
-    kinds = dict(obs="iu", action="iu", reward="fiu", next_obs="iu", done="biu", next_action="iu")
-    for name, array in arrays.items():
-        if array.ndim != 1 or len(array) != n:
-            raise malformed(f"{name} has shape {array.shape}, expected ({n},) like obs")
-        if array.dtype.kind not in kinds[name]:
-            raise malformed(f"{name} has dtype {array.dtype}")
-    if n == 0:
-        raise malformed("it holds no transitions")
-    for name, bound in (("obs", n_states), ("next_obs", n_states), ("action", n_actions), ("next_action", n_actions)):
-        if arrays[name].min() < 0 or arrays[name].max() >= bound:
-            raise malformed(f"{name} has values outside [0, {bound})")
-    if not np.isfinite(arrays["reward"]).all():
-        raise malformed("reward has non-finite values")
-    if not np.isin(arrays["done"], (0, 1)).all():
-        raise malformed("done has values other than 0 and 1")
+    problem = problems(arrays, n_states, n_actions)
+    if problem:
+        raise malformed(problem)
     return TabularDataset(
         env_id=env_id,
         n_states=n_states,

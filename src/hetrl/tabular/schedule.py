@@ -56,6 +56,19 @@ class Order:
         return out
 
 
+class EpochOrders:
+    """The order of one unit over its shard, computed once per epoch (once in all if it is fixed)."""
+
+    def __init__(self, order: Order, length: int, unit: int) -> None:
+        self.order, self.length, self.unit = order, length, unit
+        self._cached: tuple[int, np.ndarray] | None = None
+
+    def __call__(self, epoch: int) -> np.ndarray:
+        if self._cached is None or (self._cached[0] != epoch and self.order.changes_each_epoch):
+            self._cached = (epoch, self.order.indices(self.length, self.unit, epoch))
+        return self._cached[1]
+
+
 def shard_bounds(n: int, units: int) -> np.ndarray:
     """Start offsets of ``units`` contiguous shards of ``n`` transitions, plus ``n`` at the end."""
     if units < 1:

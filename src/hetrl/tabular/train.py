@@ -153,7 +153,7 @@ def train_tabular(
             if progress is not None:
                 progress(int(np.minimum(streams, position).sum()), total)
         final = merged if config.units > 1 else backend.tables()[0]
-        table = final.cpu().numpy() if hasattr(final, "cpu") else np.array(final)  # a copy, off the device
+        table = final.cpu().numpy() if hasattr(final, "cpu") else np.array(final)  # to host numpy
     table = table.reshape(dataset.n_states + 1, dataset.n_actions)[: dataset.n_states]
     return TabularResult(
         q=fixed.decode(table) if fixed else table,
