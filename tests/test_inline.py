@@ -1,0 +1,56 @@
+"""The inline executor: replay ratio, vector envs, per-primitive timers."""
+
+import pytest
+import torch
+
+from hetrl.algos import DQNConfig, make_algorithm
+from hetrl.envs import env_spec
+from hetrl.runtime.inline import InlineExecutor
+from hetrl.runtime.placement import default_placement
+
+
+def executor(num_envs=1, **cfg):
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(16, 16), batch_size=16, **cfg))
+    return InlineExecutor(algo, default_placement(torch.device("cpu"), (1, 1)), num_envs, seed=0)
+
+
+@pytest.mark.parametrize("num_envs, ratio, train_every", [(1, 1.0, 1), (4, 0.25, 1), (3, 0.5, 8), (2, 2.0, 1)])
+def test_replay_ratio_is_held(num_envs, ratio, train_every):
+    ex = executor(num_envs, learning_starts=100, replay_ratio=ratio, train_every=train_every)
+    while ex.env_steps < 2_000:
+        ex.iteration()
+    first = -(-100 // num_envs) * num_envs  # env_steps after the first iteration that reaches learning_starts
+    owed = (ex.env_steps - first + num_envs) * ratio  # that iteration's own steps count
+    burst = num_envs * train_every * ratio
+    assert owed - burst - 1 <= ex.updates <= owed + 1
+    assert ex.env_steps % num_envs == 0
+
+
+def test_no_updates_before_learning_starts():
+    ex = executor(learning_starts=500, replay_ratio=1.0, train_every=1)
+    while ex.env_steps < 499:
+        ex.iteration()
+    assert ex.updates == 0 and len(ex.replay) == 499 and "Act" not in ex.timers.calls  # random actions only
+    for _ in range(10):
+        ex.iteration()
+    assert ex.updates > 0 and ex.timers.calls["Act"] > 0
+
+
+def test_every_primitive_is_timed():
+    ex = executor(learning_starts=50, prioritized=True, train_every=1)
+    for _ in range(200):
+        ex.iteration()
+    for name in ("EnvStep", "Act", "WeightSync", "ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate"):
+        assert ex.timers.calls[name] > 0, name
+    rows = ex.timers.table(wall=sum(ex.timers.seconds.values()))
+    assert abs(sum(share for *_, share in rows) - 1.0) < 1e-9
+
+
+def test_acting_policy_follows_the_learner():
+    ex = executor(learning_starts=50, train_every=1, replay_ratio=1.0)
+    for _ in range(100):
+        ex.iteration()
+    learner_q = {k: v.numpy().copy() for k, v in ex.learner.policy_network.state_dict().items()}
+    ex.iteration()  # the Act of this iteration syncs first
+    for name, value in ex.policy.params.items():
+        assert (value == learner_q[name]).all(), name
