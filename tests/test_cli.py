@@ -46,6 +46,20 @@ def test_summary_is_printed(tmp_path, capfd):
         assert text in err
 
 
+def test_metrics_rows_merge_per_step(run_dir):
+    from hetrl.run.metrics import read_metrics
+
+    rows = read_metrics(run_dir / "metrics.csv")
+    assert [r["env_steps"] for r in rows] == sorted({r["env_steps"] for r in rows})
+    last = rows[-1]  # the last training row and the final evaluation share step 400
+    assert last["env_steps"] == 400 and last["eval_return_mean"] is not None and last["updates"] is not None
+
+
+def test_resume_of_a_finished_run_says_how_to_extend(run_dir):
+    proc = cli("resume", str(run_dir))
+    assert proc.returncode == 2 and "already reached its 400 env steps" in proc.stderr and "--steps" in proc.stderr
+
+
 def test_eval_and_video(run_dir, capsys):
     assert main(["eval", str(run_dir), "--episodes", "3", "--render-video"]) == 0
     out = capsys.readouterr().out

@@ -56,6 +56,8 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     session = Session.open(run)
     cfg = session.config
     session.restore(checkpoint)
+    if steps is None and session.executor.env_steps >= cfg.steps:
+        raise HetrlError(f"{run.path} already reached its {cfg.steps} env steps; pass --steps N (a larger total) to continue")
     if steps is not None:
         if steps <= session.executor.env_steps:
             raise HetrlError(f"--steps {steps} is not beyond the checkpoint's {session.executor.env_steps} env steps")

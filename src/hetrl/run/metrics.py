@@ -39,10 +39,13 @@ class MetricsWriter:
 
 
 def read_metrics(csv_path: Path) -> list[dict[str, float | None]]:
-    """Rows of metrics.csv as numbers; a resumed run's re-logged steps keep their newest row."""
+    """Rows of metrics.csv as numbers, one per env step: rows written at the same step (a final
+    evaluation, or a resumed run re-logging steps after its checkpoint) merge, newer values winning."""
     if not csv_path.exists():
         return []
+    merged: dict[float, dict[str, float | None]] = {}
     with csv_path.open() as f:
-        rows = [{k: (float(v) if v not in ("", None) else None) for k, v in row.items()} for row in csv.DictReader(f)]
-    latest = {row["env_steps"]: row for row in rows}
-    return [latest[k] for k in sorted(latest)]
+        for row in csv.DictReader(f):
+            values = {k: float(v) for k, v in row.items() if v not in ("", None)}
+            merged.setdefault(values["env_steps"], dict.fromkeys(COLUMNS)).update(values)
+    return [merged[k] for k in sorted(merged)]
