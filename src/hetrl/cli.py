@@ -11,8 +11,29 @@ from rich.console import Console
 from hetrl.errors import HetrlError
 
 
+def _settings_help() -> str:
+    """Every --set key with its default, generated from the config dataclasses."""
+    from dataclasses import fields
+
+    from hetrl.algos import ALGORITHMS
+    from hetrl.config import TrainConfig
+
+    def listing(obj_fields, defaults) -> str:
+        return ", ".join(f"{f.name}={defaults[f.name]}" for f in obj_fields)
+
+    run_fields = [f for f in fields(TrainConfig) if f.name not in ("algo", "env", "agent")]
+    run_defaults = {f.name: f.default for f in run_fields}
+    run_defaults["steps"] = "/".join(f"{cls.default_steps}({name})" for name, cls in ALGORITHMS.items())
+    lines = ["settings for --set KEY=VALUE (defaults shown):", f"  run: {listing(run_fields, run_defaults)}"]
+    for name, cls in ALGORITHMS.items():
+        config = cls.Config()
+        lines.append(f"  {name}: {listing(fields(config), {f.name: getattr(config, f.name) for f in fields(config)})}")
+    return "\n".join(lines)
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3) on a Gymnasium env.")
+    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3) on a Gymnasium env.",
+                       epilog=_settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("algo", help="dqn, ddpg or td3")
     p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
     p.add_argument("--steps", type=int, help="total env steps (default: 100000 for dqn, 20000 for ddpg and td3)")
