@@ -35,11 +35,43 @@ ENVS = ("FrozenLake-v1", "FrozenLake8x8-v1", "Taxi-v4", "CliffWalking-v1")
 ALPHA, GAMMA = 0.1, 0.99
 
 
-def best_of(dataset: TabularDataset, repeats: int, *configs: dict) -> list[TabularResult]:
+class Quiet:
+    """Waits, before each measurement, until the machine's cores are idle (Linux /proc/stat), for
+    at most ``patience`` seconds; counts the measurements that had to start on a busy machine."""
+
+    def __init__(self, patience: float) -> None:
+        self.patience, self.busy_starts, self.starts = patience, 0, 0
+
+    @staticmethod
+    def idle_fraction(interval: float = 0.3) -> float:
+        def ticks() -> tuple[int, int]:
+            with open("/proc/stat") as f:
+                values = [int(v) for v in f.readline().split()[1:]]
+            return values[3] + values[4], sum(values)
+
+        try:
+            idle0, total0 = ticks()
+            time.sleep(interval)
+            idle1, total1 = ticks()
+        except (OSError, ValueError, IndexError):
+            return 1.0
+        return (idle1 - idle0) / max(1, total1 - total0)
+
+    def wait(self) -> None:
+        self.starts += 1
+        deadline = time.monotonic() + self.patience
+        while self.idle_fraction() < 0.9:
+            if time.monotonic() > deadline:
+                self.busy_starts += 1
+                return
+
+
+def best_of(quiet: Quiet, dataset: TabularDataset, repeats: int, *configs: dict) -> list[TabularResult]:
     """The fastest of ``repeats`` runs of each config; the configs take turns, so that a burst of
     other work on the machine hits them alike."""
     runs = [[] for _ in configs]
     for _ in range(repeats):
+        quiet.wait()
         for config, results in zip(configs, runs):
             results.append(train_tabular(dataset, TabularConfig(alpha=ALPHA, gamma=GAMMA, **config)))
     return [max(results, key=lambda r: r.updates_per_second) for results in runs]
@@ -86,6 +118,8 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=None, help=f"default: {' '.join(ENVS)}")
     parser.add_argument("--epochs", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=None, help="runs per measurement, the best is kept (default 3; --quick: 1)")
+    parser.add_argument("--wait-idle", type=float, default=30.0, metavar="SECONDS",
+                        help="before each measurement wait up to this long for other work on the machine to stop (default 30)")
     parser.add_argument("--baseline-updates", type=count, default=None, help="updates timed for the Python/numpy loops (default 200k)")
     args = parser.parse_args()
     transitions = args.transitions or (100_000 if args.quick else 1_000_000)
@@ -93,10 +127,11 @@ def main() -> None:
     repeats = args.repeats or (1 if args.quick else 3)
     baseline_n = min(transitions, args.baseline_updates or (50_000 if args.quick else 200_000))
     cores = os.cpu_count()
+    quiet = Quiet(args.wait_idle)
 
     print(f"# hetrl tabular scaling: {transitions:,} transitions, {args.epochs} epochs, best of {repeats}\n")
     print(f"{cpu_name()}, {cores} cores; Python {platform.python_version()}, numpy {np.__version__}, "
-          f"numba {numba.__version__}, torch {torch.__version__}; load average {os.getloadavg()[0]:.2f} at start\n")
+          f"numba {numba.__version__}, torch {torch.__version__}\n")
 
     datasets = {}
     for env in envs:
@@ -114,7 +149,7 @@ def main() -> None:
     for env, dataset in datasets.items():
         for algo, fmt, order in cases:
             common = dict(algo=algo, number_format=fmt, order=Order(order), epochs=args.epochs, backend="numba-threads")
-            one, two = best_of(dataset, repeats, dict(units=1, **common), dict(units=2, **common))
+            one, two = best_of(quiet, dataset, repeats, dict(units=1, **common), dict(units=2, **common))
             speedup = two.updates_per_second / one.updates_per_second
             speedups.append(speedup)
             per_core[(env, algo, fmt, order)] = one.updates_per_second
@@ -127,7 +162,9 @@ def main() -> None:
     print(f"## Per core: Q-learning, fp32, sequential on {first} (M Q-updates/s)\n")
     print("| implementation | updates/s per core | vs Python loop |")
     print("|---|---:|---:|")
+    quiet.wait()
     py = python_loop(data, baseline_n)
+    quiet.wait()
     npy = numpy_loop(data, baseline_n)
     kernel = per_core[(first, "q", "fp32", "sequential")]
     for name, rate in (("plain Python loop (lists)", py), ("numpy, one transition at a time", npy),
@@ -151,7 +188,7 @@ def main() -> None:
             rows.append(("torch", "cuda", units, args.epochs, data))
     for backend, device, units, epochs, dataset in rows:
         config = dict(units=units, epochs=epochs, backend=backend, device=device)
-        (result,) = best_of(dataset, repeats if backend == "numba-threads" else 1, config)
+        (result,) = best_of(quiet, dataset, repeats if backend == "numba-threads" else 1, config)
         print(f"| {backend} | {result.device} | {units} | {epochs} | {mups(result.updates_per_second)} "
               f"| {mups(result.unit_updates_per_second)} | {result.setup_seconds:.2f} |")
     print(f"\n(torch on the CPU with 2 units runs on the first {small:,} transitions: one small tensor op per step.)\n")
@@ -160,7 +197,8 @@ def main() -> None:
     print("## Against the aims\n")
     print(f"- per core (1 unit, Q-learning fp32 sequential): {min(fp32_seq) / 1e6:.0f}-{max(fp32_seq) / 1e6:.0f} M updates/s (aim >= 50)")
     print(f"- strong scaling 1→2 units: median {np.median(speedups):.2f}x, range {min(speedups):.2f}-{max(speedups):.2f}x (aim >= 1.8x)")
-    print(f"- load average {os.getloadavg()[0]:.2f} at the end (above ~0.2 means other work shared the {cores} cores)")
+    print(f"- {quiet.busy_starts} of {quiet.starts} measurement rounds started while other work was using the "
+          f"machine (waited up to {quiet.patience:.0f} s for idle cores each time)")
 
 
 if __name__ == "__main__":

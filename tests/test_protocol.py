@@ -18,11 +18,17 @@ def dims(spec, n=None, b=None):
     return {"N": n, "B": b, "obs": spec.obs_shape, "act": spec.action_shape, "action_dtype": spec.action_dtype}
 
 
+def test_tabular_backends_are_the_registered_implementations():
+    from hetrl.tabular.backends import BACKENDS
+
+    assert {name: cls for name, cls in BACKENDS.items()} == {b: i.cls for b, i in implementations("TabularLearn").items()}
+
+
 def test_every_primitive_has_an_implementation():
     expected = {
         "EnvStep": {"gymnasium"}, "Act": {"numpy", "torch"}, "WeightSync": {"numpy", "torch"},
         "ReplayAdd": {"numpy", "torch"}, "ReplaySample": {"numpy", "torch"}, "PriorityUpdate": {"numpy", "torch"},
-        "Learn": {"torch"},
+        "Learn": {"torch"}, "TabularLearn": {"numba-threads", "numba-processes", "torch", "ray"},
     }
     assert set(PRIMITIVES) == set(expected)
     for name, backends in expected.items():

@@ -4,11 +4,35 @@
     result = hetrl.train("dqn", "CartPole-v1", steps=100_000, stop_at_return=475)
     hetrl.resume(result.run_dir, steps=150_000)
     hetrl.evaluate(result.run_dir, episodes=20).mean
+
+Names are imported on first use: ``import hetrl.tabular`` (or a tabular worker process) does not
+load torch and gymnasium.
 """
 
-from hetrl.api import EvalResult, evaluate, resume, train
-from hetrl.errors import HetrlError
-from hetrl.training import TrainResult
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["EvalResult", "HetrlError", "TrainResult", "evaluate", "resume", "train"]
+
+_EXPORTS = {
+    "train": "hetrl.api",
+    "resume": "hetrl.api",
+    "evaluate": "hetrl.api",
+    "EvalResult": "hetrl.api",
+    "TrainResult": "hetrl.training",
+    "HetrlError": "hetrl.errors",
+}
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from hetrl.api import EvalResult, evaluate, resume, train
+    from hetrl.errors import HetrlError
+    from hetrl.training import TrainResult
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'hetrl' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -1,4 +1,4 @@
-"""The ``hetrl`` command line: train, resume, eval (and tabular)."""
+"""The ``hetrl`` command line: train, resume, eval, and tabular collect/train."""
 
 from __future__ import annotations
 
@@ -111,6 +111,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_resume(sub)
     _add_eval(sub)
+    from hetrl.tabular.cli import add_subparser as _add_tabular
+
+    _add_tabular(sub)
     return parser
 
 

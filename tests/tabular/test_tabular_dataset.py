@@ -117,6 +117,7 @@ def test_malformed_datasets(saved, tmp_path, damage, message):
     assert "re-create it with" in str(info.value) and "\n" not in str(info.value)
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # gymnasium warns about Taxi-v3 before refusing it
 def test_non_discrete_and_unknown_envs():
     with pytest.raises(HetrlError, match="CartPole-v1 has observation space Box.*needs Discrete"):
         collect("CartPole-v1", 10)

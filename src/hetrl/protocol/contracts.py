@@ -9,7 +9,8 @@ One off-policy iteration is a dataflow between these primitives::
 
 A contract names each input and output with a symbolic shape and a dtype. Symbols are filled from
 the algorithm's spec: ``N`` envs stepped together, ``B`` the batch size, ``obs`` the observation
-shape, ``act`` the action shape (empty for discrete actions). Randomness is an *input* (uniform
+shape, ``act`` the action shape (empty for discrete actions); for tabular learning ``T``
+transitions, ``U`` units and ``table`` the entries of a flat Q-table. Randomness is an *input* (uniform
 draws, noise): the executor owns the random number generator, so every implementation of a
 primitive computes the same function and a run is reproducible whatever backend runs it.
 """
@@ -30,7 +31,7 @@ class ArraySpec:
 
     name: str
     shape: Shape
-    dtype: str  # a numpy dtype name; "action" means the algorithm's action dtype
+    dtype: str  # a numpy dtype name, or a symbol looked up in the dims (e.g. "action_dtype")
     doc: str = ""
 
 
@@ -44,8 +45,8 @@ class Contract:
     def check(self, side: str, arrays: Mapping[str, Any], dims: Mapping[str, Any]) -> None:
         """Raise ``TypeError`` if ``arrays`` do not match the ``side`` ("inputs"/"outputs") specs.
 
-        ``dims`` maps each symbol to an int or, for ``obs``/``act``, a tuple of ints; ``action``
-        dtype is looked up in ``dims["action_dtype"]``.
+        ``dims`` maps each shape symbol to an int or, for ``obs``/``act``, a tuple of ints, and each
+        dtype symbol (``action_dtype``, ``table_dtype``) to a dtype name.
         """
         for spec in getattr(self, side):
             if spec.name not in arrays:
@@ -58,7 +59,7 @@ class Contract:
                 want.extend(resolved if isinstance(resolved, tuple) else (resolved,))
             if shape != tuple(want):
                 raise TypeError(f"{self.name}: {spec.name} has shape {shape}, contract says {tuple(want)}")
-            dtype = dims["action_dtype"] if spec.dtype == "action" else spec.dtype
+            dtype = dims.get(spec.dtype, spec.dtype)
             got = str(value.dtype).replace("torch.", "")
             if got != np.dtype(dtype).name:
                 raise TypeError(f"{self.name}: {spec.name} has dtype {got}, contract says {dtype}")
@@ -67,7 +68,7 @@ class Contract:
 A = ArraySpec
 _TRANSITION = (
     A("obs", ("B", "obs"), "float32"),
-    A("actions", ("B", "act"), "action"),
+    A("actions", ("B", "act"), "action_dtype"),
     A("rewards", ("B",), "float32", "n-step discounted reward sum"),
     A("next_obs", ("B", "obs"), "float32", "observation n steps later (the true final one at an episode end)"),
     A("discounts", ("B",), "float32", "gamma**k to bootstrap with; 0 where the episode terminated"),
@@ -78,7 +79,7 @@ PRIMITIVES: dict[str, Contract] = {
     for c in (
         Contract(
             "EnvStep",
-            inputs=(A("actions", ("N", "act"), "action"),),
+            inputs=(A("actions", ("N", "act"), "action_dtype"),),
             outputs=(
                 A("next_obs", ("N", "obs"), "float32", "after auto-reset: first obs of the new episode"),
                 A("rewards", ("N",), "float32"),
@@ -93,9 +94,9 @@ PRIMITIVES: dict[str, Contract] = {
             inputs=(
                 A("obs", ("N", "obs"), "float32"),
                 A("explore", ("N", "act"), "float32", "exploration draws: DQN uniform [0,1) per env; DDPG Gaussian noise"),
-                A("random_actions", ("N", "act"), "action", "what a fully random policy would do"),
+                A("random_actions", ("N", "act"), "action_dtype", "what a fully random policy would do"),
             ),
-            outputs=(A("actions", ("N", "act"), "action"),),
+            outputs=(A("actions", ("N", "act"), "action_dtype"),),
             doc="The behaviour policy: the network's greedy action plus exploration.",
         ),
         Contract(
@@ -125,6 +126,12 @@ PRIMITIVES: dict[str, Contract] = {
             inputs=(A("indices", ("B",), "int64"), A("td_errors", ("B",), "float32")),
             outputs=(),
             doc="Set priorities to (|td| + eps) ** alpha for the sampled items.",
+        ),
+        Contract(
+            "TabularLearn",
+            inputs=(A("transitions", ("T", 4), "int32", "packed rows: Q index, next-row offset, next action, reward bits"),),
+            outputs=(A("tables", ("U", "table"), "table_dtype", "one flat Q-table per unit (float32, or int32 fixed point)"),),
+            doc="Q-learning or SARSA on U units, each over its shard of an experience dataset, in the schedule's order.",
         ),
         Contract(
             "WeightSync",

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from hetrl.errors import HetrlError, did_you_mean
+from hetrl.protocol.registry import implements
 from hetrl.tabular.fixed_point import COEF_BITS, COEF_HALF, INT32_MAX, INT32_MIN
 from hetrl.tabular.kernels import learn_fp32, learn_int32
 from hetrl.tabular.schedule import EpochOrders, Order, segments
@@ -142,6 +143,7 @@ class Backend(ABC):
         self.close()
 
 
+@implements("numba-threads", TabularLearn="run")
 class NumbaThreads(Backend):
     name = "numba-threads"
 
@@ -183,6 +185,7 @@ def _process_unit(conn: Any, packed_raw: Any, n: int, tables_raw: Any, rule: Upd
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
+@implements("numba-processes", TabularLearn="run")
 class NumbaProcesses(Backend):
     name = "numba-processes"
 
@@ -244,6 +247,7 @@ class NumbaProcesses(Backend):
         self._conns, self._procs = [], []
 
 
+@implements("torch", any_torch_device=True, TabularLearn="run")
 class TorchUnits(Backend):
     """All units in lockstep: step ``t`` updates every unit's table with its ``t``-th transition."""
 
@@ -348,6 +352,7 @@ class _RayUnit:
         self._table[:] = table
 
 
+@implements("ray", TabularLearn="run")
 class RayUnits(Backend):
     """One actor per unit; connects to the cluster in ``RAY_ADDRESS`` or starts a local Ray."""
 

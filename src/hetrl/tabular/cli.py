@@ -76,8 +76,8 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     train.add_argument("--algo", choices=ALGOS, default="q")
     train.add_argument("--units", type=int, default=1, metavar="N", help="shards learned in parallel (default 1)")
     train.add_argument("--format", dest="number_format", choices=FORMATS, default="fp32", help="fp32 or INT32 fixed point")
-    train.add_argument("--epochs", type=int, default=1, metavar="E")
-    train.add_argument("--alpha", type=float, default=0.1, help="learning rate (default 0.1)")
+    train.add_argument("--epochs", type=int, default=10, metavar="E", help="passes over the dataset (default 10)")
+    train.add_argument("--alpha", type=float, default=0.02, help="learning rate (default 0.02)")
     train.add_argument("--gamma", type=float, default=0.99, help="discount (default 0.99)")
     train.add_argument("--order", choices=ORDERS, default="sequential", help="how each unit walks its shard")
     train.add_argument("--stride", type=int, default=64, help="stride of --order strided (default 64)")
@@ -182,7 +182,7 @@ def run_train(args: argparse.Namespace) -> int:
         if evaluation.value_gap is not None:
             rows += [
                 ("success probability (exact)", f"{evaluation.success_probability:.3f} (optimal {evaluation.optimal_success_probability:.3f})"),
-                ("value gap V*(s0) - V(s0)", f"{max(evaluation.value_gap, 0.0):.4f} (V* = {evaluation.optimal_value:.4f})"),
+                ("value gap V*(s0) - V(s0)", f"{evaluation.value_gap:.4f} (V* = {evaluation.optimal_value:.4f})"),
                 ("max |Q - Q*| (reachable states)", f"{evaluation.q_error:.4f}"),
             ]
     for row in rows:

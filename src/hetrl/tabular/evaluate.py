@@ -131,10 +131,13 @@ class Evaluation:
 
     @property
     def value_gap(self) -> float | None:
-        """``V*(s0) - V^greedy(s0)``: how much return the greedy policy gives away (>= 0)."""
+        """``V*(s0) - V^greedy(s0)``: how much return the greedy policy gives away.
+
+        Clamped at 0: the two values are exact only to value iteration's tolerance.
+        """
         if self.optimal_value is None or self.policy_value is None:
             return None
-        return self.optimal_value - self.policy_value
+        return max(0.0, self.optimal_value - self.policy_value)
 
 
 def rollouts(env: gym.Env, policy: np.ndarray, episodes: int, seed: int, success_reward: float | None) -> tuple[np.ndarray, np.ndarray]:

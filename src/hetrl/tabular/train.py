@@ -35,8 +35,8 @@ class TabularConfig:
     algo: str = "q"  # "q" (Q-learning) or "sarsa"
     number_format: str = "fp32"  # "fp32" or "int32" (fixed point, see hetrl.tabular.fixed_point)
     units: int = 1
-    epochs: int = 1
-    alpha: float = 0.1
+    epochs: int = 10
+    alpha: float = 0.02
     gamma: float = 0.99
     order: Order = field(default_factory=Order)
     merge_every: int | None = None  # None: merge once, at the end
