@@ -157,3 +157,14 @@ def test_python_api_is_as_short_as_the_cli(tmp_path):
     assert result.run_dir == tmp_path / "api" and result.env_steps == 300 and result.updates > 0
     assert result.eval_return_mean is not None and len(result.metrics) >= 3
     assert hetrl.evaluate(result.run_dir, episodes=2).returns.shape == (2,)
+
+
+def test_devices_lists_this_machine(capsys):
+    assert main(["devices", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["cpu"]["logical_cores"] == os.cpu_count()
+    assert {m["kind"] for m in data["meters"]} >= {"rapl", "nvml"}
+    for meter in data["meters"]:  # a meter either works or says why not; never a silent blank
+        assert meter["available"] or meter["reason"]
+    assert main(["devices"]) == 0
+    assert "energy meters" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The ``hetrl`` command line: train, resume, eval, and tabular collect/train."""
+"""The ``hetrl`` command line: train, resume, eval, devices, and tabular collect/train."""
 
 from __future__ import annotations
 
@@ -104,6 +104,18 @@ def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_devices(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("devices", help="list CPU, memory, NUMA nodes, torch accelerators and energy meters")
+    p.add_argument("--json", action="store_true", help="print the machine description as JSON")
+    p.set_defaults(func=_devices)
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from hetrl.devices_report import devices_command
+
+    return devices_command(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
     parser.add_argument("--version", action="version", version=f"hetrl {__import__('hetrl').__version__}")
@@ -111,6 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_resume(sub)
     _add_eval(sub)
+    _add_devices(sub)
     from hetrl.tabular.cli import add_subparser as _add_tabular
 
     _add_tabular(sub)

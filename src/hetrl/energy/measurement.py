@@ -1,0 +1,115 @@
+"""Measure the energy of a span of work on every meter there is, and label every figure.
+
+    with discover_meters() as report, EnergyMeasurement(report) as span:
+        train()
+    span.result.joules_per_step(steps)   # None when nothing measured
+    span.result.describe()               # "1234.5 J measured (rapl:package-0 ...)" or "energy unavailable: ..."
+
+A result carries one reading per meter (joules, source "measured", meter name, method) and the
+reasons for what was not measured. With no working meter it holds reasons and no number at all.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from hetrl.energy.discovery import MeterReport
+from hetrl.energy.meters import Meter, MeterError, Unavailable
+
+
+@dataclass(frozen=True)
+class EnergyReading:
+    """Joules one meter measured over the span."""
+
+    meter: str
+    device: str
+    joules: float
+    source: str
+    method: str
+
+    def to_dict(self) -> dict[str, object]:
+        return {"meter": self.meter, "device": self.device, "joules": self.joules, "source": self.source,
+                "method": self.method}
+
+
+@dataclass(frozen=True)
+class EnergyResult:
+    """The energy of one span: readings of the meters that worked, reasons for those that did not."""
+
+    seconds: float
+    readings: tuple[EnergyReading, ...]
+    unavailable: tuple[Unavailable, ...]
+
+    @property
+    def status(self) -> str:
+        """``"measured"`` when at least one meter measured the span, else ``"unavailable"``."""
+        return "measured" if self.readings else "unavailable"
+
+    @property
+    def total_joules(self) -> float | None:
+        """Sum over the measured devices only (see :attr:`readings`); None when nothing was measured."""
+        return sum(r.joules for r in self.readings) if self.readings else None
+
+    def joules_per_step(self, steps: int) -> float | None:
+        if steps <= 0:
+            raise ValueError(f"steps must be > 0 (got {steps})")
+        total = self.total_joules
+        return None if total is None else total / steps
+
+    def describe(self) -> str:
+        missing = "; ".join(str(u) for u in self.unavailable)
+        if not self.readings:
+            return f"energy unavailable: {missing}"
+        parts = ", ".join(f"{r.meter} ({r.device}) {r.joules:.1f} J" for r in self.readings)
+        text = f"{self.total_joules:.1f} J {self.status} over {self.seconds:.1f} s ({parts})"
+        return f"{text}; not measured: {missing}" if missing else text
+
+    def to_dict(self) -> dict[str, object]:
+        return {"status": self.status, "seconds": self.seconds, "total_joules": self.total_joules,
+                "readings": [r.to_dict() for r in self.readings],
+                "unavailable": [{"kind": u.kind, "reason": u.reason} for u in self.unavailable]}
+
+
+class EnergyMeasurement:
+    """Energy per meter between :meth:`start` and :meth:`stop` (or over a ``with`` block: see ``result``).
+
+    The meters stay open (their :class:`MeterReport` owns them). A meter that fails to read is moved
+    to the unavailable list with its error, never given a guessed value.
+    """
+
+    def __init__(self, report: MeterReport) -> None:
+        self._meters = list(report.meters)
+        self._unavailable = list(report.unavailable)
+        self._begin: dict[Meter, float] = {}
+        self._t0: float | None = None
+        self.result: EnergyResult | None = None
+
+    def _read(self, meter: Meter) -> float | None:
+        try:
+            return meter.read_joules()
+        except MeterError as exc:
+            self._unavailable.append(Unavailable(meter.kind, f"{meter.name} failed: {exc.__cause__ or exc}"))
+            return None
+
+    def start(self) -> None:
+        self._t0 = time.perf_counter()
+        self._begin = {m: j for m in self._meters if (j := self._read(m)) is not None}
+
+    def stop(self) -> EnergyResult:
+        if self._t0 is None:
+            raise RuntimeError("EnergyMeasurement.stop() before start()")
+        readings = []
+        for meter, begin in self._begin.items():
+            end = self._read(meter)
+            if end is not None:
+                readings.append(EnergyReading(meter.name, meter.device, end - begin, meter.source, meter.method))
+        self.result = EnergyResult(time.perf_counter() - self._t0, tuple(readings), tuple(self._unavailable))
+        return self.result
+
+    def __enter__(self) -> EnergyMeasurement:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

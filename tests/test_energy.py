@@ -1,0 +1,348 @@
+"""Energy meters against fake powercap trees and a fake NVML module, and on this machine."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hetrl.energy import (
+    EnergyMeasurement,
+    MeterError,
+    MeterReport,
+    NvmlEnergyMeter,
+    NvmlPowerMeter,
+    RaplMeter,
+    discover_meters,
+    discover_nvml,
+    discover_rapl,
+)
+
+# --- a fake powercap tree -------------------------------------------------------------------------
+
+
+def write(path: Path, value: object) -> None:
+    """Replace a file atomically, so that a polling meter never reads it half written."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{value}\n")
+    os.replace(tmp, path)
+
+
+def domain(powercap: Path, dirname: str, name: str, energy_uj: int | None = 0, range_uj: int = 262143328850) -> Path:
+    d = powercap / dirname
+    d.mkdir(parents=True)
+    write(d / "name", name)
+    write(d / "max_energy_range_uj", range_uj)
+    if energy_uj is not None:
+        write(d / "energy_uj", energy_uj)
+    return d
+
+
+@pytest.fixture
+def powercap(tmp_path: Path) -> Path:
+    """Two packages with core/uncore/dram subdomains, a psys domain and an MMIO duplicate of package 0."""
+    pc = tmp_path / "sys/class/powercap"
+    domain(pc, "intel-rapl:0", "package-0", 1_000_000)
+    domain(pc, "intel-rapl:0:0", "core", 5)
+    domain(pc, "intel-rapl:0:1", "uncore", 5)
+    domain(pc, "intel-rapl:1", "package-1", 2_000_000)
+    domain(pc, "intel-rapl:1:0", "dram", 5)
+    domain(pc, "intel-rapl:2", "psys", 5)
+    domain(pc, "intel-rapl-mmio:0", "package-0", 5)
+    return pc
+
+
+def test_rapl_meters_only_packages_in_joules(tmp_path: Path, powercap: Path) -> None:
+    meters, unavailable = discover_rapl(tmp_path, poll_interval_s=None)
+    try:
+        assert unavailable == []
+        assert [(m.name, m.device, m.source) for m in meters] == [
+            ("rapl:package-0", "cpu-package-0", "measured"), ("rapl:package-1", "cpu-package-1", "measured")]
+        assert all(isinstance(m, RaplMeter) and m.kind == "rapl" for m in meters)
+        assert [m.read_joules() for m in meters] == [0.0, 0.0]
+        write(powercap / "intel-rapl:0/energy_uj", 3_500_000)
+        write(powercap / "intel-rapl:0:0/energy_uj", 999_999_999)  # a subdomain: not metered
+        write(powercap / "intel-rapl:1/energy_uj", 2_250_000)
+        assert [m.read_joules() for m in meters] == [pytest.approx(2.5), pytest.approx(0.25)]
+        write(powercap / "intel-rapl:0/energy_uj", 4_500_000)
+        assert meters[0].read_joules() == pytest.approx(3.5)
+    finally:
+        for m in meters:
+            m.close()
+
+
+def test_rapl_wraparound_is_exact(tmp_path: Path) -> None:
+    d = domain(tmp_path / "sys/class/powercap", "intel-rapl:0", "package-0", 900, range_uj=999)
+    meter = RaplMeter(d, poll_interval_s=None)
+    total_uj = 0
+    for raw, delta in ((950, 50), (10, 1000 - 950 + 10), (5, 1000 - 10 + 5), (5, 0), (999, 994), (0, 1)):
+        write(d / "energy_uj", raw)
+        total_uj += delta
+        assert meter.read_joules() == pytest.approx(total_uj / 1e6, rel=1e-12, abs=0)
+    assert total_uj == 2100
+    meter.close()
+
+
+def test_rapl_poll_thread_catches_every_wrap(tmp_path: Path) -> None:
+    d = domain(tmp_path / "sys/class/powercap", "intel-rapl:0", "package-0", 0, range_uj=999)
+    meter = RaplMeter(d, poll_interval_s=0.01)
+    try:
+        for raw in (600, 200, 800):  # 0 -> 600 -> (wrap) 200 -> 800: 1800 uJ; read only at the end: 800
+            write(d / "energy_uj", raw)
+            time.sleep(0.25)
+        assert meter.read_joules() == pytest.approx(1800e-6, rel=1e-12)
+    finally:
+        meter.close()
+
+
+def test_rapl_permission_denied_is_unavailable_with_reason(tmp_path: Path, powercap: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    denied = powercap / "intel-rapl:1/energy_uj"
+    real_read_text = Path.read_text
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        if self == denied:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read_text(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    meters, unavailable = discover_rapl(tmp_path, poll_interval_s=None)
+    assert [m.name for m in meters] == ["rapl:package-0"]
+    assert [u.kind for u in unavailable] == ["rapl"]
+    assert "/sys/class/powercap/intel-rapl:1/energy_uj is not readable (permission denied" in unavailable[0].reason
+    assert str(tmp_path) not in unavailable[0].reason
+    meters[0].close()
+
+
+def test_rapl_missing_counter_and_missing_powercap(tmp_path: Path) -> None:
+    assert discover_rapl(tmp_path)[1][0].reason == "/sys/class/powercap not present (no powercap RAPL driver here)"
+    pc = tmp_path / "sys/class/powercap"
+    pc.mkdir(parents=True)
+    assert discover_rapl(tmp_path)[1][0].reason == "no RAPL package domain under /sys/class/powercap"
+    domain(pc, "intel-rapl:0", "package-0", energy_uj=None)
+    meters, unavailable = discover_rapl(tmp_path)
+    assert meters == []
+    assert unavailable[0].reason == "/sys/class/powercap/intel-rapl:0/energy_uj: No such file or directory"
+
+
+def test_rapl_counter_vanishing_after_open_raises_meter_error(tmp_path: Path) -> None:
+    d = domain(tmp_path / "sys/class/powercap", "intel-rapl:0", "package-0", 10)
+    meter = RaplMeter(d, poll_interval_s=None)
+    (d / "energy_uj").unlink()
+    with pytest.raises(MeterError, match="rapl:package-0"):
+        meter.read_joules()
+    meter.close()
+
+
+# --- a fake NVML module ---------------------------------------------------------------------------
+
+
+class FakeNVMLError(Exception):
+    _names = {3: "Not Supported", 9: "Driver Not Loaded", 12: "NVML Shared Library Not Found"}
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return self._names.get(self.value, f"NVML error {self.value}")
+
+
+@dataclass
+class FakeGpu:
+    name: str
+    bus: int
+    energy_mj: int | None = None  # None: the energy counter is not supported
+    power_mw: int | None = None  # None: power readings are not supported
+    power_reads: int = 0
+
+
+class FakeNvml:
+    """The pynvml functions hetrl uses; it counts initialisations like NVML does."""
+
+    NVMLError = FakeNVMLError
+    NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_ERROR_DRIVER_NOT_LOADED = 9
+    NVML_ERROR_LIBRARY_NOT_FOUND = 12
+
+    def __init__(self, gpus: list[FakeGpu], init_error: int | None = None) -> None:
+        self.gpus = gpus
+        self.init_error = init_error
+        self.inits = 0
+
+    def _initialised(self) -> None:
+        if self.inits <= 0:
+            raise FakeNVMLError(1)
+
+    def nvmlInit(self) -> None:
+        if self.init_error is not None:
+            raise FakeNVMLError(self.init_error)
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self._initialised()
+        self.inits -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        self._initialised()
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeGpu:
+        self._initialised()
+        return self.gpus[index]
+
+    def nvmlDeviceGetName(self, gpu: FakeGpu) -> bytes:
+        return gpu.name.encode()  # older pynvml returns bytes
+
+    def nvmlDeviceGetPciInfo(self, gpu: FakeGpu) -> SimpleNamespace:
+        return SimpleNamespace(domain=0, bus=gpu.bus, device=0)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, gpu: FakeGpu) -> int:
+        self._initialised()
+        if gpu.energy_mj is None:
+            raise FakeNVMLError(3)
+        return gpu.energy_mj
+
+    def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:
+        self._initialised()
+        if gpu.power_mw is None:
+            raise FakeNVMLError(3)
+        gpu.power_reads += 1
+        return gpu.power_mw
+
+
+def test_nvml_energy_counter_meters_and_cuda_labels() -> None:
+    gpus = [FakeGpu("Fake A100", bus=0x3B, energy_mj=5_000_000), FakeGpu("Fake A100", bus=0x86, energy_mj=7)]
+    nvml = FakeNvml(gpus)
+    meters, unavailable = discover_nvml(nvml, cuda_index_by_pci={(0, 0x3B, 0): 0})
+    assert unavailable == []
+    assert all(isinstance(m, NvmlEnergyMeter) for m in meters)
+    assert [(m.name, m.device, m.source) for m in meters] == [
+        ("nvml:gpu0", "cuda:0", "measured"), ("nvml:gpu1", "nvidia-gpu1 (not a torch device here)", "measured")]
+    assert nvml.inits == 2  # one per open meter; discovery's own is released
+    gpus[0].energy_mj += 1500
+    gpus[1].energy_mj += 250_000
+    assert [m.read_joules() for m in meters] == [pytest.approx(1.5), pytest.approx(250.0)]
+    gpus[0].energy_mj -= 1
+    with pytest.raises(MeterError, match="went backwards"):
+        meters[0].read_joules()
+    for m in meters:
+        m.close()
+        m.close()
+    assert nvml.inits == 0
+
+
+def test_nvml_without_energy_counter_integrates_sampled_power() -> None:
+    gpu = FakeGpu("Fake P100", bus=1, power_mw=100_000)
+    nvml = FakeNvml([gpu])
+    now = [10.0]
+    nvml.nvmlInit()
+    meter = NvmlPowerMeter(nvml, 0, "cuda:0", interval_s=3600, clock=lambda: now[0])
+    nvml.nvmlShutdown()
+    gpu.power_mw, now[0] = 200_000, 12.0
+    assert meter.read_joules() == pytest.approx((100 + 200) / 2 * 2.0)  # trapezoid: 300 J
+    gpu.power_mw, now[0] = 200_000, 12.5
+    assert meter.read_joules() == pytest.approx(400.0)
+    meter.close()
+    assert nvml.inits == 0
+
+    opened = time.monotonic()
+    meters, unavailable = discover_nvml(nvml, cuda_index_by_pci={}, power_interval_s=0.01)
+    assert unavailable == [] and isinstance(meters[0], NvmlPowerMeter)
+    assert meters[0].source == "measured"
+    assert meters[0].method == "power samples (nvmlDeviceGetPowerUsage) integrated every 0.01 s"
+    reads = gpu.power_reads
+    time.sleep(0.2)
+    assert gpu.power_reads - reads >= 3  # the sampling thread runs without anyone reading
+    joules = meters[0].read_joules()
+    assert 200 * 0.2 <= joules <= 200 * (time.monotonic() - opened)  # constant 200 W over the meter's life
+    meters[0].close()
+    assert nvml.inits == 0
+
+
+def test_nvml_unavailable_reasons(monkeypatch: pytest.MonkeyPatch) -> None:
+    nvml = FakeNvml([FakeGpu("Fake K80", bus=1)])
+    meters, unavailable = discover_nvml(nvml, cuda_index_by_pci={})
+    assert meters == []
+    assert unavailable[0].reason == ("gpu0 (Fake K80): no energy counter (Not Supported) and no power reading "
+                                     "(Not Supported)")
+    assert nvml.inits == 0
+    assert discover_nvml(FakeNvml([]))[1][0].reason == "no NVIDIA GPU"
+    no_driver = FakeNvml([], init_error=12)
+    assert discover_nvml(no_driver)[1][0].reason == "no NVIDIA driver (NVML Shared Library Not Found)"
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml now raises ImportError
+    assert discover_nvml()[1][0].reason == "pynvml not installed (pip install nvidia-ml-py)"
+
+
+def test_this_machine_reports_why_meters_are_unavailable() -> None:
+    with discover_meters() as report:
+        kinds = {m.kind for m in report.meters}
+        reasons = {u.kind: u.reason for u in report.unavailable}
+        if not os.access("/sys/class/powercap/intel-rapl:0/energy_uj", os.R_OK):
+            assert "rapl" not in kinds and reasons["rapl"]
+        if importlib.util.find_spec("pynvml") is None:
+            assert "nvml" not in kinds
+            assert reasons["nvml"] == "pynvml not installed (pip install nvidia-ml-py)"
+        assert {s.kind for s in report.statuses()} == {"rapl", "nvml"}
+
+
+# --- measurement spans ----------------------------------------------------------------------------
+
+
+def test_measurement_without_meters_gives_reasons_never_a_number(tmp_path: Path) -> None:
+    with discover_meters(tmp_path, FakeNvml([])) as report, EnergyMeasurement(report) as span:
+        sum(range(1000))
+    result = span.result
+    assert result.status == "unavailable"
+    assert result.readings == ()
+    assert result.total_joules is None and result.joules_per_step(100) is None
+    assert result.describe() == ("energy unavailable: rapl: /sys/class/powercap not present (no powercap RAPL driver "
+                                 "here); nvml: no NVIDIA GPU")
+    assert result.to_dict()["total_joules"] is None
+
+
+def test_measurement_with_meters_labels_every_figure(tmp_path: Path, powercap: Path) -> None:
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    nvml = FakeNvml([gpu])
+    with discover_meters(tmp_path, nvml, cuda_index_by_pci={(0, 0x3B, 0): 0}, rapl_poll_s=None) as report:
+        span = EnergyMeasurement(report)
+        span.start()
+        write(powercap / "intel-rapl:0/energy_uj", 1_000_000 + 30_000_000)
+        write(powercap / "intel-rapl:1/energy_uj", 2_000_000 + 10_000_000)
+        gpu.energy_mj = 60_000
+        result = span.stop()
+    assert nvml.inits == 0
+    assert result.status == "measured"
+    assert [(r.meter, r.device, r.source) for r in result.readings] == [
+        ("rapl:package-0", "cpu-package-0", "measured"), ("rapl:package-1", "cpu-package-1", "measured"),
+        ("nvml:gpu0", "cuda:0", "measured")]
+    assert [r.joules for r in result.readings] == [pytest.approx(30.0), pytest.approx(10.0), pytest.approx(60.0)]
+    assert result.total_joules == pytest.approx(100.0)
+    assert result.joules_per_step(50) == pytest.approx(2.0)
+    assert result.unavailable == ()
+    assert result.describe().startswith("100.0 J measured over ")
+    assert all(r["source"] == "measured" and r["method"] for r in result.to_dict()["readings"])
+
+
+def test_a_meter_failing_mid_span_becomes_unavailable(tmp_path: Path, powercap: Path) -> None:
+    with discover_meters(tmp_path, FakeNvml([]), rapl_poll_s=None) as report:
+        span = EnergyMeasurement(report)
+        span.start()
+        write(powercap / "intel-rapl:0/energy_uj", 3_000_000)
+        (powercap / "intel-rapl:1/energy_uj").unlink()
+        result = span.stop()
+    assert [r.meter for r in result.readings] == ["rapl:package-0"]
+    assert result.total_joules == pytest.approx(2.0)
+    assert any(u.kind == "rapl" and u.reason.startswith("rapl:package-1 failed: [Errno 2]") for u in result.unavailable)
+    assert "not measured: " in result.describe()
+
+
+def test_stop_before_start_is_an_error() -> None:
+    with pytest.raises(RuntimeError):
+        EnergyMeasurement(MeterReport()).stop()
