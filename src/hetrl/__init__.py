@@ -11,8 +11,9 @@ load torch and gymnasium.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hetrl.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -31,8 +32,4 @@ if TYPE_CHECKING:
     from hetrl.errors import HetrlError
     from hetrl.training import TrainResult
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'hetrl' has no attribute {name!r}")
-    return getattr(importlib.import_module(_EXPORTS[name]), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)

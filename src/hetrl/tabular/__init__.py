@@ -14,19 +14,20 @@ See docs/tabular.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hetrl.lazy import lazy_exports
 
 _EXPORTS = {
-    "TabularDataset": "dataset",
-    "collect": "dataset",
-    "load": "dataset",
-    "Order": "schedule",
-    "FixedPoint": "fixed_point",
-    "TabularConfig": "train",
-    "TabularResult": "train",
-    "train_tabular": "train",
-    "Evaluation": "evaluate",
+    "TabularDataset": "hetrl.tabular.dataset",
+    "collect": "hetrl.tabular.dataset",
+    "load": "hetrl.tabular.dataset",
+    "Order": "hetrl.tabular.schedule",
+    "FixedPoint": "hetrl.tabular.fixed_point",
+    "TabularConfig": "hetrl.tabular.train",
+    "TabularResult": "hetrl.tabular.train",
+    "train_tabular": "hetrl.tabular.train",
+    "Evaluation": "hetrl.tabular.evaluate",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -37,8 +38,4 @@ if TYPE_CHECKING:
     from hetrl.tabular.schedule import Order
     from hetrl.tabular.train import TabularConfig, TabularResult, train_tabular
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'hetrl.tabular' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"hetrl.tabular.{_EXPORTS[name]}"), name)
+__getattr__ = lazy_exports(__name__, _EXPORTS)
