@@ -1,4 +1,4 @@
-"""The ``hetrl`` command line: train, resume, eval, devices, and tabular collect/train."""
+"""The ``hetrl`` command line: train, resume, eval, devices, profile, and tabular collect/train."""
 
 from __future__ import annotations
 
@@ -116,6 +116,43 @@ def _devices(args: argparse.Namespace) -> int:
     return devices_command(args)
 
 
+def _add_profile(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="measure every primitive of ALGO on ENV on every device here",
+                       description="Time every registered implementation of every primitive the algorithm uses, "
+                                   "on every device, at the algorithm's sizes; save the profile as JSON.")
+    p.add_argument("algo")
+    p.add_argument("env")
+    p.add_argument("--config", help="a JSON config to start from")
+    p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
+                   help="override an agent setting (batch_size, hidden, prioritized, ...)")
+    p.add_argument("--device", dest="devices", action="append", help="profile only this device (repeatable)")
+    p.add_argument("--out", help="where to save the JSON (default: the per-machine cache, printed at the end)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_profile)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from hetrl.api import _base_config
+    from hetrl.config import apply_overrides
+    from hetrl.devices import resolve_device
+    from hetrl.hardware import describe_machine
+    from hetrl.profile import default_path, profile_table, profile_workload
+    from hetrl.run.report import progress_bar
+
+    cfg = apply_overrides(_base_config(args.algo, args.env, args.config), args.overrides)
+    devices = [str(resolve_device(d)) for d in args.devices] if args.devices else None
+    console = Console(stderr=True)
+    machine = describe_machine()
+    with progress_bar(console, not args.no_progress) as bar:
+        task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="")
+        profile = profile_workload(cfg.algo, cfg.env, cfg.agent, devices, machine=machine,
+                                   progress=lambda label, done, total: bar.update(task, completed=done, total=total, stats=label))
+    console.print(profile_table(profile))
+    path = profile.save(args.out or default_path(machine, cfg.algo, cfg.env, cfg.agent))
+    console.print(f"profile saved: {path}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
     parser.add_argument("--version", action="version", version=f"hetrl {__import__('hetrl').__version__}")
@@ -124,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_resume(sub)
     _add_eval(sub)
     _add_devices(sub)
+    _add_profile(sub)
     from hetrl.tabular.cli import add_subparser as _add_tabular
 
     _add_tabular(sub)

@@ -1,0 +1,257 @@
+"""The profiler: what each primitive costs on this machine, measured.
+
+For an algorithm and env, it times every registered implementation of every primitive the
+algorithm uses, on every device that implementation runs on, at the sizes the algorithm uses
+(N envs for EnvStep, Act and ReplayAdd; the batch size B for ReplaySample, Learn and
+PriorityUpdate; each thread count for a host learner), plus host-device transfers. Each figure is
+the median of repeated blocks of calls after a warm-up, with the 10th and 90th percentiles as
+spread; asynchronous devices are synchronised at the end of every block. Saved as JSON with the
+machine's description and fingerprint, so a plan can be made again without profiling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.table import Table
+
+from hetrl.algos import AgentConfig, Algorithm, TorchLearn, make_algorithm
+from hetrl.devices import available_devices
+from hetrl.envs import EnvBatch, env_spec
+from hetrl.errors import HetrlError
+from hetrl.hardware import Machine, describe_machine
+from hetrl.protocol import implementations
+from hetrl.runtime.inline import LEARN_INPUTS, to_device
+
+PROFILE_FORMAT = "hetrl-profile-v1"
+ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
+BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
+
+
+@dataclass(frozen=True)
+class Timing:
+    primitive: str  # a primitive, or "Transfer"
+    backend: str  # for Transfer: "host->device" or "device->host"
+    device: str
+    size: int  # N (envs) or B (batch), whichever the primitive's contract is sized by
+    threads: int | None  # torch threads for host torch work; None where it does not apply
+    median_s: float
+    p10_s: float
+    p90_s: float
+    calls: int  # calls timed (after warm-up)
+
+
+@dataclass
+class Profile:
+    algo: str
+    env: str
+    agent: dict[str, Any]
+    machine: dict[str, Any]
+    created: str
+    timings: list[Timing] = field(default_factory=list)
+
+    @property
+    def fingerprint(self) -> str:
+        return self.machine["fingerprint"]
+
+    def lookup(self, primitive: str, backend: str, device: str, size: int, threads: int | None = None) -> Timing | None:
+        for t in self.timings:
+            if (t.primitive, t.backend, t.device, t.size, t.threads) == (primitive, backend, device, size, threads):
+                return t
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": PROFILE_FORMAT, "algo": self.algo, "env": self.env, "agent": self.agent,
+                "machine": self.machine, "created": self.created, "timings": [asdict(t) for t in self.timings]}
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Profile":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+            if data.get("format") != PROFILE_FORMAT:
+                raise ValueError(f"format is {data.get('format')!r}, expected {PROFILE_FORMAT}")
+            timings = [Timing(**t) for t in data["timings"]]
+            return cls(data["algo"], data["env"], data["agent"], data["machine"], data["created"], timings)
+        except FileNotFoundError:
+            raise HetrlError(f"profile {path} does not exist; make one with `hetrl profile ALGO ENV`") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
+
+
+def default_path(machine: Machine, algo: str, env: str, agent: AgentConfig) -> Path:
+    """Where a profile of this machine and workload is kept: ``$XDG_CACHE_HOME/hetrl/profiles``."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles"
+    key = hashlib.sha256(json.dumps(asdict(agent), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return cache / machine.fingerprint() / f"{algo}_{env.replace('/', '-')}_{key}.json"
+
+
+def time_calls(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 7, warmup: int = 3) -> tuple[float, float, float, int]:
+    """(median, p10, p90) seconds per call of ``fn``, and the calls timed."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    inner = max(1, int(BLOCK_SECONDS / max(time.perf_counter() - start, 1e-9)))
+    per_call = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        per_call.append((time.perf_counter() - start) / inner)
+    p10, median, p90 = np.percentile(per_call, [10, 50, 90])
+    return float(median), float(p10), float(p90), repeats * inner
+
+
+def _sync_for(device: str) -> Callable[[], None]:
+    kind = torch.device(device).type
+    if kind == "cuda":
+        return torch.cuda.synchronize
+    if kind == "mps":
+        return torch.mps.synchronize
+    return lambda: None
+
+
+def _devices_of(impl, devices: list[str]) -> list[str]:
+    return devices if impl.any_torch_device else ["cpu"]
+
+
+def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    shape = algo.spec.obs_shape
+    return {
+        "obs": rng.standard_normal((n,) + shape).astype(np.float32),
+        "actions": algo.random_actions(rng, n),
+        "rewards": rng.standard_normal(n).astype(np.float32),
+        "next_obs": rng.standard_normal((n,) + shape).astype(np.float32),
+        "discounts": np.full(n, algo.config.gamma, np.float32),
+    }
+
+
+def _jobs(algo: Algorithm, devices: list[str], threads: list[int]) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
+    """(label, measure) pairs, one per thing to time; building happens inside measure."""
+    cfg, spec = algo.config, algo.spec
+    rng = np.random.default_rng(0)
+    B = cfg.batch_size
+
+    def timing(primitive, backend, device, size, fn, threads_=None):
+        return Timing(primitive, backend, device, size, threads_, *time_calls(fn, _sync_for(device)))
+
+    for n in ENV_COUNTS:
+        def env_step(n=n):
+            env = EnvBatch(spec.env_id, n, seed=0)
+            env.reset()
+            actions = algo.random_actions(rng, n)
+            t = timing("EnvStep", "gymnasium", "cpu", n, lambda: env.step(actions))
+            env.close()
+            return [t]
+        yield f"EnvStep gymnasium x{n}", env_step
+
+    network = TorchLearn(algo, "cpu", seed=0).learner.policy_network
+    for backend, impl in implementations("Act").items():
+        for device in _devices_of(impl, devices):
+            def act(impl=impl, device=device, backend=backend):
+                policy = impl.cls(network, algo.action_rule, device)
+                out = []
+                for n in ENV_COUNTS:
+                    obs = rng.standard_normal((n,) + spec.obs_shape).astype(np.float32)
+                    explore, random_actions = algo.draw_exploration(rng, n)
+                    out.append(timing("Act", backend, device, n, lambda: policy.act(obs, explore, random_actions, 0.1)))
+                out.append(timing("WeightSync", backend, device, 1, policy.sync))
+                return out
+            yield f"Act+WeightSync {backend} on {device}", act
+
+    for backend, impl in implementations("ReplayAdd").items():
+        for device in _devices_of(impl, devices):
+            def replay(impl=impl, device=device, backend=backend):
+                storage = impl.cls(cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype,
+                                   prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps, device=device)
+                storage.add(**_transitions(algo, max(10 * B, 1_000), rng))
+                out = [timing("ReplayAdd", backend, device, n, lambda t=_transitions(algo, n, rng): storage.add(**t))
+                       for n in ENV_COUNTS]
+                uniform = rng.random(B)
+                out.append(timing("ReplaySample", backend, device, B, lambda: storage.sample(uniform, 0.5)))
+                if cfg.prioritized:
+                    indices = storage.sample(uniform, 0.5)["indices"]
+                    td = rng.uniform(0, 2, B).astype(np.float32)
+                    td = td if backend == "numpy" else torch.as_tensor(td, device=device)
+                    out.append(timing("PriorityUpdate", backend, device, B, lambda: storage.update_priorities(indices, td)))
+                return out
+            yield f"Replay {backend} on {device}", replay
+
+    host_batch = {**_transitions(algo, B, rng), "weights": np.ones(B, np.float32)}
+    for backend, impl in implementations("Learn").items():
+        for device in _devices_of(impl, devices):
+            for n_threads in (threads if device == "cpu" else [None]):
+                def learn(impl=impl, device=device, backend=backend, n_threads=n_threads):
+                    previous = torch.get_num_threads()
+                    if n_threads:
+                        torch.set_num_threads(n_threads)
+                    try:
+                        learner = impl.cls(algo, device, seed=0)
+                        batch = to_device(host_batch, torch.device(device))
+                        return [timing("Learn", backend, device, B, lambda: learner.learn(**batch), n_threads)]
+                    finally:
+                        torch.set_num_threads(previous)
+                yield f"Learn {backend} on {device}" + (f" ({n_threads} threads)" if n_threads else ""), learn
+
+    for device in devices:
+        if device == "cpu":
+            continue
+        def transfer(device=device):
+            target = torch.device(device)
+            td = torch.zeros(B, device=target)
+            return [timing("Transfer", "host->device", device, B, lambda: to_device(host_batch, target)),
+                    timing("Transfer", "device->host", device, B, lambda: td.cpu().numpy())]
+        yield f"Transfer host<->{device}", transfer
+
+
+def profile_workload(algo: str, env: str, agent: AgentConfig, devices: list[str] | None = None,
+                     threads: list[int] | None = None, progress: Callable[[str, int, int], None] | None = None,
+                     machine: Machine | None = None) -> Profile:
+    """Measure every primitive of ``algo`` on ``env`` on this machine (see the module docstring).
+
+    ``progress(label, done, total)`` is called before each measurement.
+    """
+    algorithm = make_algorithm(algo, env_spec(env), agent)
+    devices = devices or available_devices()
+    threads = threads or sorted({1, os.cpu_count() or 1})
+    machine = machine or describe_machine()
+    agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
+    result = Profile(algorithm.name, env, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    jobs = list(_jobs(algorithm, devices, threads))
+    for done, (label, measure) in enumerate(jobs):
+        if progress:
+            progress(label, done, len(jobs))
+        result.timings.extend(measure())
+    return result
+
+
+def profile_table(profile: Profile) -> Table:
+    table = Table(title=f"{profile.algo} on {profile.env}: measured cost per call (machine {profile.fingerprint})",
+                  title_justify="left")
+    for col in ("primitive", "backend", "device", "size", "threads", "median µs", "p10-p90 µs"):
+        table.add_column(col, justify="left" if col in ("primitive", "backend", "device") else "right")
+    for t in profile.timings:
+        table.add_row(t.primitive, t.backend, t.device, str(t.size), str(t.threads or "-"), f"{1e6 * t.median_s:,.1f}",
+                      f"{1e6 * t.p10_s:,.1f}-{1e6 * t.p90_s:,.1f}")
+    return table

@@ -1,0 +1,86 @@
+"""The profiler measures every registered implementation, and its JSON round-trips."""
+
+import json
+
+import pytest
+
+from hetrl.algos import DDPGConfig, DQNConfig
+from hetrl.cli import main
+from hetrl.devices import available_devices
+from hetrl.errors import HetrlError
+from hetrl.hardware import describe_machine
+from hetrl.profile import ENV_COUNTS, Profile, default_path, profile_workload, time_calls
+from hetrl.protocol import implementations
+
+
+@pytest.fixture(scope="module")
+def dqn_profile():
+    agent = DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000, prioritized=True)
+    return profile_workload("dqn", "CartPole-v1", agent, threads=[1])
+
+
+def test_every_implementation_on_every_device_is_measured(dqn_profile):
+    devices = available_devices()
+    for primitive in ("Act", "WeightSync", "ReplayAdd", "ReplaySample", "PriorityUpdate", "Learn"):
+        for backend, impl in implementations(primitive).items():
+            for device in devices if impl.any_torch_device else ["cpu"]:
+                found = [t for t in dqn_profile.timings if (t.primitive, t.backend, t.device) == (primitive, backend, device)]
+                assert found, f"{primitive}/{backend} on {device} was not profiled"
+    for n in ENV_COUNTS:
+        assert dqn_profile.lookup("EnvStep", "gymnasium", "cpu", n) is not None
+        assert dqn_profile.lookup("Act", "numpy", "cpu", n) is not None
+    assert dqn_profile.lookup("Learn", "torch", "cpu", 16, threads=1) is not None
+    for t in dqn_profile.timings:
+        assert 0 < t.p10_s <= t.median_s <= t.p90_s and t.calls >= 7
+
+
+def test_stepping_more_envs_costs_more(dqn_profile):
+    one = dqn_profile.lookup("EnvStep", "gymnasium", "cpu", 1).median_s
+    sixteen = dqn_profile.lookup("EnvStep", "gymnasium", "cpu", 16).median_s
+    assert sixteen > 4 * one  # 16 envs are stepped one after another on the host
+
+
+def test_uniform_replay_has_no_priority_update():
+    profile = profile_workload("ddpg", "Pendulum-v1", DDPGConfig(hidden=(8,), batch_size=8, buffer_size=1_000), threads=[1])
+    assert not [t for t in profile.timings if t.primitive == "PriorityUpdate"]
+    assert profile.lookup("Learn", "torch", "cpu", 8, threads=1) is not None
+
+
+def test_json_round_trip_and_errors(dqn_profile, tmp_path):
+    path = dqn_profile.save(tmp_path / "p.json")
+    again = Profile.load(path)
+    assert again == dqn_profile
+    assert again.fingerprint == describe_machine().fingerprint()
+    path.write_text(json.dumps({**json.loads(path.read_text()), "format": "something-else"}))
+    with pytest.raises(HetrlError, match="not a valid hetrl profile.*profile again"):
+        Profile.load(path)
+    path.write_text("{")
+    with pytest.raises(HetrlError, match="not a valid hetrl profile"):
+        Profile.load(path)
+    with pytest.raises(HetrlError, match="does not exist"):
+        Profile.load(tmp_path / "missing.json")
+
+
+def test_default_path_is_per_machine_and_workload(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    machine = describe_machine()
+    a = default_path(machine, "dqn", "CartPole-v1", DQNConfig())
+    assert a == default_path(machine, "dqn", "CartPole-v1", DQNConfig())
+    assert a != default_path(machine, "dqn", "CartPole-v1", DQNConfig(batch_size=128))
+    assert a.parent == tmp_path / "hetrl" / "profiles" / machine.fingerprint()
+
+
+def test_time_calls_measures_what_it_runs():
+    import time
+
+    median, p10, p90, calls = time_calls(lambda: time.sleep(0.002), lambda: None, repeats=3, warmup=1)
+    assert 0.0019 < median < 0.02 and calls == 3
+
+
+def test_profile_command(tmp_path, capsys):
+    out = tmp_path / "profile.json"
+    code = main(["profile", "dqn", "CartPole-v1", "--set", "hidden=8,8", "--set", "batch_size=16",
+                 "--set", "buffer_size=2000", "--device", "cpu", "--out", str(out), "--no-progress"])
+    assert code == 0
+    assert Profile.load(out).algo == "dqn"
+    assert main(["profile", "dqn", "CartPole-v1", "--device", "cuda:9", "--out", str(out)]) == 2
