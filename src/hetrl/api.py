@@ -91,8 +91,8 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
     cfg = run.load_config()
     if seed is not None:
         cfg.seed = seed
-    cfg.device = "cpu"  # evaluation acts on the host whatever device trained the run
-    session = Session.open(run, cfg)
+    cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
+    session = Session.open(run, cfg, keep_plan=False)
     path = session.restore(checkpoint)
     returns = session.evaluate(episodes)
     video = None

@@ -1,4 +1,4 @@
-"""The ``hetrl`` command line: train, resume, eval, devices, profile, and tabular collect/train."""
+"""The ``hetrl`` command line: train, resume, eval, devices, profile, plan, and tabular collect/train."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                    help="override a setting, e.g. --set lr=0.001 --set hidden=64,64 (repeatable)")
     p.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
+    p.add_argument("--plan", help="auto (default: planned from this machine's measured profile), rule, or a plan.json")
     p.add_argument("--run-dir", help="where to write the run (default runs/ALGO_ENV_sSEED_TIME)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
@@ -55,7 +56,7 @@ def _train(args: argparse.Namespace) -> int:
 
     cfg = _base_config(args.algo, args.env, args.config)
     flags = [f"{k}={v}" for k, v in (("steps", args.steps), ("seed", args.seed), ("device", args.device),
-                                      ("stop_at_return", args.stop_at_return)) if v is not None]
+                                      ("stop_at_return", args.stop_at_return), ("plan", args.plan)) if v is not None]
     apply_overrides(cfg, flags + args.overrides)
     console = Console(stderr=True)
     session = Session.create(cfg, args.run_dir, console)
@@ -153,6 +154,43 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_plan(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="choose where each primitive runs, from a measured profile",
+                       description="Predict env steps/s of every placement the profile can cost and pick the best.")
+    p.add_argument("algo")
+    p.add_argument("env")
+    p.add_argument("--config", help="a JSON config to start from")
+    p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
+    p.add_argument("--objective", default="throughput", help="throughput (env steps/s)")
+    p.add_argument("--device", help="pin the learner to this device (default: the planner chooses)")
+    p.add_argument("--profile", help="a profile JSON (default: this machine's cached one, measured now if missing)")
+    p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json)")
+    p.set_defaults(func=_plan)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from hetrl.algos import make_algorithm
+    from hetrl.api import _base_config
+    from hetrl.config import apply_overrides
+    from hetrl.devices import resolve_device
+    from hetrl.envs import env_spec
+    from hetrl.plan import make_plan, plan_for_run, plan_tables
+    from hetrl.profile import Profile
+
+    cfg = apply_overrides(_base_config(args.algo, args.env, args.config), args.overrides)
+    console = Console(stderr=True)
+    if args.profile:
+        device = None if args.device is None else str(resolve_device(args.device))
+        plan = make_plan(Profile.load(args.profile), cfg.agent, cfg.num_envs, args.objective, learn_device=device)
+    else:
+        cfg.device, cfg.plan = args.device or "auto", "auto"
+        plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env), cfg.agent), console.print, args.objective)
+    for table in plan_tables(plan):
+        console.print(table)
+    console.print(f"plan written to {plan.save(args.out)}; train with it: hetrl train {cfg.algo} {cfg.env} --plan {args.out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
     parser.add_argument("--version", action="version", version=f"hetrl {__import__('hetrl').__version__}")
@@ -162,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_devices(sub)
     _add_profile(sub)
+    _add_plan(sub)
     from hetrl.tabular.cli import add_subparser as _add_tabular
 
     _add_tabular(sub)

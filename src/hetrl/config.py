@@ -26,7 +26,8 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # the learner's torch device: auto, cpu, cuda, cuda:N, mps
     num_envs: int = 1
-    threads: int = 0  # torch threads of a host learner; 0: by the placement rule
+    threads: int = 0  # torch threads of a host learner; 0: the plan decides
+    plan: str = "auto"  # auto: planned from this machine's measured profile; rule: a fixed rule; or a plan.json
     executor: str = "inline"
     log_every: int = 1_000  # env steps between metric rows
     eval_every: int = 10_000  # env steps between evaluations (0: only at the end)

@@ -12,6 +12,7 @@ machine's description and fingerprint, so a plan can be made again without profi
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -32,8 +33,9 @@ from hetrl.hardware import Machine, describe_machine
 from hetrl.protocol import implementations
 from hetrl.runtime.inline import LEARN_INPUTS, to_device
 
-PROFILE_FORMAT = "hetrl-profile-v1"
+PROFILE_FORMAT = "hetrl-profile-v2"  # v2: replay profiled full and with fresh draws
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
+REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
 
 
@@ -76,7 +78,7 @@ class Profile:
     def save(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent writers each rename a whole file
         tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
         os.replace(tmp, path)
         return path
@@ -185,11 +187,14 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int]) -> Iterator[t
             def replay(impl=impl, device=device, backend=backend):
                 storage = impl.cls(cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype,
                                    prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps, device=device)
-                storage.add(**_transitions(algo, max(10 * B, 1_000), rng))
+                # filled as in a run's learning phase, and sampled with fresh draws: a small or
+                # repeatedly sampled buffer stays in cache and would look several times faster
+                storage.add(**_transitions(algo, min(cfg.buffer_size, REPLAY_FILL), rng))
                 out = [timing("ReplayAdd", backend, device, n, lambda t=_transitions(algo, n, rng): storage.add(**t))
                        for n in ENV_COUNTS]
-                uniform = rng.random(B)
-                out.append(timing("ReplaySample", backend, device, B, lambda: storage.sample(uniform, 0.5)))
+                draws = itertools.cycle([rng.random(B) for _ in range(64)])
+                uniform = next(draws)
+                out.append(timing("ReplaySample", backend, device, B, lambda: storage.sample(next(draws), 0.5)))
                 if cfg.prioritized:
                     indices = storage.sample(uniform, 0.5)["indices"]
                     td = rng.uniform(0, 2, B).astype(np.float32)
@@ -219,9 +224,10 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int]) -> Iterator[t
             continue
         def transfer(device=device):
             target = torch.device(device)
-            td = torch.zeros(B, device=target)
+            on_device = to_device(host_batch, target)
+            host = torch.device("cpu")
             return [timing("Transfer", "host->device", device, B, lambda: to_device(host_batch, target)),
-                    timing("Transfer", "device->host", device, B, lambda: td.cpu().numpy())]
+                    timing("Transfer", "device->host", device, B, lambda: to_device(on_device, host))]
         yield f"Transfer host<->{device}", transfer
 
 

@@ -4,7 +4,6 @@ a progress bar and a summary. ``hetrl.train`` and ``hetrl.resume`` are thin wrap
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from dataclasses import dataclass, field
@@ -17,7 +16,6 @@ from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.config import TrainConfig
-from hetrl.devices import resolve_device
 from hetrl.envs import env_spec
 from hetrl.evaluation import evaluate_policy
 from hetrl.nets import numpy_params
@@ -26,7 +24,8 @@ from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
 from hetrl.run.rundir import RunDir
 from hetrl.runtime.inline import InlineExecutor
-from hetrl.runtime.placement import Placement, default_placement
+from hetrl.plan import Plan, plan_for_run
+from hetrl.runtime.placement import Placement
 
 
 @dataclass
@@ -46,6 +45,9 @@ class TrainResult:
     interrupted: bool
     placement: dict[str, str]
     timers: list[tuple[str, int, float, float]]
+    learning_env_steps_per_s: float | None  # measured after learning_starts, evaluations excluded
+    predicted_env_steps_per_s: float | None  # the plan's model prediction for the learning phase
+    predicted_us_per_call: dict[str, float] | None
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)
 
 
@@ -61,16 +63,14 @@ class Session:
 
     run: RunDir
 
-    def __init__(self, config: TrainConfig, console: Console | None = None) -> None:
+    def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None) -> None:
         config.validate()
         self.config = config
         self.console = console or Console(stderr=True)
         self.spec = env_spec(config.env)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
-        device = resolve_device(config.device)
-        work = (self.algo.learner_parameters(), config.agent.batch_size)
-        threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
-        self.placement: Placement = default_placement(device, work, threads)
+        self.plan = plan or plan_for_run(config, self.algo, self.console.print)
+        self.placement: Placement = self.plan.placement
         if self.placement.learn.threads:
             torch.set_num_threads(self.placement.learn.threads)
         self.executor = InlineExecutor(self.algo, self.placement, config.num_envs, config.seed)
@@ -83,8 +83,11 @@ class Session:
         return session
 
     @classmethod
-    def open(cls, run: RunDir, config: TrainConfig | None = None) -> "Session":
-        session = cls(config or run.load_config())
+    def open(cls, run: RunDir, config: TrainConfig | None = None, keep_plan: bool = True) -> "Session":
+        """A session on an existing run; ``keep_plan`` reuses the run's plan.json, so a resumed run
+        places every primitive where it was."""
+        plan = Plan.load(run.plan) if keep_plan and run.plan.exists() else None
+        session = cls(config or run.load_config(), plan=plan)
         session.run = run
         return session
 
@@ -103,7 +106,8 @@ class Session:
 
     def train(self, progress: bool = True) -> TrainResult:
         cfg, ex, run = self.config, self.executor, self.run
-        run.placement.write_text(json.dumps(self.placement.to_dict(), indent=2) + "\n")
+        if not run.plan.exists():
+            self.plan.save(run.plan)
         metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from)
         interrupted = _InterruptFlag()
         next_log = _next_multiple(ex.env_steps, cfg.log_every)
@@ -113,11 +117,15 @@ class Session:
         last_t, last_steps, last_updates = start, ex.env_steps, ex.updates
         last_eval: np.ndarray | None = None
         solved_at: int | None = None
+        learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
+        eval_seconds = 0.0  # spent evaluating since learning started
         bar = progress_bar(self.console, progress)
         with interrupted, bar:
             task = bar.add_task(f"{cfg.algo} {cfg.env}", total=cfg.steps, completed=ex.env_steps, stats="")
             while ex.env_steps < cfg.steps and not interrupted.set:
                 ex.iteration()
+                if learning_from is None and ex.env_steps >= cfg.agent.learning_starts:
+                    learning_from = (time.perf_counter(), ex.env_steps)
                 if ex.env_steps >= next_log or ex.env_steps >= cfg.steps:
                     now = time.perf_counter()
                     episodes = ex.drain_episodes()
@@ -134,7 +142,9 @@ class Session:
                         "updates_per_s": (ex.updates - last_updates) / (now - last_t),
                     }
                     if next_eval is not None and ex.env_steps >= next_eval:
+                        eval_start = time.perf_counter()
                         last_eval = self.evaluate(cfg.eval_episodes)
+                        eval_seconds += (time.perf_counter() - eval_start) if learning_from else 0.0
                         row["eval_return_mean"], row["eval_return_std"] = float(last_eval.mean()), float(last_eval.std())
                         next_eval = _next_multiple(ex.env_steps, cfg.eval_every)
                         if cfg.stop_at_return is not None and last_eval.mean() >= cfg.stop_at_return:
@@ -153,7 +163,11 @@ class Session:
                 if ex.env_steps >= next_ckpt:
                     self.save_checkpoint()
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
-        wall = time.perf_counter() - start
+        end = time.perf_counter()
+        wall = end - start
+        learning_rate = None
+        if learning_from is not None and ex.env_steps > learning_from[1]:
+            learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
         self.save_checkpoint()
         if solved_at is None and not interrupted.set:
             last_eval = self.evaluate(cfg.eval_episodes)
@@ -168,6 +182,9 @@ class Session:
             eval_return_std=None if last_eval is None else float(last_eval.std()),
             eval_episodes=cfg.eval_episodes, solved_at=solved_at, interrupted=interrupted.set,
             placement=self.placement.by_primitive(), timers=ex.timers.table(wall), metrics=read_metrics(run.metrics),
+            learning_env_steps_per_s=learning_rate,
+            predicted_env_steps_per_s=self.plan.prediction.env_steps_per_s if self.plan.prediction else None,
+            predicted_us_per_call={k: 1e6 * v for k, v in self.plan.prediction.per_call_s.items()} if self.plan.prediction else None,
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         ex.close()

@@ -36,7 +36,8 @@ def summary_table(result: "TrainResult") -> Table:
         ("env steps", f"{result.env_steps:,}" + (f" (stopped at target return at {result.solved_at:,})" if result.solved_at else "")),
         ("gradient updates", f"{result.updates:,}"),
         ("wall time", f"{result.wall_s:.1f} s"),
-        ("env steps/s", f"{result.env_steps_per_s:,.0f} (measured)"),
+        ("env steps/s", f"{result.env_steps_per_s:,.0f} (measured, whole run)"),
+        ("env steps/s, learning phase", _learning_rate(result)),
         ("updates/s", f"{result.updates_per_s:,.0f} (measured)"),
         ("final evaluation return", evaluation),
     ]
@@ -45,15 +46,22 @@ def summary_table(result: "TrainResult") -> Table:
     return table
 
 
+def _learning_rate(result: "TrainResult") -> str:
+    measured = "n/a" if result.learning_env_steps_per_s is None else f"{result.learning_env_steps_per_s:,.0f} measured"
+    if result.predicted_env_steps_per_s is None:
+        return f"{measured} (no prediction: the plan was not made from a profile)"
+    return f"{measured}, {result.predicted_env_steps_per_s:,.0f} predicted by the plan's model"
+
+
 def placement_table(result: "TrainResult") -> Table:
-    table = Table(title="where each primitive ran (measured time in this session)", title_justify="left")
-    for col in ("primitive", "placement", "calls", "µs/call", "share of wall"):
-        table.add_column(col, justify="right" if col in ("calls", "µs/call", "share of wall") else "left")
+    table = Table(title="where each primitive ran: measured in this run, predicted by the plan", title_justify="left")
+    for col in ("primitive", "placement", "calls", "µs/call", "predicted µs/call", "share of wall"):
+        table.add_column(col, justify="left" if col in ("primitive", "placement") else "right")
     timing = {name: (calls, us, share) for name, calls, us, share in result.timers}
-    for primitive, where in result.placement.items():
+    predicted = result.predicted_us_per_call or {}
+    rows = list(result.placement.items()) + ([("Transfer", "replay -> learner")] if "Transfer" in timing else [])
+    for primitive, where in rows:
         calls, us, share = timing.get(primitive, (0, 0.0, 0.0))
-        table.add_row(primitive, where, f"{calls:,}", f"{us:,.1f}", f"{100 * share:.1f}%")
-    if "Transfer" in timing:
-        calls, us, share = timing["Transfer"]
-        table.add_row("Transfer", "replay -> learner", f"{calls:,}", f"{us:,.1f}", f"{100 * share:.1f}%")
+        guess = f"{predicted[primitive]:,.1f}" if primitive in predicted else "-"
+        table.add_row(primitive, where, f"{calls:,}", f"{us:,.1f}", guess, f"{100 * share:.1f}%")
     return table

@@ -26,7 +26,7 @@ class RunDir:
         self.path = Path(path)
 
     config = property(lambda self: self.path / "config.json")
-    placement = property(lambda self: self.path / "placement.json")
+    plan = property(lambda self: self.path / "plan.json")
     metrics = property(lambda self: self.path / "metrics.csv")
     tensorboard = property(lambda self: self.path / "tb")
     checkpoint_dir = property(lambda self: self.path / "checkpoints")

@@ -10,10 +10,12 @@ thread count by the size of its work (:func:`learner_threads`).
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
 import torch
 
+from hetrl.errors import HetrlError
 from hetrl.protocol import get
 
 
@@ -48,18 +50,33 @@ class Placement:
         }
 
     def validate(self) -> None:
-        """Every named backend must be registered (raises HetrlError naming the alternatives)."""
-        get("EnvStep", self.env.backend)
-        get("Act", self.act.backend)
-        get("ReplayAdd", self.replay.backend)
-        get("Learn", self.learn.backend)
+        """Every backend registered, every device present, host-only backends on the host."""
+        from hetrl.devices import resolve_device
+
+        for primitive, slot in (("EnvStep", self.env), ("Act", self.act), ("ReplayAdd", self.replay), ("Learn", self.learn)):
+            impl = get(primitive, slot.backend)
+            resolve_device(slot.device)
+            if not impl.any_torch_device and slot.device != "cpu":
+                raise HetrlError(f"{primitive}/{slot.backend} runs on the host only, not on {slot.device}; use device cpu")
 
     def to_dict(self) -> dict[str, dict[str, str]]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, dict[str, str]]) -> "Placement":
-        return cls(**{k: Slot(**v) for k, v in data.items()})
+    def from_dict(cls, data: dict[str, Any]) -> "Placement":
+        """A placement from JSON, with one-line errors for missing or unknown fields."""
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or set(data) != names:
+            raise HetrlError(f"a placement needs exactly the groups {sorted(names)}, got {sorted(data) if isinstance(data, dict) else data!r}")
+        slots = {}
+        for group, slot in data.items():
+            if not isinstance(slot, dict) or not {"backend", "device"} <= set(slot) <= {"backend", "device", "threads"}:
+                raise HetrlError(f"placement.{group} needs backend and device (and optionally threads), got {slot!r}")
+            threads = slot.get("threads")
+            if threads is not None and (not isinstance(threads, int) or threads < 1):
+                raise HetrlError(f"placement.{group}.threads must be a positive integer or null, got {threads!r}")
+            slots[group] = Slot(str(slot["backend"]), str(slot["device"]), threads)
+        return cls(**slots)
 
 
 # Learner work (parameters x batch) below which extra intra-op threads cost more than they give.

@@ -1,0 +1,260 @@
+"""The performance model and the planner.
+
+The model predicts the steady-state env steps/s of a placement from a profile. The inline executor
+runs its primitives one after another, so the cost of one env step is the sum, over primitives, of
+(calls per env step) x (measured cost per call):
+
+- EnvStep, Act, ReplayAdd: one call per iteration of N envs, so cost(N) / N;
+- ReplaySample, Transfer, Learn, PriorityUpdate: ``replay_ratio`` calls per env step, at batch B;
+- WeightSync: at most once per iteration, when the learner moved since the last one.
+
+Sizes that were not profiled are interpolated linearly between the nearest profiled sizes
+(extrapolated from the last two beyond them). Warm-up steps (before ``learning_starts``) are not
+modelled: the prediction is for the learning phase. The planner evaluates every placement the
+profile has measurements for and ranks them by the objective; only ``throughput`` (env steps/s)
+is offered until profiles carry measured power per device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.table import Table
+
+from hetrl.algos import AgentConfig, Algorithm
+from hetrl.config import TrainConfig
+from hetrl.devices import resolve_device
+from hetrl.errors import HetrlError
+from hetrl.hardware import describe_machine
+from hetrl.profile import Profile, default_path, profile_workload
+from hetrl.protocol import implementations
+from hetrl.runtime.placement import Placement, Slot, default_placement
+
+PLAN_FORMAT = "hetrl-plan-v1"
+OBJECTIVES = ("throughput",)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    per_call_s: dict[str, float]  # predicted seconds per call, by primitive ("Transfer" included)
+    per_env_step_s: dict[str, float]  # predicted seconds per env step, by primitive
+
+    @property
+    def env_steps_per_s(self) -> float:
+        return 1.0 / sum(self.per_env_step_s.values())
+
+    @property
+    def bottleneck(self) -> str:
+        return max(self.per_env_step_s, key=self.per_env_step_s.get)
+
+
+def _cost(profile: Profile, primitive: str, backend: str, device: str, size: int, threads: int | None = None) -> float:
+    points = sorted((t.size, t.median_s) for t in profile.timings
+                    if (t.primitive, t.backend, t.device, t.threads) == (primitive, backend, device, threads))
+    if not points:
+        where = f"{primitive}/{backend} on {device}" + (f" with {threads} threads" if threads else "")
+        raise HetrlError(f"the profile has no measurement of {where}; profile again (hetrl profile)")
+    for s, cost in points:
+        if s == size:
+            return cost
+    if len(points) == 1:
+        return points[0][1] * size / points[0][0]
+    below = [p for p in points if p[0] < size]
+    above = [p for p in points if p[0] > size]
+    (s0, c0), (s1, c1) = (below[-1], above[0]) if below and above else (points[-2], points[-1]) if below else (points[0], points[1])
+    return max(0.0, c0 + (c1 - c0) * (size - s0) / (s1 - s0))
+
+
+def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int) -> Prediction:
+    n, b, ratio = num_envs, agent.batch_size, agent.replay_ratio
+    act, replay, learn = placement.act, placement.replay, placement.learn
+    call = {
+        "EnvStep": _cost(profile, "EnvStep", placement.env.backend, placement.env.device, n),
+        "Act": _cost(profile, "Act", act.backend, act.device, n),
+        "ReplayAdd": _cost(profile, "ReplayAdd", replay.backend, replay.device, n),
+        "ReplaySample": _cost(profile, "ReplaySample", replay.backend, replay.device, b),
+        "Learn": _cost(profile, "Learn", learn.backend, learn.device, b, learn.threads),
+        "WeightSync": _cost(profile, "WeightSync", act.backend, act.device, 1),
+    }
+    if agent.prioritized:
+        call["PriorityUpdate"] = _cost(profile, "PriorityUpdate", replay.backend, replay.device, b)
+    if replay.device != learn.device:
+        call["Transfer"] = sum(_cost(profile, "Transfer", direction, device, b) for direction, device in
+                               (("device->host", replay.device), ("host->device", learn.device)) if device != "cpu")
+    syncs_per_iteration = 0.0 if ratio == 0 else (min(1.0, ratio * n) if agent.train_every == 1 else 1.0 / agent.train_every)
+    per_step = {
+        "EnvStep": call["EnvStep"] / n,
+        "Act": call["Act"] / n,
+        "ReplayAdd": call["ReplayAdd"] / n,
+        "WeightSync": call["WeightSync"] * syncs_per_iteration / n,
+    }
+    for name in ("ReplaySample", "Transfer", "Learn", "PriorityUpdate"):
+        if name in call:
+            per_step[name] = ratio * call[name]
+    return Prediction(call, per_step)
+
+
+def candidates(profile: Profile, learn_device: str | None = None, learn_threads: int | None = None) -> list[Placement]:
+    """Every placement the profile can cost; the learner pinned to a device or thread count if given."""
+    measured = {(t.primitive, t.backend, t.device, t.threads) for t in profile.timings}
+
+    def slots(primitive: str) -> list[Slot]:
+        return [Slot(backend, device) for (p, backend, device, _) in sorted(measured) if p == primitive]
+
+    learn_slots = [Slot(backend, device, threads) for (p, backend, device, threads) in sorted(measured, key=str)
+                   if p == "Learn" and (learn_device is None or device == learn_device)
+                   and (learn_threads is None or device != "cpu" or threads == learn_threads)]
+    return [Placement(env, act, replay, learn) for env in slots("EnvStep") for act in slots("Act")
+            for replay in slots("ReplayAdd") for learn in learn_slots]
+
+
+@dataclass
+class Plan:
+    algo: str
+    env: str
+    num_envs: int
+    objective: str
+    fingerprint: str  # the machine the profile was measured on
+    placement: Placement
+    prediction: Prediction | None  # None for a plan edited by hand or made by the fixed rule
+    runner_ups: list[tuple[Placement, Prediction]]
+
+    def to_dict(self) -> dict[str, Any]:
+        def predicted(p: Prediction) -> dict[str, Any]:
+            return {"env_steps_per_s": round(p.env_steps_per_s, 1), "bottleneck": p.bottleneck,
+                    "us_per_call": {k: round(1e6 * v, 2) for k, v in p.per_call_s.items()},
+                    "us_per_env_step": {k: round(1e6 * v, 2) for k, v in p.per_env_step_s.items()}}
+
+        return {
+            "format": PLAN_FORMAT, "algo": self.algo, "env": self.env, "num_envs": self.num_envs,
+            "objective": self.objective, "machine": self.fingerprint, "placement": self.placement.to_dict(),
+            "predicted": predicted(self.prediction) if self.prediction else None,
+            "runner_ups": [{"placement": p.to_dict(), "predicted": predicted(pr)} for p, pr in self.runner_ups],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent writers each rename a whole file
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Plan":
+        """A plan file, validated: format, placement fields, registered backends, present devices."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise HetrlError(f"plan {path} does not exist; make one with `hetrl plan ALGO ENV --out {path}`") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise HetrlError(f"plan {path} is not valid JSON ({exc}); fix it or make a new one with `hetrl plan`") from None
+        if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
+            raise HetrlError(f"{path} is not a hetrl plan (expected format {PLAN_FORMAT})")
+        missing = [k for k in ("algo", "env", "placement") if k not in data]
+        if missing:
+            raise HetrlError(f"plan {path} lacks {', '.join(missing)}")
+        try:
+            placement = Placement.from_dict(data["placement"])
+            placement.validate()
+        except HetrlError as exc:
+            raise HetrlError(f"plan {path}: {exc}") from None
+        return cls(data["algo"], data["env"], int(data.get("num_envs", 1)), data.get("objective", "throughput"),
+                   data.get("machine", "unknown"), placement, None, [])
+
+
+def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
+              learn_device: str | None = None, learn_threads: int | None = None) -> Plan:
+    """The best placement for ``objective`` among every one the profile can cost."""
+    if objective not in OBJECTIVES:
+        raise HetrlError(f"objective {objective!r} is not available; choose one of {', '.join(OBJECTIVES)} "
+                         "(efficiency needs profiles with measured power, which come with the energy work)")
+    costed = []
+    for placement in candidates(profile, learn_device, learn_threads):
+        try:
+            costed.append((placement, predict(placement, profile, agent, num_envs)))
+        except HetrlError:  # a combination the profile cannot cost (e.g. an unmeasured transfer) is passed over
+            continue
+    ranked = sorted(costed, key=lambda pair: -pair[1].env_steps_per_s)
+    if not ranked:
+        raise HetrlError("the profile has no learner measurement for the requested device; profile on this device first")
+    (best, prediction), runner_ups = ranked[0], ranked[1:4]
+    return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best, prediction, runner_ups)
+
+
+def plan_tables(plan: Plan) -> list[Table]:
+    """The chosen plan (placement and predicted cost per env step) and its runner-ups."""
+    chosen = Table(title=f"plan for {plan.algo} on {plan.env} ({plan.objective}; machine {plan.fingerprint})",
+                   title_justify="left")
+    for col in ("primitive", "placement", "predicted µs/call", "predicted µs/env step"):
+        chosen.add_column(col, justify="left" if col in ("primitive", "placement") else "right")
+    pred = plan.prediction
+    for primitive, where in plan.placement.by_primitive().items():
+        if pred is not None and primitive not in pred.per_call_s:
+            continue
+        call = f"{1e6 * pred.per_call_s[primitive]:,.1f}" if pred else "-"
+        step = f"{1e6 * pred.per_env_step_s[primitive]:,.1f}" if pred else "-"
+        mark = " (bottleneck)" if pred and primitive == pred.bottleneck else ""
+        chosen.add_row(primitive + mark, where, call, step)
+    if pred is not None and "Transfer" in pred.per_call_s:
+        chosen.add_row("Transfer", "replay -> learner", f"{1e6 * pred.per_call_s['Transfer']:,.1f}",
+                       f"{1e6 * pred.per_env_step_s['Transfer']:,.1f}")
+    if pred is not None:
+        chosen.caption = f"predicted: {pred.env_steps_per_s:,.0f} env steps/s in the learning phase (a model's prediction)"
+    tables = [chosen]
+    if plan.runner_ups:
+        others = Table(title="runner-up plans (predicted)", title_justify="left")
+        for col in ("act", "replay", "learn", "env steps/s", "bottleneck"):
+            others.add_column(col, justify="right" if col == "env steps/s" else "left")
+        for placement, p in plan.runner_ups:
+            others.add_row(str(placement.act), str(placement.replay), str(placement.learn), f"{p.env_steps_per_s:,.0f}", p.bottleneck)
+        tables.append(others)
+    return tables
+
+
+def _covers_the_registry(profile: Profile) -> bool:
+    """True when the profile measured every registered implementation the model uses."""
+    needed = {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"}
+    have = {(t.primitive, t.backend) for t in profile.timings}
+    return all((p, b) in have for p in needed for b in implementations(p))
+
+
+def _cached_profile(path: Path) -> Profile | None:
+    if not path.exists():
+        return None
+    try:
+        profile = Profile.load(path)
+    except HetrlError:  # a damaged cache entry is measured again
+        return None
+    return profile if _covers_the_registry(profile) else None
+
+
+def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
+                 objective: str = "throughput") -> Plan:
+    """The plan a run uses: ``auto`` (planned from this machine's profile, measured once and
+    cached), ``rule`` (the fixed rule of :func:`default_placement`), or a plan.json path."""
+    threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
+    if config.plan == "rule":
+        work = (algorithm.learner_parameters(), config.agent.batch_size)
+        placement = default_placement(resolve_device(config.device), work, threads)
+        return Plan(config.algo, config.env, config.num_envs, "rule", "-", placement, None, [])
+    if config.plan == "auto":
+        learn_device = None if config.device == "auto" else str(resolve_device(config.device))
+        machine = describe_machine()
+        path = default_path(machine, config.algo, config.env, config.agent)
+        profile = _cached_profile(path)
+        if profile is None:
+            announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
+            profile = profile_workload(config.algo, config.env, config.agent, machine=machine)
+            profile.save(path)
+        return make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None)
+    plan = Plan.load(config.plan)
+    if (plan.algo, plan.env) != (config.algo, config.env):
+        raise HetrlError(f"plan {config.plan} is for {plan.algo} on {plan.env}, not {config.algo} on {config.env}")
+    return plan

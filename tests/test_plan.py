@@ -1,0 +1,157 @@
+"""The performance model on hand-computed pipelines, the planner's choices, plan files."""
+
+import json
+
+import pytest
+
+from hetrl.algos import DQNConfig
+from hetrl.cli import main
+from hetrl.errors import HetrlError
+from hetrl.plan import Plan, candidates, make_plan, predict
+from hetrl.profile import Profile, Timing
+from hetrl.runtime.placement import Placement, Slot
+
+US = 1e-6
+
+
+def synthetic(entries, fingerprint="test") -> Profile:
+    """A profile from (primitive, backend, device, size, threads, microseconds) rows."""
+    timings = [Timing(p, b, d, n, t, us * US, us * US, us * US, 7) for p, b, d, n, t, us in entries]
+    return Profile("dqn", "CartPole-v1", {}, {"fingerprint": fingerprint}, "now", timings)
+
+
+HOST = [
+    ("EnvStep", "gymnasium", "cpu", 1, None, 20), ("EnvStep", "gymnasium", "cpu", 4, None, 80),
+    ("Act", "numpy", "cpu", 1, None, 30), ("Act", "numpy", "cpu", 4, None, 40),
+    ("WeightSync", "numpy", "cpu", 1, None, 100),
+    ("ReplayAdd", "numpy", "cpu", 1, None, 10), ("ReplayAdd", "numpy", "cpu", 4, None, 10),
+    ("ReplaySample", "numpy", "cpu", 64, None, 50), ("PriorityUpdate", "numpy", "cpu", 64, None, 40),
+    ("Learn", "torch", "cpu", 64, 1, 1000), ("Learn", "torch", "cpu", 64, 2, 1500),
+]
+CPU_PLAN = Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("torch", "cpu", 1))
+
+
+def test_prediction_is_the_hand_computed_pipeline():
+    agent = DQNConfig(batch_size=64, replay_ratio=0.5, train_every=1, prioritized=True)
+    p = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=1)
+    # per env step: env 20 + act 30 + add 10 + 0.5 * (sample 50 + learn 1000 + priority 40) + sync 100 * min(1, 0.5)
+    assert sum(p.per_env_step_s.values()) == pytest.approx((20 + 30 + 10 + 0.5 * 1090 + 50) * US)
+    assert p.env_steps_per_s == pytest.approx(1 / (655 * US))
+    assert p.bottleneck == "Learn" and "Transfer" not in p.per_call_s
+
+
+def test_vector_envs_and_bursty_updates():
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=8)
+    p = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=4)
+    # per env step: env 80/4 + act 40/4 + add 10/4 + 0.25 * (50 + 1000) + sync 100 / 8 per iteration / 4
+    assert sum(p.per_env_step_s.values()) * 1e6 == pytest.approx(20 + 10 + 2.5 + 262.5 + 100 / 8 / 4)
+
+
+def test_unprofiled_sizes_are_interpolated():
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    p = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=2)
+    assert p.per_call_s["EnvStep"] == pytest.approx(40 * US)  # between 20 (1 env) and 80 (4 envs)
+    p8 = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=8)
+    assert p8.per_call_s["EnvStep"] == pytest.approx(160 * US)  # extrapolated from the last two
+
+
+def test_planner_takes_the_faster_thread_count():
+    plan = make_plan(synthetic(HOST), DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
+    assert plan.placement == CPU_PLAN
+    assert plan.runner_ups and plan.runner_ups[0][0].learn.threads == 2
+
+
+GPU = HOST + [
+    ("Act", "torch", "cuda", 1, None, 60), ("Act", "torch", "cuda", 4, None, 60), ("WeightSync", "torch", "cuda", 1, None, 30),
+    ("Learn", "torch", "cuda", 64, None, 200),
+]
+
+
+def test_fast_gpu_learner_wins_when_transfers_are_cheap():
+    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 20)])
+    plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
+    assert plan.placement.learn == Slot("torch", "cuda")
+    assert plan.placement.replay == Slot("numpy", "cpu") and plan.prediction.per_call_s["Transfer"] == pytest.approx(20 * US)
+
+
+def test_slow_transfers_keep_the_learner_on_the_host():
+    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 5_000)])
+    plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
+    assert plan.placement.learn.device == "cpu"
+
+
+def test_replay_on_the_gpu_avoids_the_transfer():
+    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 5_000),
+                               ("ReplayAdd", "torch", "cuda", 1, None, 30), ("ReplaySample", "torch", "cuda", 64, None, 40)])
+    plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
+    assert plan.placement.replay == Slot("torch", "cuda") and plan.placement.learn.device == "cuda"
+    assert "Transfer" not in plan.prediction.per_call_s
+
+
+def test_pinning_the_learner():
+    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 20)])
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    assert make_plan(profile, agent, 1, learn_device="cpu").placement.learn.device == "cpu"
+    assert make_plan(profile, agent, 1, learn_threads=2).placement.learn.device == "cuda"
+    assert {c.learn for c in candidates(profile, learn_device="cpu", learn_threads=2)} == {Slot("torch", "cpu", 2)}
+
+
+def test_missing_measurements_and_objectives():
+    with pytest.raises(HetrlError, match="no measurement of Act/numpy on cpu.*profile again"):
+        predict(CPU_PLAN, synthetic([r for r in HOST if r[0] != "Act"]), DQNConfig(), 1)
+    with pytest.raises(HetrlError, match="objective 'efficiency' is not available"):
+        make_plan(synthetic(HOST), DQNConfig(), 1, objective="efficiency")
+
+
+def test_plan_file_round_trip(tmp_path):
+    plan = make_plan(synthetic(HOST), DQNConfig(batch_size=64), 1)
+    data = json.loads(plan.save(tmp_path / "plan.json").read_text())
+    assert data["predicted"]["bottleneck"] == "Learn" and len(data["runner_ups"]) >= 1
+    assert Plan.load(tmp_path / "plan.json").placement == plan.placement
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["placement"]["act"].update(backend="nupmy"), "no 'nupmy' implementation of Act"),
+    (lambda d: d["placement"]["learn"].update(device="cuda:7"), "device 'cuda:7' is not available"),
+    (lambda d: d["placement"]["act"].update(device="cuda"), "is not available|host only"),
+    (lambda d: d["placement"].pop("replay"), "needs exactly the groups"),
+    (lambda d: d["placement"]["learn"].update(threads=0), "threads must be a positive integer"),
+    (lambda d: d.update(format="v0"), "is not a hetrl plan"),
+    (lambda d: d.pop("algo"), "lacks algo"),
+])
+def test_plan_validation_errors(tmp_path, edit, message):
+    path = make_plan(synthetic(HOST), DQNConfig(batch_size=64), 1).save(tmp_path / "plan.json")
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(HetrlError, match=message):
+        Plan.load(path)
+
+
+def test_training_uses_a_given_plan(tmp_path, capfd):
+    plan = make_plan(synthetic(HOST), DQNConfig(batch_size=16), 1)
+    plan.placement = Placement(Slot("gymnasium"), Slot("torch", "cpu"), Slot("torch", "cpu"), Slot("torch", "cpu", 1))
+    path = plan.save(tmp_path / "plan.json")
+    run = tmp_path / "run"
+    args = ["train", "dqn", "CartPole-v1", "--steps", "300", "--plan", str(path), "--run-dir", str(run), "--no-progress",
+            "--set", "hidden=8,8", "--set", "batch_size=16", "--set", "learning_starts=100", "--set", "eval_episodes=2"]
+    assert main(args) == 0
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["placement"]["Act"] == "torch on cpu" and summary["placement"]["ReplayAdd"] == "torch on cpu"
+    assert Plan.load(run / "plan.json").placement == plan.placement
+    assert main(["train", "ddpg", "Pendulum-v1", "--plan", str(path), "--run-dir", str(tmp_path / "x")]) == 2
+    assert "is for dqn on CartPole-v1" in capfd.readouterr().err
+
+
+def test_auto_plan_profiles_once_and_predicts(tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    common = ["--steps", "300", "--no-progress", "--set", "hidden=8,8", "--set", "batch_size=16",
+              "--set", "learning_starts=100", "--set", "eval_episodes=2", "--set", "train_every=1"]
+    assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "a"), *common]) == 0
+    assert "profiling dqn on CartPole-v1" in capfd.readouterr().err
+    assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "b"), *common]) == 0
+    err = capfd.readouterr().err
+    assert "profiling dqn" not in err and "predicted" in err  # the second run reuses the cached profile
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["predicted_env_steps_per_s"] > 0 and summary["learning_env_steps_per_s"] > 0
+    assert json.loads((tmp_path / "b" / "plan.json").read_text())["predicted"]["env_steps_per_s"] > 0
