@@ -27,6 +27,7 @@ HOST = [
     ("ReplayAdd", "numpy", "cpu", 1, None, 10), ("ReplayAdd", "numpy", "cpu", 4, None, 10),
     ("ReplaySample", "numpy", "cpu", 64, None, 50), ("PriorityUpdate", "numpy", "cpu", 64, None, 40),
     ("Learn", "torch", "cpu", 64, 1, 1000), ("Learn", "torch", "cpu", 64, 2, 1500),
+    ("Transfer", "numpy->cpu", "cpu", 64, None, 6), ("Loop", "inline", "cpu", 1, None, 8),
 ]
 CPU_PLAN = Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("torch", "cpu", 1))
 
@@ -34,17 +35,18 @@ CPU_PLAN = Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("torc
 def test_prediction_is_the_hand_computed_pipeline():
     agent = DQNConfig(batch_size=64, replay_ratio=0.5, train_every=1, prioritized=True)
     p = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=1)
-    # per env step: env 20 + act 30 + add 10 + 0.5 * (sample 50 + learn 1000 + priority 40) + sync 100 * min(1, 0.5)
-    assert sum(p.per_env_step_s.values()) == pytest.approx((20 + 30 + 10 + 0.5 * 1090 + 50) * US)
-    assert p.env_steps_per_s == pytest.approx(1 / (655 * US))
-    assert p.bottleneck == "Learn" and "Transfer" not in p.per_call_s
+    # per env step: env 20 + act 30 + add 10 + 0.5 * (sample 50 + transfer 6 + learn 1000 + priority 40)
+    # + sync 100 * min(1, 0.5) + loop 8
+    assert sum(p.per_env_step_s.values()) == pytest.approx((20 + 30 + 10 + 0.5 * 1096 + 50 + 8) * US)
+    assert p.env_steps_per_s == pytest.approx(1 / (666 * US))
+    assert p.bottleneck == "Learn" and p.per_call_s["Transfer"] == pytest.approx(6 * US)
 
 
 def test_vector_envs_and_bursty_updates():
     agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=8)
     p = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=4)
-    # per env step: env 80/4 + act 40/4 + add 10/4 + 0.25 * (50 + 1000) + sync 100 / 8 per iteration / 4
-    assert sum(p.per_env_step_s.values()) * 1e6 == pytest.approx(20 + 10 + 2.5 + 262.5 + 100 / 8 / 4)
+    # per env step: env 80/4 + act 40/4 + add 10/4 + 0.25 * (50 + 6 + 1000) + sync 100 / 8 per iteration / 4 + loop 8/4
+    assert sum(p.per_env_step_s.values()) * 1e6 == pytest.approx(20 + 10 + 2.5 + 264 + 100 / 8 / 4 + 2)
 
 
 def test_unprofiled_sizes_are_interpolated():
@@ -68,28 +70,28 @@ GPU = HOST + [
 
 
 def test_fast_gpu_learner_wins_when_transfers_are_cheap():
-    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 20)])
+    profile = synthetic(GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)])
     plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
     assert plan.placement.learn == Slot("torch", "cuda")
     assert plan.placement.replay == Slot("numpy", "cpu") and plan.prediction.per_call_s["Transfer"] == pytest.approx(20 * US)
 
 
 def test_slow_transfers_keep_the_learner_on_the_host():
-    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 5_000)])
+    profile = synthetic(GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 5_000)])
     plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
     assert plan.placement.learn.device == "cpu"
 
 
 def test_replay_on_the_gpu_avoids_the_transfer():
-    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 5_000),
+    profile = synthetic(GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 5_000), ("Transfer", "cuda->cuda", "cuda", 64, None, 4),
                                ("ReplayAdd", "torch", "cuda", 1, None, 30), ("ReplaySample", "torch", "cuda", 64, None, 40)])
     plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
     assert plan.placement.replay == Slot("torch", "cuda") and plan.placement.learn.device == "cuda"
-    assert "Transfer" not in plan.prediction.per_call_s
+    assert plan.prediction.per_call_s["Transfer"] == pytest.approx(4 * US)  # already on the device
 
 
 def test_pinning_the_learner():
-    profile = synthetic(GPU + [("Transfer", "host->device", "cuda", 64, None, 20)])
+    profile = synthetic(GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)])
     agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
     assert make_plan(profile, agent, 1, learn_device="cpu").placement.learn.device == "cpu"
     assert make_plan(profile, agent, 1, learn_threads=2).placement.learn.device == "cuda"

@@ -30,6 +30,9 @@ def test_every_implementation_on_every_device_is_measured(dqn_profile):
         assert dqn_profile.lookup("EnvStep", "gymnasium", "cpu", n) is not None
         assert dqn_profile.lookup("Act", "numpy", "cpu", n) is not None
     assert dqn_profile.lookup("Learn", "torch", "cpu", 16, threads=1) is not None
+    for device in devices:
+        assert dqn_profile.lookup("Transfer", f"numpy->{device}", device, 16) is not None
+    assert dqn_profile.lookup("Loop", "inline", "cpu", 1).median_s > 0
     for t in dqn_profile.timings:
         assert 0 < t.p10_s <= t.median_s <= t.p90_s and t.calls >= 7
 

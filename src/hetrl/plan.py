@@ -6,7 +6,9 @@ runs its primitives one after another, so the cost of one env step is the sum, o
 
 - EnvStep, Act, ReplayAdd: one call per iteration of N envs, so cost(N) / N;
 - ReplaySample, Transfer, Learn, PriorityUpdate: ``replay_ratio`` calls per env step, at batch B;
-- WeightSync: at most once per iteration, when the learner moved since the last one.
+- WeightSync: at most once per iteration, when the learner moved since the last one;
+- Transfer (the batch from the replay's arrays to tensors on the learner's device), once per update;
+- Loop: the executor's own work per iteration (random draws, n-step assembly, bookkeeping).
 
 Sizes that were not profiled are interpolated linearly between the nearest profiled sizes
 (extrapolated from the last two beyond them). Warm-up steps (before ``learning_starts``) are not
@@ -84,9 +86,8 @@ def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs
     }
     if agent.prioritized:
         call["PriorityUpdate"] = _cost(profile, "PriorityUpdate", replay.backend, replay.device, b)
-    if replay.device != learn.device:
-        call["Transfer"] = sum(_cost(profile, "Transfer", direction, device, b) for direction, device in
-                               (("device->host", replay.device), ("host->device", learn.device)) if device != "cpu")
+    source = "numpy" if replay.backend == "numpy" else replay.device
+    call["Transfer"] = _cost(profile, "Transfer", f"{source}->{learn.device}", learn.device, b)
     syncs_per_iteration = 0.0 if ratio == 0 else (min(1.0, ratio * n) if agent.train_every == 1 else 1.0 / agent.train_every)
     per_step = {
         "EnvStep": call["EnvStep"] / n,
@@ -97,6 +98,10 @@ def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs
     for name in ("ReplaySample", "Transfer", "Learn", "PriorityUpdate"):
         if name in call:
             per_step[name] = ratio * call[name]
+    loop = [t.median_s for t in profile.timings if t.primitive == "Loop"]
+    if loop:  # the executor's own work, measured per env step with one env
+        call["Loop"] = loop[0]
+        per_step["Loop"] = loop[0] / n
     return Prediction(call, per_step)
 
 
@@ -202,9 +207,9 @@ def plan_tables(plan: Plan) -> list[Table]:
         step = f"{1e6 * pred.per_env_step_s[primitive]:,.1f}" if pred else "-"
         mark = " (bottleneck)" if pred and primitive == pred.bottleneck else ""
         chosen.add_row(primitive + mark, where, call, step)
-    if pred is not None and "Transfer" in pred.per_call_s:
-        chosen.add_row("Transfer", "replay -> learner", f"{1e6 * pred.per_call_s['Transfer']:,.1f}",
-                       f"{1e6 * pred.per_env_step_s['Transfer']:,.1f}")
+    for extra, where in (("Transfer", "replay -> learner"), ("Loop", "executor's own work")):
+        if pred is not None and extra in pred.per_call_s:
+            chosen.add_row(extra, where, f"{1e6 * pred.per_call_s[extra]:,.1f}", f"{1e6 * pred.per_env_step_s[extra]:,.1f}")
     if pred is not None:
         chosen.caption = f"predicted: {pred.env_steps_per_s:,.0f} env steps/s in the learning phase (a model's prediction)"
     tables = [chosen]

@@ -17,7 +17,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +31,10 @@ from hetrl.envs import EnvBatch, env_spec
 from hetrl.errors import HetrlError
 from hetrl.hardware import Machine, describe_machine
 from hetrl.protocol import implementations
-from hetrl.runtime.inline import LEARN_INPUTS, to_device
+from hetrl.runtime.inline import InlineExecutor, to_device
+from hetrl.runtime.placement import default_placement
 
-PROFILE_FORMAT = "hetrl-profile-v2"  # v2: replay profiled full and with fresh draws
+PROFILE_FORMAT = "hetrl-profile-v3"  # v3: replay profiled full with fresh draws; every transfer; loop
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
@@ -41,8 +42,8 @@ BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at leas
 
 @dataclass(frozen=True)
 class Timing:
-    primitive: str  # a primitive, or "Transfer"
-    backend: str  # for Transfer: "host->device" or "device->host"
+    primitive: str  # a primitive, "Transfer" (replay batch to the learner) or "Loop" (the executor's own work)
+    backend: str  # for Transfer: "SOURCE->DEVICE", SOURCE "numpy" (host arrays) or a torch device
     device: str
     size: int  # N (envs) or B (batch), whichever the primitive's contract is sized by
     threads: int | None  # torch threads for host torch work; None where it does not apply
@@ -219,16 +220,34 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int]) -> Iterator[t
                         torch.set_num_threads(previous)
                 yield f"Learn {backend} on {device}" + (f" ({n_threads} threads)" if n_threads else ""), learn
 
-    for device in devices:
-        if device == "cpu":
-            continue
-        def transfer(device=device):
-            target = torch.device(device)
-            on_device = to_device(host_batch, target)
-            host = torch.device("cpu")
-            return [timing("Transfer", "host->device", device, B, lambda: to_device(host_batch, target)),
-                    timing("Transfer", "device->host", device, B, lambda: to_device(on_device, host))]
-        yield f"Transfer host<->{device}", transfer
+    for source in ["numpy", *devices]:
+        for device in devices:
+            def transfer(source=source, device=device):
+                batch = host_batch if source == "numpy" else to_device(host_batch, torch.device(source))
+                target = torch.device(device)
+                sync = _sync_for(device) if device != "cpu" else _sync_for(source if source != "numpy" else "cpu")
+                return [Timing("Transfer", f"{source}->{device}", device, B, None,
+                               *time_calls(lambda: to_device(batch, target), sync))]
+            yield f"Transfer {source} -> {device}", transfer
+
+    def loop():
+        """The inline executor's own work per env step (draws, n-step assembly, bookkeeping), that
+        is wall time minus the time of its timed primitives, over a short run past warm-up."""
+        fast = type(algo)(spec, replace(cfg, learning_starts=B, train_every=1))
+        executor = InlineExecutor(fast, default_placement(torch.device("cpu"), (1, 1)), 1, seed=0)
+        while executor.env_steps < B + 10:
+            executor.iteration()
+        per_step = []
+        for _ in range(7):
+            timed, steps, start = sum(executor.timers.seconds.values()), executor.env_steps, time.perf_counter()
+            for _ in range(100):
+                executor.iteration()
+            untimed = time.perf_counter() - start - (sum(executor.timers.seconds.values()) - timed)
+            per_step.append(untimed / (executor.env_steps - steps))
+        executor.close()
+        p10, median, p90 = np.percentile(per_step, [10, 50, 90])
+        return [Timing("Loop", "inline", "cpu", 1, None, float(median), float(p10), float(p90), 700)]
+    yield "Loop inline", loop
 
 
 def profile_workload(algo: str, env: str, agent: AgentConfig, devices: list[str] | None = None,

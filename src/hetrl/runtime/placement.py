@@ -79,10 +79,11 @@ class Placement:
         return cls(**slots)
 
 
-# Learner work (parameters x batch) below which extra intra-op threads cost more than they give.
-# Measured on a 2-core host in the inline loop: DQN 256x256, batch 64 (4.3M): 1.9 ms/update with 1
-# thread, 5.8 ms with 2 (OpenMP threads spin while Python steps envs); DDPG 400x300, batch 256
-# (63M): 12.6 ms with 1 thread, 9.4 ms with 2.
+# Learner work (parameters x batch) below which one intra-op thread is chosen. Measured in the
+# inline loop on a 2-core host: DQN 256x256, batch 64 (4.3M): 1.75 ms/update with 1 thread, 1.73 ms
+# with 2 on an idle machine, but 5.8 ms with 2 while another process held one core (OpenMP threads
+# wait on each other), so one thread loses nothing and guards against that; DDPG 400x300, batch
+# 256 (63M): 13.0 ms with 1 thread, 7.7 ms with 2.
 SMALL_LEARNER_WORK = 10_000_000
 
 
