@@ -58,7 +58,7 @@ def test_json_round_trip_and_errors(dqn_profile, tmp_path):
     with pytest.raises(HetrlError, match="not a valid hetrl profile.*profile again"):
         Profile.load(path)
     path.write_text("{")
-    with pytest.raises(HetrlError, match="not a valid hetrl profile"):
+    with pytest.raises(HetrlError, match="is not valid JSON.*delete it and profile again"):
         Profile.load(path)
     with pytest.raises(HetrlError, match="does not exist"):
         Profile.load(tmp_path / "missing.json")

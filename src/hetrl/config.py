@@ -16,6 +16,7 @@ from typing import Any
 
 from hetrl.algos import AgentConfig, algorithm_class
 from hetrl.errors import HetrlError, did_you_mean
+from hetrl.files import read_json, write_json
 
 
 @dataclass
@@ -162,16 +163,9 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig
     return config
 
 
-def load_config(path: str | Path) -> TrainConfig:
-    path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise HetrlError(f"config file {path} does not exist") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HetrlError(f"config file {path} is not valid JSON ({exc}); fix it or pass another --config") from None
-    return config_from_dict(data, str(path))
+def load_config(path: str | Path, invalid_hint: str = "fix it or pass another --config") -> TrainConfig:
+    return config_from_dict(read_json(path, "config file", invalid_hint=invalid_hint), str(path))
 
 
 def save_config(config: TrainConfig, path: Path) -> None:
-    path.write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    write_json(path, config.to_dict())

@@ -19,7 +19,6 @@ is offered until profiles carry measured power per device.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from hetrl.algos import AgentConfig, Algorithm
 from hetrl.config import TrainConfig
 from hetrl.devices import resolve_device
 from hetrl.errors import HetrlError
+from hetrl.files import read_json, write_json
 from hetrl.hardware import describe_machine
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.protocol import implementations
@@ -144,22 +144,14 @@ class Plan:
         }
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent writers each rename a whole file
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_json(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> "Plan":
         """A plan file, validated: format, placement fields, registered backends, present devices."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise HetrlError(f"plan {path} does not exist; make one with `hetrl plan ALGO ENV --out {path}`") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise HetrlError(f"plan {path} is not valid JSON ({exc}); fix it or make a new one with `hetrl plan`") from None
+        data = read_json(path, "plan", f"make one with `hetrl plan ALGO ENV --out {path}`",
+                         "fix it or make a new one with `hetrl plan`")
         if not isinstance(data, dict) or data.get("format") != PLAN_FORMAT:
             raise HetrlError(f"{path} is not a hetrl plan (expected format {PLAN_FORMAT})")
         missing = [k for k in ("algo", "env", "placement") if k not in data]

@@ -29,6 +29,7 @@ from hetrl.algos import AgentConfig, Algorithm, TorchLearn, make_algorithm
 from hetrl.devices import available_devices
 from hetrl.envs import EnvBatch, env_spec
 from hetrl.errors import HetrlError
+from hetrl.files import read_json, write_json
 from hetrl.hardware import Machine, describe_machine
 from hetrl.protocol import implementations
 from hetrl.runtime.inline import InlineExecutor, to_device
@@ -77,24 +78,16 @@ class Profile:
                 "machine": self.machine, "created": self.created, "timings": [asdict(t) for t in self.timings]}
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent writers each rename a whole file
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        os.replace(tmp, path)
-        return path
+        return write_json(path, self.to_dict(), indent=1)
 
     @classmethod
     def load(cls, path: str | Path) -> "Profile":
-        path = Path(path)
+        data = read_json(path, "profile", "make one with `hetrl profile ALGO ENV`", "delete it and profile again")
         try:
-            data = json.loads(path.read_text())
             if data.get("format") != PROFILE_FORMAT:
                 raise ValueError(f"format is {data.get('format')!r}, expected {PROFILE_FORMAT}")
             timings = [Timing(**t) for t in data["timings"]]
             return cls(data["algo"], data["env"], data["agent"], data["machine"], data["created"], timings)
-        except FileNotFoundError:
-            raise HetrlError(f"profile {path} does not exist; make one with `hetrl profile ALGO ENV`") from None
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from hetrl.config import TrainConfig, config_from_dict, save_config
+from hetrl.config import TrainConfig, load_config, save_config
 from hetrl.errors import HetrlError
 
 CHECKPOINT_FORMAT = "hetrl-checkpoint-v1"
@@ -60,12 +60,7 @@ class RunDir:
         return run
 
     def load_config(self) -> TrainConfig:
-        import json
-
-        try:
-            return config_from_dict(json.loads(self.config.read_text()), str(self.config))
-        except json.JSONDecodeError as exc:
-            raise HetrlError(f"{self.config} is not valid JSON ({exc}); restore it from a copy") from None
+        return load_config(self.config, invalid_hint="restore it from a copy")
 
     # --- checkpoints -------------------------------------------------------------------------
     def checkpoints(self) -> list[Path]:

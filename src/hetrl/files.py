@@ -1,0 +1,31 @@
+"""JSON files the user keeps (configs, plans, profiles): written atomically, read with clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from hetrl.errors import HetrlError
+
+
+def write_json(path: str | Path, data: Any, indent: int = 2) -> Path:
+    """Write ``data`` so that ``path`` holds either the old or the whole new file, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # concurrent writers each rename a whole file
+    tmp.write_text(json.dumps(data, indent=indent) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_json(path: str | Path, what: str, missing_hint: str = "", invalid_hint: str = "") -> Any:
+    """The parsed file; a missing or unparsable one is a HetrlError naming ``what`` and the hint."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise HetrlError(f"{what} {path} does not exist" + (f"; {missing_hint}" if missing_hint else "")) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HetrlError(f"{what} {path} is not valid JSON ({exc})" + (f"; {invalid_hint}" if invalid_hint else "")) from None
