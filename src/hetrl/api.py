@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
-from hetrl.config import TrainConfig, apply_overrides, config_from_dict, default_config, load_config, save_config
+from hetrl.config import TrainConfig, make_config, save_config
 from hetrl.errors import HetrlError
 from hetrl.evaluation import record_gif
 from hetrl.run.rundir import RunDir
@@ -39,9 +39,9 @@ def train(
     ``config`` is a base config (a JSON file, a dict or a TrainConfig); ``settings`` override any run
     or agent field by name (``lr=1e-3``, ``hidden=(64, 64)``, ``stop_at_return=475``).
     """
-    cfg = _base_config(algo, env, config)
     given = {"steps": steps, "seed": seed, "device": device}
-    apply_overrides(cfg, [f"{k}={_as_text(v)}" for k, v in {**given, **settings}.items() if v is not None or k in settings])
+    overrides = [f"{k}={_as_text(v)}" for k, v in {**given, **settings}.items() if v is not None or k in settings]
+    cfg = make_config(algo, env, config, overrides)
     session = Session.create(cfg, run_dir)
     result = session.train(progress=progress)
     if summary:
@@ -103,21 +103,6 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         record_gif(greedy_policy(session.algo, session.executor.learner.policy_network), cfg.env, video, cfg.seed)
     session.executor.close()
     return EvalResult(returns=returns, checkpoint=path, video=video)
-
-
-def _base_config(algo: str, env: str, config: str | Path | dict[str, Any] | TrainConfig | None) -> TrainConfig:
-    if config is None:
-        return default_config(algo, env)
-    if isinstance(config, TrainConfig):
-        base = config
-    elif isinstance(config, dict):
-        base = config_from_dict({**config, "algo": algo, "env": env})
-    else:
-        base = load_config(config)
-    data = base.to_dict()
-    if data["algo"] != default_config(algo, env).algo:
-        raise HetrlError(f"the config is for {data['algo']}, not {algo}; pass a {algo} config or drop --config")
-    return config_from_dict({**data, "algo": algo, "env": env})
 
 
 def _as_text(value: Any) -> str:

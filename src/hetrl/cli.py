@@ -50,14 +50,12 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from hetrl.api import _base_config
-    from hetrl.config import apply_overrides
+    from hetrl.config import make_config
     from hetrl.training import Session
 
-    cfg = _base_config(args.algo, args.env, args.config)
     flags = [f"{k}={v}" for k, v in (("steps", args.steps), ("seed", args.seed), ("device", args.device),
                                       ("stop_at_return", args.stop_at_return), ("plan", args.plan)) if v is not None]
-    apply_overrides(cfg, flags + args.overrides)
+    cfg = make_config(args.algo, args.env, args.config, flags + args.overrides)
     console = Console(stderr=True)
     session = Session.create(cfg, args.run_dir, console)
     console.print(f"run directory: {session.run.path}")
@@ -133,14 +131,13 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
 
 
 def _profile(args: argparse.Namespace) -> int:
-    from hetrl.api import _base_config
-    from hetrl.config import apply_overrides
+    from hetrl.config import make_config
     from hetrl.devices import resolve_device
     from hetrl.hardware import describe_machine
     from hetrl.profile import default_path, profile_table, profile_workload
     from hetrl.run.report import progress_bar
 
-    cfg = apply_overrides(_base_config(args.algo, args.env, args.config), args.overrides)
+    cfg = make_config(args.algo, args.env, args.config, args.overrides)
     devices = [str(resolve_device(d)) for d in args.devices] if args.devices else None
     console = Console(stderr=True)
     machine = describe_machine()
@@ -170,14 +167,13 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 def _plan(args: argparse.Namespace) -> int:
     from hetrl.algos import make_algorithm
-    from hetrl.api import _base_config
-    from hetrl.config import apply_overrides
+    from hetrl.config import make_config
     from hetrl.devices import resolve_device
     from hetrl.envs import env_spec
     from hetrl.plan import make_plan, plan_for_run, plan_tables
     from hetrl.profile import Profile
 
-    cfg = apply_overrides(_base_config(args.algo, args.env, args.config), args.overrides)
+    cfg = make_config(args.algo, args.env, args.config, args.overrides)
     console = Console(stderr=True)
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))

@@ -59,6 +59,25 @@ def default_config(algo: str, env: str) -> TrainConfig:
     return TrainConfig(algo=cls.name, env=env, steps=cls.default_steps, agent=cls.Config())
 
 
+def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainConfig | None = None,
+                overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
+    """The config of a run: ``base`` (a JSON file, a dict or a TrainConfig; default: the algorithm's
+    defaults) for ``algo`` on ``env``, then ``key=value`` overrides. ``base`` itself is not changed."""
+    if base is None:
+        config = default_config(algo, env)
+    else:
+        if isinstance(base, TrainConfig):
+            data = base.to_dict()
+        elif isinstance(base, dict):
+            data = {**base, "algo": algo}
+        else:
+            data = load_config(base).to_dict()
+        if algorithm_class(data["algo"]).name != algorithm_class(algo).name:
+            raise HetrlError(f"the config is for {data['algo']}, not {algo}; pass a {algo} config or drop --config")
+        config = config_from_dict({**data, "algo": algo, "env": env})
+    return apply_overrides(config, list(overrides))
+
+
 # --- overrides ---------------------------------------------------------------------------------
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
 
