@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.console import Console
 
 from hetrl.config import TrainConfig, make_config, save_config
 from hetrl.errors import HetrlError
