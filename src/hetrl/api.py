@@ -99,7 +99,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         if not session.spec.supports_rgb_array:
             raise HetrlError(f"{cfg.env} cannot render rgb_array frames, so no video can be recorded; drop --render-video")
         video = run.path / f"eval_{path.stem}.gif"
-        record_gif(greedy_policy(session.algo, session.executor.learner.policy_network), cfg.env, video, cfg.seed)
+        record_gif(greedy_policy(session.algo, session.executor.policy_network), cfg.env, video, cfg.seed)
     session.executor.close()
     return EvalResult(returns=returns, checkpoint=path, video=video)
 

@@ -44,6 +44,10 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="override a setting, e.g. --set lr=0.001 --set hidden=64,64 (repeatable)")
     p.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
     p.add_argument("--plan", help="auto (default: planned from this machine's measured profile), rule, or a plan.json")
+    p.add_argument("--executor", choices=("inline", "local", "ray"),
+                   help="inline (default: one process), local (actor processes + learner, shared memory) or ray")
+    p.add_argument("--actors", type=int, help="actor processes for local/ray (default: one per core beside the learner)")
+    p.add_argument("--ray-address", help="connect the ray executor to this cluster (e.g. 10.0.0.1:6379); default: a local one")
     p.add_argument("--run-dir", help="where to write the run (default runs/ALGO_ENV_sSEED_TIME)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
@@ -54,7 +58,9 @@ def _train(args: argparse.Namespace) -> int:
     from hetrl.training import Session
 
     flags = [f"{k}={v}" for k, v in (("steps", args.steps), ("seed", args.seed), ("device", args.device),
-                                      ("stop_at_return", args.stop_at_return), ("plan", args.plan)) if v is not None]
+                                      ("stop_at_return", args.stop_at_return), ("plan", args.plan),
+                                      ("executor", args.executor), ("actors", args.actors),
+                                      ("ray_address", args.ray_address)) if v is not None]
     cfg = make_config(args.algo, args.env, args.config, flags + args.overrides)
     console = Console(stderr=True)
     session = Session.create(cfg, args.run_dir, console)

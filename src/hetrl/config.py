@@ -19,6 +19,9 @@ from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_json, write_json
 
 
+EXECUTORS = ("inline", "local", "ray")
+
+
 @dataclass
 class TrainConfig:
     algo: str
@@ -29,7 +32,10 @@ class TrainConfig:
     num_envs: int = 1
     threads: int = 0  # torch threads of a host learner; 0: the plan decides
     plan: str = "auto"  # auto: planned from this machine's measured profile; rule: a fixed rule; or a plan.json
-    executor: str = "inline"
+    executor: str = "inline"  # inline (one process), local (actor processes + learner) or ray
+    actors: int = 0  # actor processes of the local/ray executors; 0: one per core left beside the learner
+    weight_sync_every: int = 1  # learner updates between weight pushes to the actors (local/ray)
+    ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
     log_every: int = 1_000  # env steps between metric rows
     eval_every: int = 10_000  # env steps between evaluations (0: only at the end)
     eval_episodes: int = 20
@@ -42,11 +48,13 @@ class TrainConfig:
         for name in ("steps", "num_envs", "log_every", "eval_episodes", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
-        for name in ("eval_every", "threads"):
+        if self.weight_sync_every <= 0:
+            problems.append(f"weight_sync_every must be > 0 (got {self.weight_sync_every})")
+        for name in ("eval_every", "threads", "actors"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
-        if self.executor != "inline":
-            problems.append(f"executor {self.executor!r} is not available yet; use inline")
+        if self.executor not in EXECUTORS:
+            problems.append(f"executor {self.executor!r} is unknown{did_you_mean(self.executor, EXECUTORS)}; use one of {', '.join(EXECUTORS)}")
         if problems:
             raise HetrlError("invalid run config: " + "; ".join(problems))
 

@@ -32,7 +32,8 @@ from hetrl.errors import HetrlError
 from hetrl.files import read_json, write_json
 from hetrl.hardware import Machine, describe_machine
 from hetrl.protocol import implementations
-from hetrl.runtime.inline import InlineExecutor, to_device
+from hetrl.runtime.inline import InlineExecutor
+from hetrl.runtime.learner_role import to_device
 from hetrl.runtime.placement import default_placement
 
 PROFILE_FORMAT = "hetrl-profile-v3"  # v3: replay profiled full with fresh draws; every transfer; loop

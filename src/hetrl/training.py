@@ -19,11 +19,11 @@ from hetrl.config import TrainConfig
 from hetrl.envs import env_spec
 from hetrl.evaluation import evaluate_policy
 from hetrl.nets import numpy_params
-from hetrl.run.metrics import MetricsWriter, read_metrics
+from hetrl.run.metrics import STAGES, MetricsWriter, read_metrics
 from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
 from hetrl.run.rundir import RunDir
-from hetrl.runtime.inline import InlineExecutor
+from hetrl.runtime.executors import actor_count, make_executor
 from hetrl.plan import Plan, plan_for_run
 from hetrl.runtime.placement import Placement
 
@@ -48,6 +48,14 @@ class TrainResult:
     learning_env_steps_per_s: float | None  # measured after learning_starts, evaluations excluded
     predicted_env_steps_per_s: float | None  # the plan's model prediction for the learning phase
     predicted_us_per_call: dict[str, float] | None
+    executor: str = "inline"
+    actors: int = 0  # actor processes (0: acting happens in the learner's loop)
+    actor_restarts: int = 0
+    staleness_mean: float | None = None  # updates between the acting weights and the learner's, per transition
+    staleness_max: int | None = None
+    replay_ratio: float | None = None  # configured gradient updates per env step
+    replay_ratio_measured: float | None = None  # updates / env steps after learning_starts, this session
+    replay_ratio_window_error: float | None = None  # worst relative error over 1,000-step windows (local, ray)
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)
 
 
@@ -73,7 +81,7 @@ class Session:
         self.placement: Placement = self.plan.placement
         if self.placement.learn.threads:
             torch.set_num_threads(self.placement.learn.threads)
-        self.executor = InlineExecutor(self.algo, self.placement, config.num_envs, config.seed)
+        self.executor = make_executor(config, self.algo, self.placement, self.console.print)
         self.resumed_from: int | None = None
 
     @classmethod
@@ -98,13 +106,21 @@ class Session:
         return path
 
     def evaluate(self, episodes: int) -> np.ndarray:
-        policy = greedy_policy(self.algo, self.executor.learner.policy_network)
+        policy = greedy_policy(self.algo, self.executor.policy_network)
         return evaluate_policy(policy, self.config.env, episodes, self.config.seed)
 
     def save_checkpoint(self) -> Path:
         return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)
 
     def train(self, progress: bool = True) -> TrainResult:
+        """Run to ``config.steps`` (or the target return, or Ctrl-C); the executor is closed at the
+        end whatever happens, so no actor process or shared memory outlives the call."""
+        try:
+            return self._train(progress)
+        finally:
+            self.executor.close()
+
+    def _train(self, progress: bool) -> TrainResult:
         cfg, ex, run = self.config, self.executor, self.run
         if not run.plan.exists():
             self.plan.save(run.plan)
@@ -115,6 +131,7 @@ class Session:
         next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
         start, start_steps, start_updates = time.perf_counter(), ex.env_steps, ex.updates
         last_t, last_steps, last_updates = start, ex.env_steps, ex.updates
+        last_timers = ex.timer_totals()
         last_eval: np.ndarray | None = None
         solved_at: int | None = None
         learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
@@ -140,7 +157,12 @@ class Session:
                         "exploration": self.algo.exploration(ex.env_steps),
                         "env_steps_per_s": (ex.env_steps - last_steps) / (now - last_t),
                         "updates_per_s": (ex.updates - last_updates) / (now - last_t),
+                        "actor_restarts": ex.restarts,
                     }
+                    row["staleness_mean"], row["staleness_max"] = ex.drain_staleness()
+                    timers = ex.timer_totals()
+                    row.update(_shares(timers, last_timers, now - last_t))
+                    last_timers = timers
                     if next_eval is not None and ex.env_steps >= next_eval:
                         eval_start = time.perf_counter()
                         last_eval = self.evaluate(cfg.eval_episodes)
@@ -165,10 +187,14 @@ class Session:
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
         end = time.perf_counter()
         wall = end - start
+        ex.drain_staleness()
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
         self.save_checkpoint()
+        prediction = self.plan.prediction if cfg.executor == "inline" else None  # the model is of the inline loop
+        learning_updates = ex.updates - start_updates
+        learning_steps = ex.env_steps - max(start_steps, cfg.agent.learning_starts)
         if solved_at is None and not interrupted.set:
             last_eval = self.evaluate(cfg.eval_episodes)
             metrics.write({"env_steps": ex.env_steps, "updates": ex.updates, "wall_s": round(wall, 3),
@@ -181,20 +207,56 @@ class Session:
             eval_return_mean=None if last_eval is None else float(last_eval.mean()),
             eval_return_std=None if last_eval is None else float(last_eval.std()),
             eval_episodes=cfg.eval_episodes, solved_at=solved_at, interrupted=interrupted.set,
-            placement=self.placement.by_primitive(), timers=ex.timers.table(wall), metrics=read_metrics(run.metrics),
+            placement=self._where(), timers=_timer_rows(ex.timer_totals(), wall), metrics=read_metrics(run.metrics),
             learning_env_steps_per_s=learning_rate,
-            predicted_env_steps_per_s=self.plan.prediction.env_steps_per_s if self.plan.prediction else None,
-            predicted_us_per_call={k: 1e6 * v for k, v in self.plan.prediction.per_call_s.items()} if self.plan.prediction else None,
+            predicted_env_steps_per_s=prediction.env_steps_per_s if prediction else None,
+            predicted_us_per_call={k: 1e6 * v for k, v in prediction.per_call_s.items()} if prediction else None,
+            executor=cfg.executor, actors=0 if cfg.executor == "inline" else actor_count(cfg),
+            actor_restarts=ex.restarts,
+            staleness_mean=(ex.staleness_sum / ex.staleness_count) if getattr(ex, "staleness_count", 0) else (0.0 if cfg.executor == "inline" else None),
+            staleness_max=getattr(ex, "staleness_max", 0),
+            replay_ratio=cfg.agent.replay_ratio,
+            replay_ratio_measured=learning_updates / learning_steps if learning_steps > 0 else None,
+            replay_ratio_window_error=ex.ratio_error(),
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
-        ex.close()
         return result
+
+    def _where(self) -> dict[str, str]:
+        """Where each timed stage ran, for the summary."""
+        where = self.placement.by_primitive()
+        if self.config.executor != "inline":
+            actors = f"{actor_count(self.config)} actors"
+            where["EnvStep"] = f"{where['EnvStep']}, {actors}"
+            where["Act"] = f"numpy on cpu, {actors}"
+            where["WeightSync"] = f"{self.placement.learn.device} -> shared copy"
+            where["WeightFetch"] = f"shared copy -> {actors}"
+            where["ActorWait"] = "actors, held by the limiter"
+            where["LearnerWait"] = "learner, waiting for data"
+        where["Transfer"] = "replay -> learner"
+        return where
 
     def print_summary(self, result: TrainResult) -> None:
         self.console.print(summary_table(result))
         self.console.print(placement_table(result))
         if result.interrupted:
             self.console.print(f"interrupted: checkpoint saved; continue with `hetrl resume {result.run_dir}`")
+
+
+def _shares(now: dict[str, tuple[float, int, int]], before: dict[str, tuple[float, int, int]], wall: float) -> dict[str, float]:
+    """Each stage's share of its processes' wall time over an interval (metrics columns share_*)."""
+    out = {}
+    for name in STAGES:
+        if name in now and wall > 0:
+            seconds, _, processes = now[name]
+            out[f"share_{name}"] = round((seconds - before.get(name, (0.0, 0, 1))[0]) / (wall * processes), 4)
+    return out
+
+
+def _timer_rows(totals: dict[str, tuple[float, int, int]], wall: float) -> list[tuple[str, int, float, float]]:
+    """(name, calls, µs per call, share of its processes' wall time), largest share first."""
+    rows = [(k, c, 1e6 * s / max(1, c), s / (wall * p) if wall > 0 else 0.0) for k, (s, c, p) in totals.items()]
+    return sorted(rows, key=lambda r: -r[3])
 
 
 def _next_multiple(value: int, every: int) -> int:

@@ -87,6 +87,7 @@ class Algorithm(ABC):
     Config: ClassVar[type[AgentConfig]]
     discrete_actions: ClassVar[bool]
     default_steps: ClassVar[int]  # env steps of a run when none are given (what the defaults are tuned for)
+    policy_key: ClassVar[str]  # which of make_networks() the acting policy is
 
     def __init__(self, spec: EnvSpec, config: AgentConfig) -> None:
         self.spec, self.config = spec, config
@@ -97,6 +98,10 @@ class Algorithm(ABC):
     @abstractmethod
     def make_networks(self) -> dict[str, nn.Module]:
         """The trained networks, freshly initialised on the CPU (targets are copies of them)."""
+
+    def make_policy_network(self) -> nn.Module:
+        """A fresh acting network (an actor fills in the learner's weights)."""
+        return self.make_networks()[self.policy_key]
 
     def learner_parameters(self) -> int:
         """Trainable parameters of the learner (targets excluded): the size of its work."""

@@ -134,6 +134,7 @@ class DDPGLearner(Learner):
 class DDPG(Algorithm):
     name = "ddpg"
     Config = DDPGConfig
+    policy_key = "actor"
     discrete_actions = False
     default_steps = 20_000
     config: DDPGConfig

@@ -108,6 +108,7 @@ class DQNLearner(Learner):
 class DQN(Algorithm):
     name = "dqn"
     Config = DQNConfig
+    policy_key = "q"
     discrete_actions = True
     default_steps = 100_000
     config: DQNConfig

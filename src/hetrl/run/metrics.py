@@ -7,9 +7,15 @@ import math
 from pathlib import Path
 from typing import Any
 
+# the timed stages whose share of wall time each row records (share_<stage>)
+STAGES = ("EnvStep", "Act", "WeightSync", "WeightFetch", "ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate",
+          "ActorWait", "LearnerWait")
+
 COLUMNS = (
     "env_steps", "updates", "wall_s", "episodes", "return_mean", "length_mean", "loss", "exploration",
     "env_steps_per_s", "updates_per_s", "eval_return_mean", "eval_return_std",
+    "actor_restarts", "staleness_mean", "staleness_max",
+    *(f"share_{name}" for name in STAGES),
 )
 
 

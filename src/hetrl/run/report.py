@@ -39,6 +39,9 @@ def summary_table(result: "TrainResult") -> Table:
         ("env steps/s", f"{result.env_steps_per_s:,.0f} (measured, whole run)"),
         ("env steps/s, learning phase", _learning_rate(result)),
         ("updates/s", f"{result.updates_per_s:,.0f} (measured)"),
+        ("executor", result.executor + (f", {result.actors} actor processes, {result.actor_restarts} restarts" if result.actors else "")),
+        ("replay ratio", _ratio(result)),
+        ("policy staleness", _staleness(result)),
         ("final evaluation return", evaluation),
     ]
     for name, value in rows:
@@ -46,21 +49,40 @@ def summary_table(result: "TrainResult") -> Table:
     return table
 
 
+def _ratio(result: "TrainResult") -> str:
+    text = f"{result.replay_ratio:g} configured"
+    if result.replay_ratio_measured is not None:
+        text += f", {result.replay_ratio_measured:.3f} measured"
+    if result.replay_ratio_window_error is not None:
+        text += f" (worst 1,000-step window off by {100 * result.replay_ratio_window_error:.1f}%)"
+    return text
+
+
+def _staleness(result: "TrainResult") -> str:
+    if result.staleness_mean is None:
+        return "n/a"
+    return f"{result.staleness_mean:.2f} updates on average, {result.staleness_max} at most (measured)"
+
+
 def _learning_rate(result: "TrainResult") -> str:
     measured = "n/a" if result.learning_env_steps_per_s is None else f"{result.learning_env_steps_per_s:,.0f} measured"
     if result.predicted_env_steps_per_s is None:
-        return f"{measured} (no prediction: the plan was not made from a profile)"
+        why = "the model covers the inline executor only" if result.executor != "inline" else "the plan was not made from a profile"
+        return f"{measured} (no prediction: {why})"
     return f"{measured}, {result.predicted_env_steps_per_s:,.0f} predicted by the plan's model"
 
 
 def placement_table(result: "TrainResult") -> Table:
     table = Table(title="where each primitive ran: measured in this run, predicted by the plan", title_justify="left")
-    for col in ("primitive", "placement", "calls", "µs/call", "predicted µs/call", "share of wall"):
+    for col in ("primitive", "placement", "calls", "µs/call", "predicted µs/call", "share of its processes' wall"):
         table.add_column(col, justify="left" if col in ("primitive", "placement") else "right")
     timing = {name: (calls, us, share) for name, calls, us, share in result.timers}
     predicted = result.predicted_us_per_call or {}
-    rows = list(result.placement.items()) + ([("Transfer", "replay -> learner")] if "Transfer" in timing else [])
-    for primitive, where in rows:
+    names = list(result.placement) + [name for name in timing if name not in result.placement]
+    for primitive in names:
+        if primitive not in timing and primitive not in predicted and primitive in ("Transfer", "ActorWait", "LearnerWait"):
+            continue
+        where = result.placement.get(primitive, "-")
         calls, us, share = timing.get(primitive, (0, 0.0, 0.0))
         guess = f"{predicted[primitive]:,.1f}" if primitive in predicted else "-"
         table.add_row(primitive, where, f"{calls:,}", f"{us:,.1f}", guess, f"{100 * share:.1f}%")

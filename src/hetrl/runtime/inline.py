@@ -15,47 +15,56 @@ import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
+from hetrl.errors import HetrlError
 from hetrl.protocol import get
+from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.nstep import NStepAssembler
 from hetrl.runtime.placement import Placement
 from hetrl.runtime.timers import Timers
 
-LEARN_INPUTS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")
-
-
-def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
-    """Transfer: host arrays or tensors elsewhere become tensors on ``device`` (zero-copy on the host)."""
-    return {k: torch.as_tensor(batch[k], device=device) for k in LEARN_INPUTS}
-
 
 class InlineExecutor:
+    name = "inline"
+
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int) -> None:
         placement.validate()
         cfg, spec = algo.config, algo.spec
         self.algo, self.placement, self.seed = algo, placement, seed
         self.env = get("EnvStep", placement.env.backend).cls(spec.env_id, num_envs, seed)
-        self.learn = get("Learn", placement.learn.backend).cls(algo, placement.learn.device, seed)
-        self.learner = self.learn.learner
-        self.policy = get("Act", placement.act.backend).cls(self.learner.policy_network, algo.action_rule, placement.act.device)
-        self.replay = get("ReplayAdd", placement.replay.backend).cls(
-            cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype,
-            prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps, device=placement.replay.device,
-        )
-        self.host_replay = placement.replay.backend == "numpy"
         self.nstep = NStepAssembler(num_envs, cfg.n_step, cfg.gamma)
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng(seed)  # acting draws and replay sampling: one stream
         self.timers = Timers()
+        self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
+        self.learner, self.replay = self.learning.learner, self.learning.replay
+        self.policy = get("Act", placement.act.backend).cls(self.learner.policy_network, algo.action_rule, placement.act.device)
         self.env_steps = 0
         self.iterations = 0
         self.updates_due = 0.0
         self.synced_at = -1  # learner.updates at the last WeightSync
         self.finished: list[tuple[float, int]] = []  # (return, length) of episodes not yet reported
-        self.losses: list[torch.Tensor] = []  # not yet reported
         self.obs = self.env.reset()
 
     @property
     def updates(self) -> int:
         return self.learner.updates
+
+    @property
+    def policy_network(self) -> torch.nn.Module:
+        return self.learner.policy_network
+
+    def timer_totals(self) -> dict[str, tuple[float, int, int]]:
+        """name -> (seconds, calls, processes doing it): one process here."""
+        return {k: (s, self.timers.calls[k], 1) for k, s in self.timers.seconds.items()}
+
+    def drain_staleness(self) -> tuple[float | None, int | None]:
+        """The inline loop syncs the acting copy before every Act: its policy is never stale."""
+        return (0.0, 0) if self.env_steps >= self.algo.config.learning_starts else (None, None)
+
+    def ratio_error(self) -> float | None:
+        """Not held per window here: updates come in bursts of ``train_every`` env steps."""
+        return None
+
+    restarts = 0  # no actor processes to restart
 
     def iteration(self) -> None:
         """Step every env once, store the transitions, and run the updates the replay ratio asks for."""
@@ -76,8 +85,7 @@ class InlineExecutor:
         self.finished.extend(self.env.finished)
         ready = self.nstep(self.obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
         if ready is not None:
-            with timers.time("ReplayAdd"):
-                self.replay.add(**ready)
+            self.learning.add(ready)
         self.obs = out["next_obs"]
         self.env_steps += n
         self.iterations += 1
@@ -85,31 +93,11 @@ class InlineExecutor:
             self.updates_due += n * cfg.replay_ratio
             if self.iterations % cfg.train_every == 0:
                 while self.updates_due >= 1:
-                    self._update()
+                    self.learning.update(self.env_steps)
                     self.updates_due -= 1
 
-    def _update(self) -> None:
-        cfg, timers = self.algo.config, self.timers
-        uniform = self.rng.random(cfg.batch_size)
-        with timers.time("ReplaySample"):
-            batch = self.replay.sample(uniform, cfg.beta(self.env_steps))
-        with timers.time("Transfer"):
-            on_device = to_device(batch, self.learn.device)
-        with timers.time("Learn"):
-            out = self.learn.learn(**on_device)
-        if cfg.prioritized:
-            with timers.time("PriorityUpdate"):
-                td = out["td_errors"].cpu().numpy() if self.host_replay else out["td_errors"]
-                self.replay.update_priorities(batch["indices"], td)
-        self.losses.append(out["loss"])
-
     def drain_losses(self) -> float | None:
-        """Mean loss since the last call (one device synchronisation)."""
-        if not self.losses:
-            return None
-        mean = torch.stack(self.losses).mean().item()
-        self.losses = []
-        return mean
+        return self.learning.drain_losses()
 
     def drain_episodes(self) -> list[tuple[float, int]]:
         done, self.finished = self.finished, []
@@ -135,12 +123,14 @@ class InlineExecutor:
             "obs": self.obs,
             "finished": list(self.finished),
             "nstep": self.nstep.state_dict(),
-            "replay": self.replay.state_dict(),
-            "learner": self.learner.state_dict(),
+            **self.learning.state_dict(),
             "policy": self.policy.state_dict(),
+            "executor": self.name,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("executor", self.name) != self.name:
+            raise HetrlError(f"this checkpoint was written by the {state['executor']} executor; resume it with --set executor={state['executor']}")
         self.env_steps = state["env_steps"]
         self.iterations = state["iterations"]
         self.updates_due = state["updates_due"]
@@ -155,6 +145,5 @@ class InlineExecutor:
             self.obs = self.env.reset()
         self.finished = list(state["finished"])
         self.nstep.load_state_dict(state["nstep"])
-        self.replay.load_state_dict(state["replay"])
-        self.learner.load_state_dict(state["learner"])
+        self.learning.load_state_dict(state)
         self.policy.load_state_dict(state["policy"])

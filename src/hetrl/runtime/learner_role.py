@@ -1,0 +1,96 @@
+"""The learner side of every executor: ReplayAdd, ReplaySample, Transfer, Learn, PriorityUpdate.
+
+Executors differ in where transitions come from (the inline loop, actor processes, Ray actors);
+what happens to them once they reach the learner is the same, so it is written once here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from hetrl.algos import Algorithm
+from hetrl.protocol import get
+from hetrl.runtime.placement import Placement
+from hetrl.runtime.timers import Timers
+
+LEARN_INPUTS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")
+
+
+def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
+    """Transfer: host arrays or tensors elsewhere become tensors on ``device`` (zero-copy on the host)."""
+    return {k: torch.as_tensor(batch[k], device=device) for k in LEARN_INPUTS}
+
+
+class LearnerRole:
+    """The replay and the learner, as the placement puts them; every call is timed in ``timers``.
+
+    ``rng`` draws the replay's sampling inputs (the executor may share it with its acting draws,
+    as the inline executor does, to keep one random stream).
+    """
+
+    def __init__(self, algo: Algorithm, placement: Placement, seed: int, rng: np.random.Generator, timers: Timers) -> None:
+        cfg, spec = algo.config, algo.spec
+        self.config, self.rng, self.timers = cfg, rng, timers
+        self.learn = get("Learn", placement.learn.backend).cls(algo, placement.learn.device, seed)
+        self.learner = self.learn.learner
+        self.replay = get("ReplayAdd", placement.replay.backend).cls(
+            cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype,
+            prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps, device=placement.replay.device,
+        )
+        self.host_replay = placement.replay.backend == "numpy"
+        self.losses: list[torch.Tensor] = []  # not yet reported
+
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
+
+    def can_sample(self) -> bool:
+        return len(self.replay) >= self.config.batch_size
+
+    def add(self, transitions: dict[str, np.ndarray]) -> None:
+        with self.timers.time("ReplayAdd"):
+            self.replay.add(**transitions)
+
+    def sample(self, env_steps: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+        """ReplaySample, then Transfer to the learner's device: (the batch as sampled, the batch on device)."""
+        uniform = self.rng.random(self.config.batch_size)
+        with self.timers.time("ReplaySample"):
+            batch = self.replay.sample(uniform, self.config.beta(env_steps))
+        with self.timers.time("Transfer"):
+            on_device = to_device(batch, self.learn.device)
+        return batch, on_device
+
+    def learn_on(self, on_device: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        with self.timers.time("Learn"):
+            out = self.learn.learn(**on_device)
+        self.losses.append(out["loss"])
+        return out
+
+    def update_priorities(self, batch: dict[str, Any], out: dict[str, torch.Tensor]) -> None:
+        if self.config.prioritized:
+            with self.timers.time("PriorityUpdate"):
+                td = out["td_errors"].cpu().numpy() if self.host_replay else out["td_errors"]
+                self.replay.update_priorities(batch["indices"], td)
+
+    def update(self, env_steps: int) -> None:
+        """One gradient update: sample, transfer, learn, update priorities."""
+        batch, on_device = self.sample(env_steps)
+        self.update_priorities(batch, self.learn_on(on_device))
+
+    def drain_losses(self) -> float | None:
+        """Mean loss since the last call (one device synchronisation)."""
+        if not self.losses:
+            return None
+        mean = torch.stack(self.losses).mean().item()
+        self.losses = []
+        return mean
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"replay": self.replay.state_dict(), "learner": self.learner.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.replay.load_state_dict(state["replay"])
+        self.learner.load_state_dict(state["learner"])

@@ -1,0 +1,341 @@
+"""The local executor: actors in worker processes, the learner in this one, joined by shared memory.
+
+Each actor steps its own vector of envs with a numpy copy of the policy and writes n-step
+transitions into its shared-memory ring; the learner drains the rings into the replay (ReplayAdd),
+runs the updates the rate limiter allows (sampling the next batch in a thread while it learns on
+the current one) and publishes the policy weights every ``weight_sync_every`` updates. Ctrl-C
+reaches only this process (actors ignore SIGINT); ``close`` stops every actor within seconds and
+removes every segment. An actor that dies is restarted and counted.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+import torch
+
+from hetrl.algos import Algorithm
+from hetrl.errors import HetrlError
+from hetrl.nets import numpy_params
+from hetrl.runtime.actor import ActorLoop, ActorSpec
+from hetrl.runtime.learner_role import LearnerRole
+from hetrl.runtime.placement import Placement
+from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
+from hetrl.runtime.shared import (
+    ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
+    SharedWeights, TransitionRing, control_layout, ring_layout,
+)
+from hetrl.runtime.timers import Timers
+
+RING_CAPACITY = 4096  # transitions per actor between two drains; far above the limiter's lead
+EPISODE_CAPACITY = 1024
+STOP_TIMEOUT_S = 3.0  # then terminate, then kill: everything is gone well within 5 s
+WATCH_EVERY_S = 0.2  # how often the learner checks that its actors are alive
+QUICK_DEATH_S = 5.0  # an actor dying this soon after (re)starting, three times in a row, fails the run
+MAX_BURST = 64  # updates per iteration at most, so that rings are drained and actors fed in between
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class LocalExecutor:
+    name = "local"
+
+    def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
+                 weight_sync_every: int = 1, prefetch: bool = True, log: Callable[[str], None] = _stderr) -> None:
+        placement.validate()
+        if actors < 1:
+            raise HetrlError(f"the local executor needs at least 1 actor (got {actors})")
+        cfg = algo.config
+        self.algo, self.placement, self.seed, self.log = algo, placement, seed, log
+        self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
+        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed)
+        self.timers = Timers()
+        self.rng = np.random.default_rng(seed)
+        self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
+        self.learner, self.replay = self.learning.learner, self.learning.replay
+        self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, default_lead(actors, num_envs))
+        self.env_steps = 0
+        self.finished: list[tuple[float, int]] = []
+        self.trace: list[tuple[int, int]] = []  # (env steps, updates) after every iteration that learned
+        self.restarts = 0
+        self.staleness_max, self.staleness_sum, self.staleness_count = 0, 0, 0
+        self._interval_staleness: list[int] = []
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="hetrl-prefetch") if prefetch else None
+        self._prefetched: Future | None = None
+        self._started = False
+        self._closed = False
+
+    @property
+    def updates(self) -> int:
+        return self.learner.updates
+
+    @property
+    def policy_network(self) -> torch.nn.Module:
+        return self.learner.policy_network
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def _start(self) -> None:
+        spec = self.algo.spec
+        self._policy_params = numpy_params(self.policy_network)
+        self.control = SharedArrays(control_layout(self.actors))
+        self.weights = SharedWeights(SharedArrays(SharedWeights.layout(self._policy_params)))
+        self.rings = [TransitionRing(SharedArrays(ring_layout(RING_CAPACITY, EPISODE_CAPACITY, spec.obs_shape,
+                                                               spec.action_shape, spec.action_dtype)))
+                      for _ in range(self.actors)]
+        self.actor_timers = [SharedTimers(r.block["timer_seconds"], r.block["timer_calls"]) for r in self.rings]
+        flags = self.control["flags"]
+        flags[BASE_ENV_STEPS] = self.env_steps
+        flags[ALLOWED_ENV_STEPS] = self.limiter.allowed_env_steps(self.updates)
+        self._publish()
+        self._ctx = mp.get_context("forkserver")
+        self._ctx.set_forkserver_preload(["hetrl.runtime.local"])
+        self._errors = self._ctx.SimpleQueue()
+        self._procs: list[Any] = [None] * self.actors
+        self._incarnations = [0] * self.actors
+        self._started_at = [0.0] * self.actors
+        self._quick_deaths = [0] * self.actors
+        for i in range(self.actors):
+            self._spawn(i)
+        self._started = True
+        self._last_watch = time.perf_counter()
+
+    def _spawn(self, index: int) -> None:
+        proc = self._ctx.Process(
+            target=actor_process, name=f"hetrl-actor-{index}", daemon=True,
+            args=(self.spec, index, self._incarnations[index], self.rings[index].block.handle, self.control.handle,
+                  self.weights.block.handle, os.getpid(), self._errors),
+        )
+        proc.start()
+        self._procs[index] = proc
+        self._started_at[index] = time.perf_counter()
+
+    def actor_pids(self) -> list[int]:
+        return [p.pid for p in self._procs] if self._started else []
+
+    def _watch_actors(self) -> None:
+        errors: dict[int, str] = {}
+        while not self._errors.empty():
+            index, text = self._errors.get()
+            errors[index] = text
+        for i, proc in enumerate(self._procs):
+            if proc.exitcode is None:
+                continue
+            proc.join()
+            why = errors.get(i, "").strip().splitlines()[-1:] or [f"exit code {proc.exitcode}"]
+            quick = time.perf_counter() - self._started_at[i] < QUICK_DEATH_S
+            self._quick_deaths[i] = self._quick_deaths[i] + 1 if quick else 0
+            if self._quick_deaths[i] >= 3:
+                raise HetrlError(f"actor {i} failed three times right after starting ({why[0]}); "
+                                 f"see its traceback above and fix the environment or config")
+            if i in errors:
+                self.log(f"actor {i} crashed:\n{errors[i]}")
+            self.restarts += 1
+            self._incarnations[i] += 1
+            self.log(f"actor {i} stopped ({why[0]}); restarted it (restart {self.restarts} of this run)")
+            self._spawn(i)
+
+    def close(self) -> None:
+        """Stop every actor (ask, then terminate, then kill) and remove every shared segment."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        if not self._started:
+            return
+        self.control["flags"][STOP] = 1
+        deadline = time.perf_counter() + STOP_TIMEOUT_S
+        for proc in self._procs:
+            proc.join(max(0.0, deadline - time.perf_counter()))
+        for proc in self._procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(1.0)
+        for block in [self.control, self.weights.block, *(r.block for r in self.rings)]:
+            block.close()
+
+    # --- the learner's loop --------------------------------------------------------------------
+    def iteration(self) -> None:
+        """Drain the actors' rings into the replay, then run the updates the limiter allows."""
+        if not self._started:
+            self._start()
+        now = time.perf_counter()
+        if now - self._last_watch > WATCH_EVERY_S:
+            self._watch_actors()
+            self._last_watch = now
+        flags = self.control["flags"]
+        steps = int(flags[BASE_ENV_STEPS] + self.control["actor_steps"].sum())
+        drained = False
+        for ring in self.rings:
+            chunk = ring.pop()
+            if chunk is not None:
+                drained = True
+                self._wait_prefetch()
+                self.learning.add(chunk)
+                lag = max(0, self.updates - int(ring.header[ACTING_VERSION]))
+                self._interval_staleness.append(lag)
+            self.finished.extend(ring.pop_episodes())
+        self.env_steps = max(self.env_steps, steps)
+        owed = self.limiter.updates_owed(self.env_steps, self.updates) if self.learning.can_sample() else 0
+        if owed:
+            self._learn(min(owed, MAX_BURST))
+            flags[ALLOWED_ENV_STEPS] = self.limiter.allowed_env_steps(self.updates)
+            self.trace.append((self.env_steps, self.updates))
+        elif not drained:
+            with self.timers.time("LearnerWait"):
+                time.sleep(0.0002)
+
+    def _learn(self, count: int) -> None:
+        learning = self.learning
+        for i in range(count):
+            batch, on_device = self._prefetched.result() if self._prefetched else learning.sample(self.env_steps)
+            self._prefetched = None
+            if self._pool is not None and i + 1 < count:  # sample the next batch while this one learns
+                self._prefetched = self._pool.submit(learning.sample, self.env_steps)
+            out = learning.learn_on(on_device)
+            self._wait_prefetch()  # the replay is touched by one thread at a time
+            learning.update_priorities(batch, out)
+            if self.updates % self.weight_sync_every == 0:
+                self._publish()
+
+    def _wait_prefetch(self) -> None:
+        if self._prefetched is not None:
+            self._prefetched.exception()  # waits; the result stays in the future
+
+    def _publish(self) -> None:
+        with self.timers.time("WeightSync"):
+            for name, value in self.policy_network.state_dict().items():
+                np.copyto(self._policy_params[name], value.detach().cpu().numpy())
+            self.weights.publish(self._policy_params, self.updates)
+
+    # --- what the session reads ----------------------------------------------------------------
+    def drain_losses(self) -> float | None:
+        return self.learning.drain_losses()
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        done, self.finished = self.finished, []
+        return done
+
+    def drain_staleness(self) -> tuple[float | None, int | None]:
+        """Mean and max policy staleness (updates since the acting weights were published) of the
+        transitions drained since the last call."""
+        lags, self._interval_staleness = self._interval_staleness, []
+        if not lags:
+            return None, None
+        self.staleness_max = max(self.staleness_max, max(lags))
+        self.staleness_sum += sum(lags)
+        self.staleness_count += len(lags)
+        return float(np.mean(lags)), int(max(lags))
+
+    def timer_totals(self) -> dict[str, tuple[float, int, int]]:
+        """name -> (seconds, calls, processes doing it): learner timers, then actors' summed."""
+        totals = {k: (s, self.timers.calls[k], 1) for k, s in self.timers.seconds.items()}
+        if self._started:
+            for timers in self.actor_timers:
+                for name, (seconds, calls) in timers.totals().items():
+                    s, c, _ = totals.get(name, (0.0, 0, 0))
+                    totals[name] = (s + seconds, c + calls, self.actors)
+        return totals
+
+    def ratio_error(self) -> float | None:
+        cfg = self.algo.config
+        return worst_window_error(self.trace, cfg.replay_ratio, cfg.learning_starts)
+
+    # --- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, replay and networks exactly; actors' envs and generators are not saved (a
+        resumed run starts fresh actors)."""
+        self._wait_prefetch()
+        return {
+            "executor": self.name,
+            "env_steps": self.env_steps,
+            "rng": self.rng.bit_generator.state,
+            "finished": list(self.finished),
+            "restarts": self.restarts,
+            **self.learning.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("executor", "inline") != self.name:
+            raise HetrlError(f"this checkpoint was written by the {state.get('executor', 'inline')} executor; "
+                             f"resume it with --set executor={state.get('executor', 'inline')}")
+        if self._started:
+            raise RuntimeError("load a checkpoint before the first iteration")
+        self.env_steps = state["env_steps"]
+        self.rng.bit_generator.state = state["rng"]
+        self.finished = list(state["finished"])
+        self.restarts = state["restarts"]
+        self.learning.load_state_dict(state)
+
+
+def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: SharedHandle, control_handle: SharedHandle,
+                  weights_handle: SharedHandle, parent_pid: int, errors: Any) -> None:
+    """An actor's main: step, publish transitions, stay within the limiter; exit when told to or
+    when the learner's process is gone."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
+    blocks: list[SharedArrays] = []
+    try:
+        ring_block, control, weights_block = (SharedArrays(handle=h) for h in (ring_handle, control_handle, weights_handle))
+        blocks = [ring_block, control, weights_block]
+        ring, weights = TransitionRing(ring_block), SharedWeights(weights_block)
+        timers = SharedTimers(ring_block["timer_seconds"], ring_block["timer_calls"])
+        flags, actor_steps = control["flags"], control["actor_steps"]
+        loop = ActorLoop(spec, spec.actor_seed(index, incarnation), timers)
+        n, room, version, steps = spec.num_envs, loop.max_rows_per_step(), -1, 0
+        while not flags[STOP]:
+            if weights.version() != version:
+                start = time.perf_counter()
+                version = weights.read_into(loop.params)
+                ring.header[ACTING_VERSION] = version
+                timers.add("WeightFetch", time.perf_counter() - start)
+            env_steps = int(flags[BASE_ENV_STEPS] + actor_steps.sum())
+            allowed = int(flags[ALLOWED_ENV_STEPS])
+            if (0 <= allowed < env_steps + n) or ring.free() < room:
+                start = time.perf_counter()
+                time.sleep(0.0002)
+                timers.add("ActorWait", time.perf_counter() - start)
+                if not _alive(parent_pid):
+                    break
+                continue
+            ready, episodes = loop.step(env_steps)
+            if ready is not None:
+                ring.push(ready)
+            if episodes:
+                ring.push_episodes(episodes)
+            actor_steps[index] += n
+            steps += 1
+            if steps % 256 == 0 and not _alive(parent_pid):
+                break
+        loop.close()
+    except BaseException:
+        errors.put((index, traceback.format_exc()))
+        raise SystemExit(1) from None
+    finally:
+        for block in blocks:
+            block.close()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still exists (actors are children of the fork server, not of the
+    learner, so the parent pid cannot tell)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,231 @@
+"""Shared-memory blocks for the local executor: typed arrays in one segment, a transition ring per
+actor, and the acting weights behind a sequence lock.
+
+No locks and no pickling on the data path: a ring has one writer (its actor) and one reader (the
+learner), each owning its own counter; the weights have one writer (the learner). Counters are
+written after the data they publish. On x86-64 stores become visible in program order, which is
+what these protocols rely on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+SHM_PREFIX = "hetrl_"  # segment names: hetrl_<owner pid>_<random>, so leftovers are easy to find
+_ALIGN = 64
+
+Layout = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, dtype)
+
+
+@dataclass(frozen=True)
+class SharedHandle:
+    """What another process needs to attach to a block: picklable, a few bytes."""
+
+    name: str
+    layout: tuple[tuple[str, tuple[int, ...], str], ...]
+
+
+class SharedArrays:
+    """Named numpy arrays laid out in one shared-memory segment. The creator owns (unlinks) it."""
+
+    def __init__(self, layout: Layout | None = None, handle: SharedHandle | None = None) -> None:
+        if handle is None:
+            assert layout is not None
+            spec = tuple((k, tuple(shape), np.dtype(dtype).str) for k, (shape, dtype) in layout.items())
+            size = max(1, sum(_padded(shape, dtype) for _, shape, dtype in spec))
+            name = f"{SHM_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
+            self.shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+            self.owner = True
+            handle = SharedHandle(name, spec)
+        else:
+            self.shm = _attach(handle.name)
+            self.owner = False
+        self.handle = handle
+        self.arrays: dict[str, np.ndarray] = {}
+        offset = 0
+        for key, shape, dtype in handle.layout:
+            self.arrays[key] = np.ndarray(shape, dtype=dtype, buffer=self.shm.buf, offset=offset)
+            offset += _padded(shape, dtype)
+        if self.owner:
+            for array in self.arrays.values():
+                array.fill(0)
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        return self.arrays[key]
+
+    def close(self) -> None:
+        """Detach (and, for the creator, remove the segment). Safe to call twice."""
+        if self.shm is None:
+            return
+        self.arrays = {}
+        try:
+            self.shm.close()
+        except BufferError:  # a view still exported: the segment is freed when the process exits
+            pass
+        if self.owner:
+            try:
+                self.shm.unlink()
+            except FileNotFoundError:
+                pass
+        self.shm = None
+
+
+def _padded(shape: tuple[int, ...], dtype: str) -> int:
+    nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _attach(name: str) -> shared_memory.SharedMemory:
+    """Attach to a segment the learner created. Its children share the learner's resource tracker,
+    where the name is already registered (a set: registering again changes nothing), and which
+    removes the segment if the learner is killed before it could."""
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    return shared_memory.SharedMemory(name=name)
+
+
+# --- a transition ring per actor --------------------------------------------------------------
+TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
+# header slots of a ring
+WRITTEN, READ, EPISODES_WRITTEN, EPISODES_READ, ACTING_VERSION = range(5)
+# actor-side timers: seconds and calls
+ACTOR_TIMERS = ("EnvStep", "Act", "WeightFetch", "ActorWait")
+
+
+def ring_layout(capacity: int, episode_capacity: int, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
+                action_dtype: str) -> Layout:
+    return {
+        "header": ((8,), "int64"),
+        "timer_seconds": ((len(ACTOR_TIMERS),), "float64"),
+        "timer_calls": ((len(ACTOR_TIMERS),), "int64"),
+        "obs": ((capacity, *obs_shape), "float32"),
+        "actions": ((capacity, *action_shape), action_dtype),
+        "rewards": ((capacity,), "float32"),
+        "next_obs": ((capacity, *obs_shape), "float32"),
+        "discounts": ((capacity,), "float32"),
+        "episode_returns": ((episode_capacity,), "float64"),
+        "episode_lengths": ((episode_capacity,), "int64"),
+    }
+
+
+class TransitionRing:
+    """One actor's transitions and finished episodes on their way to the learner."""
+
+    def __init__(self, block: SharedArrays) -> None:
+        self.block = block
+        self.header = block["header"]
+        self.capacity = block["rewards"].shape[0]
+        self.episode_capacity = block["episode_returns"].shape[0]
+
+    # writer side (the actor)
+    def free(self) -> int:
+        return self.capacity - int(self.header[WRITTEN] - self.header[READ])
+
+    def push(self, transitions: dict[str, np.ndarray]) -> None:
+        """Append rows (the caller waits for ``free()`` first); publish by bumping the counter last."""
+        n = len(transitions["rewards"])
+        start = int(self.header[WRITTEN])
+        rows = (start + np.arange(n)) % self.capacity
+        for key in TRANSITION_FIELDS:
+            self.block[key][rows] = transitions[key]
+        self.header[WRITTEN] = start + n
+
+    def push_episodes(self, episodes: list[tuple[float, int]]) -> None:
+        """Finished episodes, for the learner's metrics (the oldest are overwritten if it lags)."""
+        written = int(self.header[EPISODES_WRITTEN])
+        for i, (ret, length) in enumerate(episodes):
+            slot = (written + i) % self.episode_capacity
+            self.block["episode_returns"][slot] = ret
+            self.block["episode_lengths"][slot] = length
+        self.header[EPISODES_WRITTEN] = written + len(episodes)
+
+    # reader side (the learner)
+    def pop(self) -> dict[str, np.ndarray] | None:
+        """Every row written since the last call (copies), or None; frees their space."""
+        read, written = int(self.header[READ]), int(self.header[WRITTEN])
+        if written == read:
+            return None
+        rows = (read + np.arange(written - read)) % self.capacity
+        out = {key: self.block[key][rows] for key in TRANSITION_FIELDS}  # fancy indexing copies
+        self.header[READ] = written
+        return out
+
+    def pop_episodes(self) -> list[tuple[float, int]]:
+        read, written = int(self.header[EPISODES_READ]), int(self.header[EPISODES_WRITTEN])
+        read = max(read, written - self.episode_capacity)
+        slots = [(i % self.episode_capacity) for i in range(read, written)]
+        self.header[EPISODES_READ] = written
+        return [(float(self.block["episode_returns"][s]), int(self.block["episode_lengths"][s])) for s in slots]
+
+
+# --- weights -----------------------------------------------------------------------------------
+class SharedWeights:
+    """A policy's parameters under a sequence lock: the learner publishes, actors copy a consistent
+    version. ``version`` is the learner's update count when the weights were published."""
+
+    def __init__(self, block: SharedArrays) -> None:
+        self.block = block
+        self.seq = block["seq"]  # [sequence (odd while writing), version]
+        self.names = [k for k in block.arrays if k != "seq"]
+
+    @staticmethod
+    def layout(params: dict[str, np.ndarray]) -> Layout:
+        return {"seq": ((2,), "int64"), **{k: (v.shape, v.dtype.str) for k, v in params.items()}}
+
+    def publish(self, params: dict[str, Any], version: int) -> None:
+        seq = int(self.seq[0])
+        self.seq[0] = seq + 1
+        for name in self.names:
+            np.copyto(self.block[name], params[name])
+        self.seq[1] = version
+        self.seq[0] = seq + 2
+
+    def version(self) -> int:
+        return int(self.seq[1])
+
+    def read_into(self, params: dict[str, np.ndarray]) -> int:
+        """Copy a consistent snapshot into ``params``; returns its version."""
+        while True:
+            seq = int(self.seq[0])
+            if seq % 2:
+                time.sleep(0)
+                continue
+            for name in self.names:
+                np.copyto(params[name], self.block[name])
+            version = int(self.seq[1])
+            if int(self.seq[0]) == seq:
+                return version
+
+
+# --- control -----------------------------------------------------------------------------------
+# slots of the control block's "flags"
+STOP, ALLOWED_ENV_STEPS, BASE_ENV_STEPS = range(3)
+
+
+def control_layout(actors: int) -> Layout:
+    """Flags the learner sets for every actor, and each actor's env steps (its own slot)."""
+    return {"flags": ((4,), "int64"), "actor_steps": ((actors,), "int64")}
+
+
+class SharedTimers:
+    """Per-primitive seconds and calls kept in shared arrays, so the learner can read an actor's."""
+
+    def __init__(self, seconds: np.ndarray, calls: np.ndarray, names: tuple[str, ...] = ACTOR_TIMERS) -> None:
+        self.seconds_array, self.calls_array = seconds, calls
+        self.index = {name: i for i, name in enumerate(names)}
+
+    def add(self, name: str, seconds: float, calls: int = 1) -> None:
+        i = self.index[name]
+        self.seconds_array[i] += seconds
+        self.calls_array[i] += calls
+
+    def totals(self) -> dict[str, tuple[float, int]]:
+        return {name: (float(self.seconds_array[i]), int(self.calls_array[i])) for name, i in self.index.items()}

@@ -1,0 +1,248 @@
+"""The local executor: actor processes and shared memory, the replay-ratio limiter, lifecycle
+(kill an actor, Ctrl-C, exceptions, no leftovers) and checkpoints."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from hetrl.algos import make_algorithm
+from hetrl.config import make_config
+from hetrl.envs import env_spec
+from hetrl.runtime.local import LocalExecutor
+from hetrl.runtime.placement import default_placement
+from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
+from hetrl.runtime.shared import SHM_PREFIX, SharedArrays, SharedWeights, TransitionRing, ring_layout
+from hetrl.training import Session
+
+
+def segments(pid=None):
+    return glob.glob(f"/dev/shm/{SHM_PREFIX}{pid or ''}*")
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie has exited; only its parent has not reaped it yet
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def executor(ratio=1.0, actors=2, **agent):
+    cfg = make_config("dqn", "CartPole-v1", overrides=["hidden=32,32", "batch_size=32", "learning_starts=500",
+                                                         f"replay_ratio={ratio}", "train_every=1"])
+    for key, value in agent.items():
+        setattr(cfg.agent, key, value)
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), cfg.agent)
+    return LocalExecutor(algo, default_placement(torch.device("cpu"), (1, 1), threads=1), 1, seed=0, actors=actors,
+                         log=lambda m: None)
+
+
+def run_to(ex, steps, timeout=120):
+    start = time.perf_counter()
+    while ex.env_steps < steps:
+        ex.iteration()
+        assert time.perf_counter() - start < timeout, "no progress"
+
+
+# --- the limiter, alone --------------------------------------------------------------------------
+@pytest.mark.parametrize("ratio", [1.0, 0.25, 2.0])
+def test_limiter_holds_the_ratio_under_any_interleaving(ratio):
+    """Actors of 1 env and a learner scheduled at random, each blocked only by the limiter."""
+    rng = np.random.default_rng(0)
+    actors, ls = 2, 300
+    limiter = RateLimiter(ratio, ls, default_lead(actors, 1))
+    steps = updates = 0
+    trace = []
+    while steps < 20_000:
+        if rng.random() < 0.5:  # an actor's turn (two may step on one stale view of the cap)
+            allowed = limiter.allowed_env_steps(updates)
+            for _ in range(rng.integers(1, actors + 1)):
+                if steps + 1 <= allowed:
+                    steps += 1
+        else:
+            updates += min(limiter.updates_owed(steps, updates), int(rng.integers(1, 8)))
+        trace.append((steps, updates))
+    error = worst_window_error(trace, ratio, ls)
+    assert error is not None and error <= 0.05, error
+
+
+def test_window_error_sees_a_wrong_ratio():
+    trace = [(s, s // 2) for s in range(0, 5000, 10)]  # 0.5 updates per step
+    assert worst_window_error(trace, 0.5, 0) == pytest.approx(0, abs=0.01)
+    assert worst_window_error(trace, 1.0, 0) == pytest.approx(0.5, abs=0.01)
+    bursty = [(s, (s // 768) * 384) for s in range(0, 8000, 8)]  # 384 updates every 768 steps
+    assert worst_window_error(bursty, 0.5, 0) > 0.2
+
+
+# --- shared memory ------------------------------------------------------------------------------
+def test_ring_wraps_and_frees_space():
+    block = SharedArrays(ring_layout(8, 4, (3,), (), "int64"))
+    ring = TransitionRing(block)
+    got = []
+    for start in range(0, 30, 5):
+        rows = np.arange(start, start + 5)
+        ring.push({"obs": np.stack([rows] * 3, 1).astype(np.float32), "actions": rows, "rewards": rows.astype(np.float32),
+                   "next_obs": np.zeros((5, 3), np.float32), "discounts": np.ones(5, np.float32)})
+        assert ring.free() == 3
+        out = ring.pop()
+        got.extend(out["actions"].tolist())
+        assert (out["obs"][:, 0] == out["actions"]).all()
+    assert got == list(range(30)) and ring.pop() is None
+    ring.push_episodes([(float(i), i) for i in range(6)])  # more than the episode capacity: the oldest go
+    assert ring.pop_episodes() == [(2.0, 2), (3.0, 3), (4.0, 4), (5.0, 5)]
+    name = block.handle.name
+    block.close()
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
+def test_weights_are_read_whole():
+    params = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(2, np.float32)}
+    owner = SharedWeights(SharedArrays(SharedWeights.layout(params)))
+    reader = SharedWeights(SharedArrays(handle=owner.block.handle))
+    owner.publish(params, version=7)
+    copy = {k: np.zeros_like(v) for k, v in params.items()}
+    assert reader.read_into(copy) == 7
+    assert all((copy[k] == params[k]).all() for k in params)
+    reader.block.close()
+    owner.block.close()
+
+
+# --- the executor -------------------------------------------------------------------------------
+@pytest.mark.parametrize("ratio", [1.0, 0.25])
+def test_local_executor_learns_at_the_configured_ratio(ratio):
+    ex = executor(ratio)
+    try:
+        run_to(ex, 4_000)
+        pids = ex.actor_pids()
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+        error = ex.ratio_error()
+        assert error is not None and error <= 0.05, error
+        assert abs(ex.updates - ratio * (ex.env_steps - 500)) <= ratio * default_lead(2, 1) + 2
+        ex.drain_staleness()
+        assert 0 <= ex.staleness_max <= 1 + ratio * (default_lead(2, 1) + 2)  # sync every update
+        totals = ex.timer_totals()
+        for name in ("EnvStep", "Act", "WeightFetch", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"):
+            assert totals[name][1] > 0, name
+        assert totals["EnvStep"][2] == 2  # two actor processes did it
+        assert len(ex.drain_episodes()) > 0
+    finally:
+        ex.close()
+    time.sleep(0.2)
+    assert not any(alive(p) for p in pids)
+    assert segments(os.getpid()) == []
+
+
+def test_a_killed_actor_is_restarted_and_the_run_goes_on():
+    ex = executor(0.25)
+    try:
+        run_to(ex, 1_500)
+        victim = ex.actor_pids()[0]
+        os.kill(victim, signal.SIGKILL)
+        run_to(ex, 4_000)
+        assert ex.restarts == 1
+        assert victim not in ex.actor_pids() and all(alive(p) for p in ex.actor_pids())
+        pids = ex.actor_pids()
+    finally:
+        ex.close()
+    time.sleep(0.2)
+    assert not any(alive(p) for p in pids) and segments(os.getpid()) == []
+
+
+def test_an_exception_in_the_learner_stops_every_actor(tmp_path, monkeypatch):
+    cfg = make_config("dqn", "CartPole-v1", overrides=["hidden=32,32", "learning_starts=300", "train_every=1",
+                                                         "executor=local", "actors=2", "plan=rule", "steps=5000"])
+    session = Session.create(cfg, tmp_path / "run")
+    learner = session.executor.learner
+    original = learner.update
+
+    def failing(batch):
+        if learner.updates >= 50:
+            raise RuntimeError("boom")
+        return original(batch)
+
+    monkeypatch.setattr(learner, "update", failing)
+    with pytest.raises(RuntimeError, match="boom"):
+        session.train(progress=False)
+    pids = session.executor.actor_pids()
+    time.sleep(0.2)
+    assert pids and not any(alive(p) for p in pids)
+    assert segments(os.getpid()) == []
+
+
+def test_checkpoint_keeps_counters_replay_and_networks(tmp_path):
+    ex = executor(0.5, prioritized=True)
+    try:
+        run_to(ex, 2_000)
+        state = ex.state_dict()
+    finally:
+        ex.close()
+    fresh = executor(0.5, prioritized=True)
+    fresh.load_state_dict(state)
+    again = fresh.state_dict()
+    assert again["env_steps"] == state["env_steps"] and fresh.updates == state["learner"]["updates"]
+    np.testing.assert_equal(again["replay"], state["replay"])
+    for name, value in state["learner"]["q"].items():
+        assert torch.equal(again["learner"]["q"][name], value)
+    try:
+        run_to(fresh, state["env_steps"] + 500)  # and it goes on from there
+        assert fresh.updates > state["learner"]["updates"]
+    finally:
+        fresh.close()
+
+
+def test_an_inline_checkpoint_is_refused_with_the_fix(tmp_path):
+    from hetrl.errors import HetrlError
+
+    ex = executor()
+    with pytest.raises(HetrlError, match="executor=inline"):
+        ex.load_state_dict({"executor": "inline"})
+    ex.close()
+
+
+# --- the command line ---------------------------------------------------------------------------
+def children(pid):
+    out = []
+    for task in glob.glob(f"/proc/{pid}/task/*/children"):
+        with open(task) as f:
+            out += [int(p) for p in f.read().split()]
+    return out
+
+
+def test_ctrl_c_stops_everything_within_5_seconds_and_keeps_a_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hetrl", "train", "dqn", "CartPole-v1", "--executor", "local", "--actors", "2",
+         "--steps", "1000000", "--plan", "rule", "--run-dir", str(run), "--no-progress", "--set", "hidden=32,32",
+         "--set", "log_every=500", "--set", "eval_every=0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and (not (run / "metrics.csv").exists() or len((run / "metrics.csv").read_text().splitlines()) < 4):
+            time.sleep(0.2)
+        family = [p for c in children(proc.pid) for p in [c, *children(c)]]  # actors are the fork server's children
+        assert len(family) >= 3, family  # fork server, resource tracker, actors
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole process group
+        start = time.time()
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err[-2000:]
+    assert time.time() - start < 5 + 5  # stopping (< 5 s) plus the final checkpoint and summary
+    time.sleep(0.3)
+    assert not [p for p in family if alive(p)]
+    assert segments(proc.pid) == []
+    assert list((run / "checkpoints").glob("step_*.pt"))
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["interrupted"] and summary["executor"] == "local" and summary["actors"] == 2
