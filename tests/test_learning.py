@@ -45,3 +45,12 @@ def test_ddpg_and_td3_solve_pendulum(tmp_path, algo):
     settings = {"hidden": "64,64", "eval_every": 1000}
     solved, results = solved_seeds(tmp_path, algo, "Pendulum-v1", 20_000, -200, settings)
     assert len(solved) >= 4, results
+
+
+def test_dqn_solves_cartpole_with_actor_processes(tmp_path):
+    """The local executor (2 actor processes) reaches the inline threshold with the same settings;
+    one seed at a time, since each run already uses both cores."""
+    settings = {"eval_every": 2500, "executor": "local", "actors": 2}
+    results = [solved_seeds(tmp_path, "dqn", "CartPole-v1", 100_000, 475, settings, seeds=[seed])[1][0] for seed in range(3)]
+    solved = [r for r in results if r[1] is not None]
+    assert len(solved) >= 2, results

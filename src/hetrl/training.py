@@ -226,13 +226,16 @@ class Session:
         """Where each timed stage ran, for the summary."""
         where = self.placement.by_primitive()
         if self.config.executor != "inline":
-            actors = f"{actor_count(self.config)} actors"
+            n = actor_count(self.config)
+            actors = f"{n} actor{'s' if n != 1 else ''}"
+            channel = "shared memory" if self.config.executor == "local" else "Ray object store"
             where["EnvStep"] = f"{where['EnvStep']}, {actors}"
             where["Act"] = f"numpy on cpu, {actors}"
-            where["WeightSync"] = f"{self.placement.learn.device} -> shared copy"
-            where["WeightFetch"] = f"shared copy -> {actors}"
+            where["WeightSync"] = f"{self.placement.learn.device} -> {channel}"
+            where["WeightFetch"] = f"{channel} -> {actors}"
             where["ActorWait"] = "actors, held by the limiter"
             where["LearnerWait"] = "learner, waiting for data"
+            where["CoordinatorWait"] = "this process, waiting on Ray"
         where["Transfer"] = "replay -> learner"
         return where
 

@@ -1,0 +1,378 @@
+"""The ray executor: actors and the learner (with its replay beside it) as Ray actors, this process
+coordinating them.
+
+Actors return chunks of transitions through the object store; the coordinator forwards their
+references to the learner without copying them here, issues new chunks only as far as the
+replay-ratio limiter allows, and passes the learner's latest weights to each actor's next chunk.
+Every role asks Ray for explicit resources (1 CPU per actor; the learner's threads as CPUs and a
+GPU when it learns on CUDA), and a cluster that cannot hold them is an error at start, not a run
+that stays pending. ``address`` connects to an existing cluster (``ray start --head``); without it a
+local one is started and stopped with the run.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from hetrl.algos import Algorithm
+from hetrl.errors import HetrlError
+from hetrl.nets import numpy_params
+from hetrl.runtime.actor import ActorLoop, ActorSpec
+from hetrl.runtime.learner_role import LearnerRole
+from hetrl.runtime.placement import Placement
+from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
+from hetrl.runtime.timers import Timers
+
+TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise HetrlError("the ray executor needs Ray: pip install 'hetrl[ray]' (or use --executor local)") from None
+    return ray
+
+
+class _SumTimers:
+    """Seconds and calls per name, for an actor's ``TimerSink``."""
+
+    def __init__(self) -> None:
+        self.totals: dict[str, list[float]] = {}
+
+    def add(self, name: str, seconds: float, calls: int = 1) -> None:
+        entry = self.totals.setdefault(name, [0.0, 0])
+        entry[0] += seconds
+        entry[1] += calls
+
+
+class RayActorRole:
+    """An actor as a Ray actor: ``collect`` steps its envs ``steps`` times with the given weights."""
+
+    def __init__(self, spec: ActorSpec, seed: int) -> None:
+        self.timers = _SumTimers()
+        self.loop = ActorLoop(spec, seed, self.timers)
+        self.version = -1
+
+    def collect(self, steps: int, env_steps: int, weights: dict[str, np.ndarray] | None, version: int) -> tuple[dict, dict | None]:
+        if weights is not None and version != self.version:
+            start = time.perf_counter()
+            for name, value in weights.items():
+                np.copyto(self.loop.params[name], value)
+            self.version = version
+            self.timers.add("WeightFetch", time.perf_counter() - start)
+        chunks, episodes = [], []
+        for k in range(steps):
+            ready, finished = self.loop.step(env_steps + k * self.loop.num_envs)
+            if ready is not None:
+                chunks.append({key: np.array(ready[key]) for key in TRANSITION_FIELDS})
+            episodes += finished
+        transitions = {key: np.concatenate([c[key] for c in chunks]) for key in TRANSITION_FIELDS} if chunks else None
+        meta = {"steps": steps * self.loop.num_envs, "episodes": episodes, "version": self.version,
+                "timers": {k: tuple(v) for k, v in self.timers.totals.items()}}
+        return meta, transitions
+
+
+class RayLearnerRole:
+    """The learner and its replay as one Ray actor."""
+
+    def __init__(self, algo: Algorithm, placement: Placement, seed: int, threads: int | None) -> None:
+        if threads:
+            torch.set_num_threads(threads)
+        self.timers = Timers()
+        self.role = LearnerRole(algo, placement, seed, np.random.default_rng(seed), self.timers)
+
+    def step(self, chunk_refs: list[Any], env_steps: int, updates: int, sync_every: int) -> dict[str, Any]:
+        """Add the chunks (object references, fetched here from the store), run up to ``updates``
+        updates; returns counters, losses and fresh weights."""
+        import ray
+
+        role = self.role
+        for chunk in ray.get(chunk_refs):
+            if chunk is not None:
+                role.add(chunk)
+        synced = None
+        for _ in range(updates if role.can_sample() else 0):
+            role.update(env_steps)
+            if role.updates % sync_every == 0:
+                synced = role.updates
+        weights = None
+        if synced is not None:
+            with self.timers.time("WeightSync"):
+                weights = numpy_params(role.learner.policy_network)
+        return {"updates": role.updates, "loss": role.drain_losses(), "weights": weights,
+                "timers": {k: (s, self.timers.calls[k]) for k, s in self.timers.seconds.items()}}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return numpy_params(self.role.learner.policy_network)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.role.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.role.load_state_dict(state)
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
+                 weight_sync_every: int = 1, address: str | None = None, log: Callable[[str], None] = _stderr) -> None:
+        placement.validate()
+        self.ray = _import_ray()
+        if actors < 1:
+            raise HetrlError(f"the ray executor needs at least 1 actor (got {actors})")
+        cfg = algo.config
+        self.algo, self.placement, self.seed, self.address, self.log = algo, placement, seed, address, log
+        self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
+        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed)
+        lead = default_lead(actors, num_envs)
+        self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, lead)
+        self.chunk_steps = max(1, lead // (2 * actors * num_envs))  # steps per env per collect call
+        self.policy_network = algo.make_policy_network()
+        self.timers = Timers()
+        self.env_steps = 0  # steps whose transitions reached this process
+        self.updates = 0
+        self.restarts = 0
+        self.finished: list[tuple[float, int]] = []
+        self.trace: list[tuple[int, int]] = []
+        self.staleness_max, self.staleness_sum, self.staleness_count = 0, 0, 0
+        self._interval_staleness: list[int] = []
+        self._losses: list[float] = []
+        self._actor_timers: list[dict[str, tuple[float, int]]] = [{} for _ in range(actors)]
+        self._learner_timers: dict[str, tuple[float, int]] = {}
+        self._restore: dict[str, Any] | None = None
+        self._started = self._closed = False
+
+    # --- lifecycle -----------------------------------------------------------------------------
+    def _resources(self) -> tuple[dict[str, float], dict[str, float]]:
+        """(an actor's, the learner's) Ray resources."""
+        device = torch.device(self.placement.learn.device)
+        learner = {"CPU": float(self.placement.learn.threads or 1)}
+        if device.type == "cuda":
+            learner["GPU"] = 1.0
+        elif device.type != "cpu":
+            learner[device.type] = 1.0  # a custom resource the cluster's nodes declare (ray start --resources)
+        return {"CPU": 1.0}, learner
+
+    def _start(self) -> None:
+        ray = self.ray
+        self._owns_ray = not ray.is_initialized()
+        if self._owns_ray:
+            try:
+                ray.init(address=self.address, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
+            except ConnectionError as exc:
+                raise HetrlError(f"cannot reach the Ray cluster at {self.address} ({exc}); check --ray-address") from None
+        actor_needs, learner_needs = self._resources()
+        needed: dict[str, float] = dict(learner_needs)
+        for key, value in actor_needs.items():
+            needed[key] = needed.get(key, 0.0) + self.actors * value
+        have = ray.cluster_resources()
+        for key, value in needed.items():
+            if have.get(key, 0.0) < value:
+                self.close()
+                raise HetrlError(
+                    f"the Ray cluster has {have.get(key, 0.0):g} {key} but this plan needs {value:g} "
+                    f"({self.actors} actors x {actor_needs.get(key, 0):g} + learner {learner_needs.get(key, 0):g}); "
+                    f"use fewer --actors, or add nodes with `ray start --address=HEAD:6379`")
+        self._actor_cls = ray.remote(**_options(actor_needs))(RayActorRole)
+        learner_cls = ray.remote(**_options(learner_needs))(RayLearnerRole)
+        self.learner = learner_cls.remote(self.algo, self.placement, self.seed, self.placement.learn.threads)
+        if self._restore is not None:
+            ray.get(self.learner.load_state_dict.remote(self._restore))
+            self._restore = None
+        self._weights = ray.put(ray.get(self.learner.weights.remote()))
+        self._version = self.updates
+        self._load_policy(ray.get(self._weights))
+        self._incarnations = [0] * self.actors
+        self._handles = [self._new_actor(i) for i in range(self.actors)]
+        self._collecting: dict[Any, int] = {}  # meta ref -> actor index
+        self._transitions: dict[Any, Any] = {}  # meta ref -> transitions ref
+        self._issued = self.env_steps  # env steps asked for, delivered or not
+        self._queued: list[Any] = []  # transitions refs for the learner's next call
+        self._queued_steps = 0
+        self._learning: Any = None  # the learner call in flight
+        self._learned_steps = self.env_steps  # env steps whose transitions the learner has been sent
+        self._started = True
+
+    def _new_actor(self, index: int) -> Any:
+        return self._actor_cls.remote(self.spec, self.spec.actor_seed(index, self._incarnations[index]))
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if not self._started and not getattr(self, "_owns_ray", False):
+            return
+        ray = self.ray
+        for handle in getattr(self, "_handles", []):
+            ray.kill(handle)
+        if getattr(self, "learner", None) is not None:
+            ray.kill(self.learner)
+        if getattr(self, "_owns_ray", False):
+            ray.shutdown()
+
+    # --- coordination ------------------------------------------------------------------------
+    def iteration(self) -> None:
+        if not self._started:
+            self._start()
+        ray = self.ray
+        progressed = self._receive_chunks()
+        progressed |= self._receive_learner()
+        self._issue_learning()
+        self._issue_collects()
+        if not progressed:
+            pending = list(self._collecting) + ([self._learning] if self._learning is not None else [])
+            with self.timers.time("CoordinatorWait"):
+                ray.wait(pending, num_returns=1, timeout=0.01)
+
+    def _receive_chunks(self) -> bool:
+        ray = self.ray
+        if not self._collecting:
+            return False
+        ready, _ = ray.wait(list(self._collecting), num_returns=len(self._collecting), timeout=0)
+        for ref in ready:
+            index = self._collecting.pop(ref)
+            transitions = self._transitions.pop(ref)
+            try:
+                meta = ray.get(ref)
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
+                self._restart(index, exc)
+                continue
+            self.env_steps += meta["steps"]
+            self.finished += meta["episodes"]
+            self._actor_timers[index] = meta["timers"]
+            self._interval_staleness.append(max(0, self.updates - meta["version"]))
+            self._queued.append(transitions)
+            self._queued_steps += meta["steps"]
+        return bool(ready)
+
+    def _restart(self, index: int, exc: Exception) -> None:
+        self.restarts += 1
+        self._issued -= self.chunk_steps * self.num_envs  # that chunk never arrived
+        self._incarnations[index] += 1
+        self.log(f"actor {index} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); restarted it "
+                 f"(restart {self.restarts} of this run)")
+        self.ray.kill(self._handles[index])
+        self._handles[index] = self._new_actor(index)
+
+    def _receive_learner(self) -> bool:
+        ray = self.ray
+        if self._learning is None:
+            return False
+        ready, _ = ray.wait([self._learning], timeout=0)
+        if not ready:
+            return False
+        result = ray.get(self._learning)
+        self._learning = None
+        self.updates = result["updates"]
+        self._learner_timers = result["timers"]
+        if result["loss"] is not None:
+            self._losses.append(result["loss"])
+        if result["weights"] is not None:
+            self._weights = ray.put(result["weights"])
+            self._version = self.updates
+            self._load_policy(result["weights"])
+        self.trace.append((self._learned_steps, self.updates))
+        return True
+
+    def _issue_learning(self) -> None:
+        if self._learning is not None:
+            return
+        steps = self.env_steps  # every delivered chunk goes with this call
+        owed = self.limiter.updates_owed(steps, self.updates)
+        if not self._queued and not owed:
+            return
+        self._learning = self.learner.step.remote(self._queued, steps, owed, self.weight_sync_every)
+        self._learned_steps = steps
+        self._queued, self._queued_steps = [], 0
+
+    def _issue_collects(self) -> None:
+        busy = set(self._collecting.values())
+        allowed = self.limiter.allowed_env_steps(self.updates)
+        chunk = self.chunk_steps * self.num_envs
+        for index, handle in enumerate(self._handles):
+            if index in busy or (allowed >= 0 and self._issued + chunk > allowed):
+                continue
+            meta, transitions = handle.collect.options(num_returns=2).remote(self.chunk_steps, self._issued, self._weights, self._version)
+            self._collecting[meta] = index
+            self._transitions[meta] = transitions
+            self._issued += chunk
+
+    def _load_policy(self, weights: dict[str, np.ndarray]) -> None:
+        self.policy_network.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
+
+    def _settle(self) -> None:
+        """Wait for the learner call in flight (so its state and counters agree)."""
+        if self._started and self._learning is not None:
+            self.ray.wait([self._learning])
+            self._receive_learner()
+
+    # --- what the session reads ----------------------------------------------------------------
+    def drain_losses(self) -> float | None:
+        losses, self._losses = self._losses, []
+        return float(np.mean(losses)) if losses else None
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        done, self.finished = self.finished, []
+        return done
+
+    def drain_staleness(self) -> tuple[float | None, int | None]:
+        lags, self._interval_staleness = self._interval_staleness, []
+        if not lags:
+            return None, None
+        self.staleness_max = max(self.staleness_max, max(lags))
+        self.staleness_sum += sum(lags)
+        self.staleness_count += len(lags)
+        return float(np.mean(lags)), int(max(lags))
+
+    def timer_totals(self) -> dict[str, tuple[float, int, int]]:
+        totals = {k: (s, self.timers.calls[k], 1) for k, s in self.timers.seconds.items()}
+        totals.update({k: (s, c, 1) for k, (s, c) in self._learner_timers.items()})
+        for timers in self._actor_timers:
+            for name, (seconds, calls) in timers.items():
+                s, c, _ = totals.get(name, (0.0, 0, 0))
+                totals[name] = (s + seconds, c + calls, self.actors)
+        return totals
+
+    def ratio_error(self) -> float | None:
+        cfg = self.algo.config
+        return worst_window_error(self.trace, cfg.replay_ratio, cfg.learning_starts)
+
+    # --- checkpoints -------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        self._settle()
+        learner = self.ray.get(self.learner.state_dict.remote()) if self._started else self._restore
+        return {"executor": self.name, "env_steps": self._learned_steps if self._started else self.env_steps,
+                "finished": list(self.finished), "restarts": self.restarts, **(learner or {})}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("executor", "inline") != self.name:
+            raise HetrlError(f"this checkpoint was written by the {state.get('executor', 'inline')} executor; "
+                             f"resume it with --set executor={state.get('executor', 'inline')}")
+        if self._started:
+            raise RuntimeError("load a checkpoint before the first iteration")
+        self.env_steps = state["env_steps"]
+        self.updates = state["learner"]["updates"]
+        self.finished = list(state["finished"])
+        self.restarts = state["restarts"]
+        self._restore = {"replay": state["replay"], "learner": state["learner"]}
+
+
+def _options(resources: dict[str, float]) -> dict[str, Any]:
+    """Ray actor options from a resource dict (CPU, GPU, and custom ones)."""
+    custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
+    options: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0)}
+    if custom:
+        options["resources"] = custom
+    return options
