@@ -246,3 +246,15 @@ def test_ctrl_c_stops_everything_within_5_seconds_and_keeps_a_checkpoint(tmp_pat
     assert list((run / "checkpoints").glob("step_*.pt"))
     summary = json.loads((run / "summary.json").read_text())
     assert summary["interrupted"] and summary["executor"] == "local" and summary["actors"] == 2
+
+
+def test_hetrl_resume_continues_a_local_run(tmp_path):
+    import hetrl
+
+    first = hetrl.train("dqn", "CartPole-v1", steps=1_500, run_dir=tmp_path / "run", progress=False, plan="rule",
+                        executor="local", actors=1, hidden=(32, 32), learning_starts=500, train_every=1, eval_every=0,
+                        eval_episodes=2)
+    assert first.executor == "local" and first.env_steps >= 1_500
+    second = hetrl.resume(tmp_path / "run", steps=2_500, progress=False)
+    assert second.env_steps >= 2_500 and second.updates > first.updates
+    assert segments(os.getpid()) == []
