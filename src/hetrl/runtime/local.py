@@ -29,7 +29,8 @@ from hetrl.nets import numpy_params
 from hetrl.runtime.actor import ActorLoop, ActorSpec
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.placement import Placement
-from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
+from hetrl.runtime.parallel import ParallelBookkeeping, merge_timers
+from hetrl.runtime.rate_limiter import RateLimiter, default_lead
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
     SharedWeights, TransitionRing, control_layout, ring_layout,
@@ -48,7 +49,7 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-class LocalExecutor:
+class LocalExecutor(ParallelBookkeeping):
     name = "local"
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
@@ -66,11 +67,7 @@ class LocalExecutor:
         self.learner, self.replay = self.learning.learner, self.learning.replay
         self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, default_lead(actors, num_envs))
         self.env_steps = 0
-        self.finished: list[tuple[float, int]] = []
-        self.trace: list[tuple[int, int]] = []  # (env steps, updates) after every iteration that learned
-        self.restarts = 0
-        self.staleness_max, self.staleness_sum, self.staleness_count = 0, 0, 0
-        self._interval_staleness: list[int] = []
+        self._init_bookkeeping()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="hetrl-prefetch") if prefetch else None
         self._prefetched: Future | None = None
         self._started = False
@@ -226,34 +223,10 @@ class LocalExecutor:
     def drain_losses(self) -> float | None:
         return self.learning.drain_losses()
 
-    def drain_episodes(self) -> list[tuple[float, int]]:
-        done, self.finished = self.finished, []
-        return done
-
-    def drain_staleness(self) -> tuple[float | None, int | None]:
-        """Mean and max policy staleness (updates since the acting weights were published) of the
-        transitions drained since the last call."""
-        lags, self._interval_staleness = self._interval_staleness, []
-        if not lags:
-            return None, None
-        self.staleness_max = max(self.staleness_max, max(lags))
-        self.staleness_sum += sum(lags)
-        self.staleness_count += len(lags)
-        return float(np.mean(lags)), int(max(lags))
-
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
-        """name -> (seconds, calls, processes doing it): learner timers, then actors' summed."""
-        totals = {k: (s, self.timers.calls[k], 1) for k, s in self.timers.seconds.items()}
-        if self._started:
-            for timers in self.actor_timers:
-                for name, (seconds, calls) in timers.totals().items():
-                    s, c, _ = totals.get(name, (0.0, 0, 0))
-                    totals[name] = (s + seconds, c + calls, self.actors)
-        return totals
-
-    def ratio_error(self) -> float | None:
-        cfg = self.algo.config
-        return worst_window_error(self.trace, cfg.replay_ratio, cfg.learning_starts)
+        """name -> (seconds, calls, processes doing it)."""
+        learner = {k: (s, self.timers.calls[k]) for k, s in self.timers.seconds.items()}
+        return merge_timers(learner, [t.totals() for t in self.actor_timers] if self._started else [])
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -270,11 +243,7 @@ class LocalExecutor:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("executor", "inline") != self.name:
-            raise HetrlError(f"this checkpoint was written by the {state.get('executor', 'inline')} executor; "
-                             f"resume it with --set executor={state.get('executor', 'inline')}")
-        if self._started:
-            raise RuntimeError("load a checkpoint before the first iteration")
+        self._check_checkpoint(state, self._started)
         self.env_steps = state["env_steps"]
         self.rng.bit_generator.state = state["rng"]
         self.finished = list(state["finished"])

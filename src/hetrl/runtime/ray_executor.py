@@ -26,7 +26,8 @@ from hetrl.nets import numpy_params
 from hetrl.runtime.actor import ActorLoop, ActorSpec
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.placement import Placement
-from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
+from hetrl.runtime.parallel import ParallelBookkeeping, merge_timers
+from hetrl.runtime.rate_limiter import RateLimiter, default_lead
 from hetrl.runtime.timers import Timers
 
 TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
@@ -123,7 +124,7 @@ class RayLearnerRole:
         self.role.load_state_dict(state)
 
 
-class RayExecutor:
+class RayExecutor(ParallelBookkeeping):
     name = "ray"
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
@@ -143,11 +144,7 @@ class RayExecutor:
         self.timers = Timers()
         self.env_steps = 0  # steps whose transitions reached this process
         self.updates = 0
-        self.restarts = 0
-        self.finished: list[tuple[float, int]] = []
-        self.trace: list[tuple[int, int]] = []
-        self.staleness_max, self.staleness_sum, self.staleness_count = 0, 0, 0
-        self._interval_staleness: list[int] = []
+        self._init_bookkeeping()
         self._losses: list[float] = []
         self._actor_timers: list[dict[str, tuple[float, int]]] = [{} for _ in range(actors)]
         self._learner_timers: dict[str, tuple[float, int]] = {}
@@ -323,31 +320,10 @@ class RayExecutor:
         losses, self._losses = self._losses, []
         return float(np.mean(losses)) if losses else None
 
-    def drain_episodes(self) -> list[tuple[float, int]]:
-        done, self.finished = self.finished, []
-        return done
-
-    def drain_staleness(self) -> tuple[float | None, int | None]:
-        lags, self._interval_staleness = self._interval_staleness, []
-        if not lags:
-            return None, None
-        self.staleness_max = max(self.staleness_max, max(lags))
-        self.staleness_sum += sum(lags)
-        self.staleness_count += len(lags)
-        return float(np.mean(lags)), int(max(lags))
-
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
-        totals = {k: (s, self.timers.calls[k], 1) for k, s in self.timers.seconds.items()}
-        totals.update({k: (s, c, 1) for k, (s, c) in self._learner_timers.items()})
-        for timers in self._actor_timers:
-            for name, (seconds, calls) in timers.items():
-                s, c, _ = totals.get(name, (0.0, 0, 0))
-                totals[name] = (s + seconds, c + calls, self.actors)
-        return totals
-
-    def ratio_error(self) -> float | None:
-        cfg = self.algo.config
-        return worst_window_error(self.trace, cfg.replay_ratio, cfg.learning_starts)
+        """name -> (seconds, calls, processes doing it); this process's waiting included."""
+        own = {k: (s, self.timers.calls[k]) for k, s in self.timers.seconds.items()}
+        return merge_timers({**own, **self._learner_timers}, self._actor_timers)
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
@@ -357,11 +333,7 @@ class RayExecutor:
                 "finished": list(self.finished), "restarts": self.restarts, **(learner or {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("executor", "inline") != self.name:
-            raise HetrlError(f"this checkpoint was written by the {state.get('executor', 'inline')} executor; "
-                             f"resume it with --set executor={state.get('executor', 'inline')}")
-        if self._started:
-            raise RuntimeError("load a checkpoint before the first iteration")
+        self._check_checkpoint(state, self._started)
         self.env_steps = state["env_steps"]
         self.updates = state["learner"]["updates"]
         self.finished = list(state["finished"])

@@ -1,0 +1,64 @@
+"""What the parallel executors (local, ray) share: the bookkeeping of actors running beside a
+learner — finished episodes, the (env steps, updates) trace the replay-ratio bound is measured on,
+policy staleness, restarts — and the checks of a checkpoint's executor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from hetrl.algos import Algorithm
+from hetrl.errors import HetrlError
+from hetrl.runtime.rate_limiter import worst_window_error
+
+TimerTotals = dict[str, tuple[float, int]]  # name -> (seconds, calls)
+
+
+class ParallelBookkeeping:
+    name: str
+    algo: Algorithm
+    actors: int
+
+    def _init_bookkeeping(self) -> None:
+        self.finished: list[tuple[float, int]] = []
+        self.trace: list[tuple[int, int]] = []  # (env steps, updates), after every learning step
+        self.restarts = 0
+        self.staleness_max, self.staleness_sum, self.staleness_count = 0, 0, 0
+        self._interval_staleness: list[int] = []
+
+    def drain_episodes(self) -> list[tuple[float, int]]:
+        done, self.finished = self.finished, []
+        return done
+
+    def drain_staleness(self) -> tuple[float | None, int | None]:
+        """Mean and max policy staleness (learner updates the acting weights were behind) of the
+        transitions received since the last call."""
+        lags, self._interval_staleness = self._interval_staleness, []
+        if not lags:
+            return None, None
+        self.staleness_max = max(self.staleness_max, max(lags))
+        self.staleness_sum += sum(lags)
+        self.staleness_count += len(lags)
+        return float(np.mean(lags)), int(max(lags))
+
+    def ratio_error(self) -> float | None:
+        cfg = self.algo.config
+        return worst_window_error(self.trace, cfg.replay_ratio, cfg.learning_starts)
+
+    def _check_checkpoint(self, state: dict[str, Any], started: bool) -> None:
+        written_by = state.get("executor", "inline")
+        if written_by != self.name:
+            raise HetrlError(f"this checkpoint was written by the {written_by} executor; resume it with --set executor={written_by}")
+        if started:
+            raise RuntimeError("load a checkpoint before the first iteration")
+
+
+def merge_timers(learner: TimerTotals, actors: list[TimerTotals]) -> dict[str, tuple[float, int, int]]:
+    """name -> (seconds, calls, processes): the learner's stages, then the actors' summed over them."""
+    totals = {name: (seconds, calls, 1) for name, (seconds, calls) in learner.items()}
+    for timers in actors:
+        for name, (seconds, calls) in timers.items():
+            s, c, _ = totals.get(name, (0.0, 0, 0))
+            totals[name] = (s + seconds, c + calls, len(actors))
+    return totals
