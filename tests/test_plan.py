@@ -60,7 +60,7 @@ def test_unprofiled_sizes_are_interpolated():
 def test_planner_takes_the_faster_thread_count():
     plan = make_plan(synthetic(HOST), DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
     assert plan.placement == CPU_PLAN
-    assert plan.runner_ups and plan.runner_ups[0][0].learn.threads == 2
+    assert plan.runner_ups and plan.runner_ups[0][0].placement.learn.threads == 2
 
 
 GPU = HOST + [
@@ -157,3 +157,52 @@ def test_auto_plan_profiles_once_and_predicts(tmp_path, monkeypatch, capfd):
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["predicted_env_steps_per_s"] > 0 and summary["learning_env_steps_per_s"] > 0
     assert json.loads((tmp_path / "b" / "plan.json").read_text())["predicted"]["env_steps_per_s"] > 0
+
+
+# --- parallel executors: a pipeline of concurrent stages -----------------------------------------
+def test_parallel_prediction_is_the_hand_computed_pipeline():
+    from hetrl.plan import predict_parallel
+
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    p = predict_parallel(CPU_PLAN, synthetic(HOST), agent, num_envs=1, actors=2, cores=2)
+    # actor work per env step: env 20 + act 30 + loop 8 + fetch 100 * min(1, 0.25) = 83 µs
+    # learner work: add 10 + 0.25 * (sample 50 + transfer 6 + learn 1000) + publish 100 * 0.25 = 299 µs
+    assert p.stage_rates["actors"] == pytest.approx(2 / (83 * US))
+    assert p.stage_rates["learner"] == pytest.approx(1 / (299 * US))
+    assert p.stage_rates["cores"] == pytest.approx(2 / (382 * US))
+    assert p.bottleneck == "learner" and p.env_steps_per_s == pytest.approx(1 / (299 * US))
+
+
+def test_planner_runs_actors_in_parallel_when_both_sides_are_busy():
+    # a slow env (400 µs) beside a learner of 1,000 µs at ratio 0.25: inline pays 400 + 250 + ... per
+    # step, the local executor overlaps them
+    slow_env = [r if r[0] != "EnvStep" else (*r[:5], r[5] * 20) for r in HOST]
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    plan = make_plan(synthetic(slow_env), agent, 1, executors=("inline", "local"), cores=4)
+    assert plan.executor == "local" and plan.actors >= 2
+    assert any(c.executor == "inline" for c, _ in plan.runner_ups) or plan.actors < 4
+
+
+def test_planner_keeps_inline_where_a_learner_dominates_on_few_cores():
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    plan = make_plan(synthetic(HOST), agent, 1, executors=("inline", "local"), cores=1)
+    # one core: the local executor's processes share it and pay the extra weight fetches
+    assert plan.executor == "inline"
+
+
+def test_plan_files_carry_executor_and_actors(tmp_path):
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    plan = make_plan(synthetic(HOST), agent, 1, executors=("local",), actors=2, cores=2)
+    path = plan.save(tmp_path / "plan.json")
+    loaded = Plan.load(path)
+    assert (loaded.executor, loaded.actors) == ("local", 2)
+    data = json.loads(path.read_text())
+    assert data["predicted"]["stage_env_steps_per_s"]["learner"] > 0
+    data["actors"] = 0
+    path.write_text(json.dumps(data))
+    with pytest.raises(HetrlError, match="actors must be a whole number, at least 1"):
+        Plan.load(path)
+    data["executor"], data["actors"] = "threads", 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(HetrlError, match="executor must be one of"):
+        Plan.load(path)

@@ -44,8 +44,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                    help="override a setting, e.g. --set lr=0.001 --set hidden=64,64 (repeatable)")
     p.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
     p.add_argument("--plan", help="auto (default: planned from this machine's measured profile), rule, or a plan.json")
-    p.add_argument("--executor", choices=("inline", "local", "ray"),
-                   help="inline (default: one process), local (actor processes + learner, shared memory) or ray")
+    p.add_argument("--executor", choices=("inline", "local", "ray", "auto"),
+                   help="inline (default: one process), local (actor processes + learner, shared memory), ray, or auto (the plan chooses)")
     p.add_argument("--actors", type=int, help="actor processes for local/ray (default: one per core beside the learner)")
     p.add_argument("--ray-address", help="connect the ray executor to this cluster (e.g. 10.0.0.1:6379); default: a local one")
     p.add_argument("--run-dir", help="where to write the run (default runs/ALGO_ENV_sSEED_TIME)")
@@ -166,6 +166,9 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
     p.add_argument("--objective", default="throughput", help="throughput (env steps/s)")
     p.add_argument("--device", help="pin the learner to this device (default: the planner chooses)")
+    p.add_argument("--executor", default="auto", choices=("auto", "inline", "local"),
+                   help="consider inline and local (auto, default) or only one of them")
+    p.add_argument("--actors", type=int, help="actor processes for local (default: the planner tries 1 to the core count)")
     p.add_argument("--profile", help="a profile JSON (default: this machine's cached one, measured now if missing)")
     p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json)")
     p.set_defaults(func=_plan)
@@ -179,17 +182,21 @@ def _plan(args: argparse.Namespace) -> int:
     from hetrl.plan import make_plan, plan_for_run, plan_tables
     from hetrl.profile import Profile
 
-    cfg = make_config(args.algo, args.env, args.config, args.overrides)
+    cfg = make_config(args.algo, args.env, args.config,
+                      args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else []))
     console = Console(stderr=True)
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
-        plan = make_plan(Profile.load(args.profile), cfg.agent, cfg.num_envs, args.objective, learn_device=device)
+        executors = ("inline", "local") if args.executor == "auto" else (args.executor,)
+        plan = make_plan(Profile.load(args.profile), cfg.agent, cfg.num_envs, args.objective, learn_device=device,
+                         executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
         plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env), cfg.agent), console.print, args.objective)
     for table in plan_tables(plan):
         console.print(table)
-    console.print(f"plan written to {plan.save(args.out)}; train with it: hetrl train {cfg.algo} {cfg.env} --plan {args.out}")
+    console.print(f"plan written to {plan.save(args.out)}; train with it: "
+                  f"hetrl train {cfg.algo} {cfg.env} --plan {args.out} --executor auto")
     return 0
 
 

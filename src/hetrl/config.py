@@ -19,7 +19,7 @@ from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_json, write_json
 
 
-EXECUTORS = ("inline", "local", "ray")
+EXECUTORS = ("inline", "local", "ray", "auto")
 
 
 @dataclass
@@ -32,8 +32,8 @@ class TrainConfig:
     num_envs: int = 1
     threads: int = 0  # torch threads of a host learner; 0: the plan decides
     plan: str = "auto"  # auto: planned from this machine's measured profile; rule: a fixed rule; or a plan.json
-    executor: str = "inline"  # inline (one process), local (actor processes + learner) or ray
-    actors: int = 0  # actor processes of the local/ray executors; 0: one per core left beside the learner
+    executor: str = "inline"  # inline (one process), local (actor processes + learner), ray, or auto (the plan decides)
+    actors: int = 0  # actor processes of the local/ray executors; 0: the plan decides (rule: one per core beside the learner)
     weight_sync_every: int = 1  # learner updates between weight pushes to the actors (local/ray)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
     log_every: int = 1_000  # env steps between metric rows

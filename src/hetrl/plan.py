@@ -36,24 +36,64 @@ from hetrl.files import read_json, write_json
 from hetrl.hardware import describe_machine
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.protocol import implementations
+from hetrl.runtime.executors import default_actors
 from hetrl.runtime.placement import Placement, Slot, default_placement
 
 PLAN_FORMAT = "hetrl-plan-v1"
+PLAN_EXECUTORS = ("inline", "local", "ray")
 OBJECTIVES = ("throughput",)
 
 
 @dataclass(frozen=True)
 class Prediction:
     per_call_s: dict[str, float]  # predicted seconds per call, by primitive ("Transfer" included)
-    per_env_step_s: dict[str, float]  # predicted seconds per env step, by primitive
+    per_env_step_s: dict[str, float]  # predicted seconds of work per env step, by primitive
+    stage_rates: dict[str, float] | None = None  # parallel executors: env steps/s each stage can sustain
 
     @property
     def env_steps_per_s(self) -> float:
+        if self.stage_rates:  # concurrent stages: the slowest one sets the pace
+            return min(self.stage_rates.values())
         return 1.0 / sum(self.per_env_step_s.values())
 
     @property
     def bottleneck(self) -> str:
+        if self.stage_rates:
+            return min(self.stage_rates, key=self.stage_rates.get)
         return max(self.per_env_step_s, key=self.per_env_step_s.get)
+
+
+ACTOR_WORK = ("EnvStep", "Act", "WeightFetch", "Loop")  # done in the actor processes of a parallel executor
+
+
+def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int, actors: int,
+                     cores: int, weight_sync_every: int = 1) -> Prediction:
+    """The local executor as a pipeline of concurrent stages, each with its sustainable env steps/s:
+
+    - ``actors``: each actor process does EnvStep, Act (numpy), its loop work and weight fetches
+      for its own envs, so ``actors`` of them sustain ``actors / actor_work`` env steps/s;
+    - ``learner``: one process drains transitions (ReplayAdd), samples, transfers, learns, updates
+      priorities and publishes weights (every ``weight_sync_every`` updates): ``1 / learner_work``;
+    - ``cores``: every process shares the host's cores, so the host work of both (a host learner's
+      extra threads included, for the time it learns) cannot exceed ``cores`` seconds per second.
+
+    The replay ratio ties the stages together (the limiter holds it), so the run goes at the pace
+    of the slowest stage.
+    """
+    serial = predict(placement, profile, agent, num_envs)
+    call, n, ratio = dict(serial.per_call_s), num_envs, agent.replay_ratio
+    sync = call["WeightSync"]  # a copy of the policy's parameters, host to host
+    actor = {name: serial.per_env_step_s[name] for name in ("EnvStep", "Act", "Loop") if name in serial.per_env_step_s}
+    actor["WeightFetch"] = sync * min(1.0 / n, ratio / weight_sync_every)
+    learner = {name: serial.per_env_step_s[name] for name in ("ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate")
+               if name in serial.per_env_step_s}
+    learner["WeightSync"] = sync * ratio / weight_sync_every
+    actor_s, learner_s = sum(actor.values()), sum(learner.values())
+    extra_threads = (placement.learn.threads or 1) - 1 if placement.learn.device == "cpu" else 0
+    host_s = actor_s + learner_s + extra_threads * learner.get("Learn", 0.0)
+    call["WeightFetch"] = sync
+    rates = {"actors": actors / actor_s, "learner": 1.0 / learner_s if learner_s else float("inf"), "cores": cores / host_s}
+    return Prediction(call, {**actor, **learner}, rates)
 
 
 def _cost(profile: Profile, primitive: str, backend: str, device: str, size: int, threads: int | None = None) -> float:
@@ -119,6 +159,18 @@ def candidates(profile: Profile, learn_device: str | None = None, learn_threads:
             for replay in slots("ReplayAdd") for learn in learn_slots]
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One way to run: an executor, its actor processes (0 for inline) and a placement."""
+
+    executor: str
+    actors: int
+    placement: Placement
+
+    def __str__(self) -> str:
+        return "inline" if self.executor == "inline" else f"{self.executor}, {self.actors} actor{'s' if self.actors != 1 else ''}"
+
+
 @dataclass
 class Plan:
     algo: str
@@ -128,19 +180,26 @@ class Plan:
     fingerprint: str  # the machine the profile was measured on
     placement: Placement
     prediction: Prediction | None  # None for a plan edited by hand or made by the fixed rule
-    runner_ups: list[tuple[Placement, Prediction]]
+    runner_ups: list[tuple[Candidate, Prediction]]
+    executor: str = "inline"
+    actors: int = 0  # actor processes of a parallel executor
 
     def to_dict(self) -> dict[str, Any]:
         def predicted(p: Prediction) -> dict[str, Any]:
-            return {"env_steps_per_s": round(p.env_steps_per_s, 1), "bottleneck": p.bottleneck,
-                    "us_per_call": {k: round(1e6 * v, 2) for k, v in p.per_call_s.items()},
-                    "us_per_env_step": {k: round(1e6 * v, 2) for k, v in p.per_env_step_s.items()}}
+            out = {"env_steps_per_s": round(p.env_steps_per_s, 1), "bottleneck": p.bottleneck,
+                   "us_per_call": {k: round(1e6 * v, 2) for k, v in p.per_call_s.items()},
+                   "us_per_env_step": {k: round(1e6 * v, 2) for k, v in p.per_env_step_s.items()}}
+            if p.stage_rates:
+                out["stage_env_steps_per_s"] = {k: round(v, 1) for k, v in p.stage_rates.items()}
+            return out
 
         return {
             "format": PLAN_FORMAT, "algo": self.algo, "env": self.env, "num_envs": self.num_envs,
-            "objective": self.objective, "machine": self.fingerprint, "placement": self.placement.to_dict(),
+            "objective": self.objective, "machine": self.fingerprint,
+            "executor": self.executor, "actors": self.actors, "placement": self.placement.to_dict(),
             "predicted": predicted(self.prediction) if self.prediction else None,
-            "runner_ups": [{"placement": p.to_dict(), "predicted": predicted(pr)} for p, pr in self.runner_ups],
+            "runner_ups": [{"executor": c.executor, "actors": c.actors, "placement": c.placement.to_dict(),
+                            "predicted": predicted(pr)} for c, pr in self.runner_ups],
         }
 
     def save(self, path: str | Path) -> Path:
@@ -162,32 +221,47 @@ class Plan:
             placement.validate()
         except HetrlError as exc:
             raise HetrlError(f"plan {path}: {exc}") from None
+        executor, actors = data.get("executor", "inline"), data.get("actors", 0)
+        if executor not in PLAN_EXECUTORS:
+            raise HetrlError(f"plan {path}: executor must be one of {', '.join(PLAN_EXECUTORS)}, got {executor!r}")
+        if not isinstance(actors, int) or isinstance(actors, bool) or actors < 0 or (executor != "inline" and actors < 1):
+            raise HetrlError(f"plan {path}: actors must be a whole number, at least 1 for the {executor} executor, got {actors!r}")
         return cls(data["algo"], data["env"], int(data.get("num_envs", 1)), data.get("objective", "throughput"),
-                   data.get("machine", "unknown"), placement, None, [])
+                   data.get("machine", "unknown"), placement, None, [], executor, actors)
 
 
 def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
-              learn_device: str | None = None, learn_threads: int | None = None) -> Plan:
-    """The best placement for ``objective`` among every one the profile can cost."""
+              learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
+              actors: int = 0, cores: int | None = None, weight_sync_every: int = 1) -> Plan:
+    """The best way to run for ``objective`` among every placement the profile can cost, under each
+    of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``)."""
     if objective not in OBJECTIVES:
         raise HetrlError(f"objective {objective!r} is not available; choose one of {', '.join(OBJECTIVES)} "
                          "(efficiency needs profiles with measured power, which come with the energy work)")
-    costed = []
+    cores = cores or os.cpu_count() or 1
+    costed: list[tuple[Candidate, Prediction]] = []
     for placement in candidates(profile, learn_device, learn_threads):
         try:
-            costed.append((placement, predict(placement, profile, agent, num_envs)))
+            if "inline" in executors:
+                costed.append((Candidate("inline", 0, placement), predict(placement, profile, agent, num_envs)))
+            if "local" in executors and placement.act == Slot("numpy", "cpu"):  # actors act with numpy
+                for count in [actors] if actors else range(1, cores + 1):
+                    costed.append((Candidate("local", count, placement),
+                                   predict_parallel(placement, profile, agent, num_envs, count, cores, weight_sync_every)))
         except HetrlError:  # a combination the profile cannot cost (e.g. an unmeasured transfer) is passed over
             continue
     ranked = sorted(costed, key=lambda pair: -pair[1].env_steps_per_s)
     if not ranked:
         raise HetrlError("the profile has no learner measurement for the requested device; profile on this device first")
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
-    return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best, prediction, runner_ups)
+    return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best.placement, prediction,
+                runner_ups, best.executor, best.actors)
 
 
 def plan_tables(plan: Plan) -> list[Table]:
     """The chosen plan (placement and predicted cost per env step) and its runner-ups."""
-    chosen = Table(title=f"plan for {plan.algo} on {plan.env} ({plan.objective}; machine {plan.fingerprint})",
+    how = "inline" if plan.executor == "inline" else f"{plan.executor} executor, {plan.actors} actor processes"
+    chosen = Table(title=f"plan for {plan.algo} on {plan.env}: {how} ({plan.objective}; machine {plan.fingerprint})",
                    title_justify="left")
     for col in ("primitive", "placement", "predicted µs/call", "predicted µs/env step"):
         chosen.add_column(col, justify="left" if col in ("primitive", "placement") else "right")
@@ -199,18 +273,23 @@ def plan_tables(plan: Plan) -> list[Table]:
         step = f"{1e6 * pred.per_env_step_s[primitive]:,.1f}" if pred else "-"
         mark = " (bottleneck)" if pred and primitive == pred.bottleneck else ""
         chosen.add_row(primitive + mark, where, call, step)
-    for extra, where in (("Transfer", "replay -> learner"), ("Loop", "executor's own work")):
+    for extra, where in (("Transfer", "replay -> learner"), ("Loop", "executor's own work"),
+                         ("WeightFetch", "shared copy -> actors")):
         if pred is not None and extra in pred.per_call_s:
             chosen.add_row(extra, where, f"{1e6 * pred.per_call_s[extra]:,.1f}", f"{1e6 * pred.per_env_step_s[extra]:,.1f}")
     if pred is not None:
         chosen.caption = f"predicted: {pred.env_steps_per_s:,.0f} env steps/s in the learning phase (a model's prediction)"
+        if pred.stage_rates:
+            stages = ", ".join(f"{k} {v:,.0f}" for k, v in pred.stage_rates.items())
+            chosen.caption += f"; stages (env steps/s each could sustain): {stages}; bottleneck: {pred.bottleneck}"
     tables = [chosen]
     if plan.runner_ups:
         others = Table(title="runner-up plans (predicted)", title_justify="left")
-        for col in ("act", "replay", "learn", "env steps/s", "bottleneck"):
+        for col in ("executor", "act", "replay", "learn", "env steps/s", "bottleneck"):
             others.add_column(col, justify="right" if col == "env steps/s" else "left")
-        for placement, p in plan.runner_ups:
-            others.add_row(str(placement.act), str(placement.replay), str(placement.learn), f"{p.env_steps_per_s:,.0f}", p.bottleneck)
+        for c, p in plan.runner_ups:
+            others.add_row(str(c), str(c.placement.act), str(c.placement.replay), str(c.placement.learn),
+                           f"{p.env_steps_per_s:,.0f}", p.bottleneck)
         tables.append(others)
     return tables
 
@@ -240,7 +319,9 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
     if config.plan == "rule":
         work = (algorithm.learner_parameters(), config.agent.batch_size)
         placement = default_placement(resolve_device(config.device), work, threads)
-        return Plan(config.algo, config.env, config.num_envs, "rule", "-", placement, None, [])
+        executor = "inline" if config.executor == "auto" else config.executor
+        actors = 0 if executor == "inline" else (config.actors or default_actors())
+        return Plan(config.algo, config.env, config.num_envs, "rule", "-", placement, None, [], executor, actors)
     if config.plan == "auto":
         learn_device = None if config.device == "auto" else str(resolve_device(config.device))
         machine = describe_machine()
@@ -250,7 +331,12 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
             announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
             profile = profile_workload(config.algo, config.env, config.agent, machine=machine)
             profile.save(path)
-        return make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None)
+        executors = {"auto": ("inline", "local"), "ray": ("inline",)}.get(config.executor, (config.executor,))
+        plan = make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
+                         executors, config.actors, weight_sync_every=config.weight_sync_every)
+        if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
+            plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
+        return plan
     plan = Plan.load(config.plan)
     if (plan.algo, plan.env) != (config.algo, config.env):
         raise HetrlError(f"plan {config.plan} is for {plan.algo} on {plan.env}, not {config.algo} on {config.env}")

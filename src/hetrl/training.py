@@ -23,7 +23,7 @@ from hetrl.run.metrics import STAGES, MetricsWriter, read_metrics
 from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
 from hetrl.run.rundir import RunDir
-from hetrl.runtime.executors import actor_count, make_executor
+from hetrl.runtime.executors import default_actors, make_executor
 from hetrl.plan import Plan, plan_for_run
 from hetrl.runtime.placement import Placement
 
@@ -81,7 +81,13 @@ class Session:
         self.placement: Placement = self.plan.placement
         if self.placement.learn.threads:
             torch.set_num_threads(self.placement.learn.threads)
-        self.executor = make_executor(config, self.algo, self.placement, self.console.print)
+        # the run's executor: the plan's when the config says auto, else the config's
+        self.executor_kind = self.plan.executor if config.executor == "auto" else config.executor
+        if self.executor_kind == "inline":
+            self.actors = 0
+        else:
+            self.actors = config.actors or (self.plan.actors if self.plan.executor == self.executor_kind else 0) or default_actors()
+        self.executor = make_executor(self.executor_kind, self.actors, config, self.algo, self.placement, self.console.print)
         self.resumed_from: int | None = None
 
     @classmethod
@@ -192,7 +198,9 @@ class Session:
         if learning_from is not None and ex.env_steps > learning_from[1]:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
         self.save_checkpoint()
-        prediction = self.plan.prediction if cfg.executor == "inline" else None  # the model is of the inline loop
+        # a prediction is shown only for the executor and actor count it was made for
+        same = (self.plan.executor, self.plan.actors) == (self.executor_kind, self.actors)
+        prediction = self.plan.prediction if same else None
         learning_updates = ex.updates - start_updates
         learning_steps = ex.env_steps - max(start_steps, cfg.agent.learning_starts)
         if solved_at is None and not interrupted.set:
@@ -211,9 +219,9 @@ class Session:
             learning_env_steps_per_s=learning_rate,
             predicted_env_steps_per_s=prediction.env_steps_per_s if prediction else None,
             predicted_us_per_call={k: 1e6 * v for k, v in prediction.per_call_s.items()} if prediction else None,
-            executor=cfg.executor, actors=0 if cfg.executor == "inline" else actor_count(cfg),
+            executor=self.executor_kind, actors=self.actors,
             actor_restarts=ex.restarts,
-            staleness_mean=(ex.staleness_sum / ex.staleness_count) if getattr(ex, "staleness_count", 0) else (0.0 if cfg.executor == "inline" else None),
+            staleness_mean=(ex.staleness_sum / ex.staleness_count) if getattr(ex, "staleness_count", 0) else (0.0 if self.executor_kind == "inline" else None),
             staleness_max=getattr(ex, "staleness_max", 0),
             replay_ratio=cfg.agent.replay_ratio,
             replay_ratio_measured=learning_updates / learning_steps if learning_steps > 0 else None,
@@ -225,10 +233,10 @@ class Session:
     def _where(self) -> dict[str, str]:
         """Where each timed stage ran, for the summary."""
         where = self.placement.by_primitive()
-        if self.config.executor != "inline":
-            n = actor_count(self.config)
+        if self.executor_kind != "inline":
+            n = self.actors
             actors = f"{n} actor{'s' if n != 1 else ''}"
-            channel = "shared memory" if self.config.executor == "local" else "Ray object store"
+            channel = "shared memory" if self.executor_kind == "local" else "Ray object store"
             where["EnvStep"] = f"{where['EnvStep']}, {actors}"
             where["Act"] = f"numpy on cpu, {actors}"
             where["WeightSync"] = f"{self.placement.learn.device} -> {channel}"

@@ -67,7 +67,7 @@ def _staleness(result: "TrainResult") -> str:
 def _learning_rate(result: "TrainResult") -> str:
     measured = "n/a" if result.learning_env_steps_per_s is None else f"{result.learning_env_steps_per_s:,.0f} measured"
     if result.predicted_env_steps_per_s is None:
-        why = "the model covers the inline executor only" if result.executor != "inline" else "the plan was not made from a profile"
+        why = "the plan was not made from a profile for this executor and actor count"
         return f"{measured} (no prediction: {why})"
     return f"{measured}, {result.predicted_env_steps_per_s:,.0f} predicted by the plan's model"
 

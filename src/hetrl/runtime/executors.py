@@ -18,23 +18,23 @@ if TYPE_CHECKING:
     from hetrl.config import TrainConfig
 
 
-def actor_count(config: "TrainConfig") -> int:
-    """The configured actors, or one per core left beside the learner's (at least one)."""
-    if config.actors:
-        return config.actors
+def default_actors() -> int:
+    """The fixed rule: one actor per core left beside the learner's (at least one)."""
     return max(1, (os.cpu_count() or 1) - 1)
 
 
-def make_executor(config: "TrainConfig", algo: Algorithm, placement: Placement, log: Callable[[str], None]) -> Any:
-    if config.executor == "local":
+def make_executor(kind: str, actors: int, config: "TrainConfig", algo: Algorithm, placement: Placement,
+                  log: Callable[[str], None]) -> Any:
+    """The ``kind`` executor (inline, local or ray) with ``actors`` actor processes."""
+    if kind == "local":
         from hetrl.runtime.local import LocalExecutor
 
-        return LocalExecutor(algo, placement, config.num_envs, config.seed, actor_count(config),
+        return LocalExecutor(algo, placement, config.num_envs, config.seed, actors,
                              weight_sync_every=config.weight_sync_every, log=log)
-    if config.executor == "ray":
+    if kind == "ray":
         from hetrl.runtime.ray_executor import RayExecutor
 
-        return RayExecutor(algo, placement, config.num_envs, config.seed, actor_count(config),
+        return RayExecutor(algo, placement, config.num_envs, config.seed, actors,
                            weight_sync_every=config.weight_sync_every, address=config.ray_address, log=log)
     from hetrl.runtime.inline import InlineExecutor
 
