@@ -37,14 +37,14 @@ def alive(pid):
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-def executor(ratio=1.0, actors=2, **agent):
+def executor(ratio=1.0, actors=2, prefetch=False, **agent):
     cfg = make_config("dqn", "CartPole-v1", overrides=["hidden=32,32", "batch_size=32", "learning_starts=500",
                                                          f"replay_ratio={ratio}", "train_every=1"])
     for key, value in agent.items():
         setattr(cfg.agent, key, value)
     algo = make_algorithm("dqn", env_spec("CartPole-v1"), cfg.agent)
     return LocalExecutor(algo, default_placement(torch.device("cpu"), (1, 1), threads=1), 1, seed=0, actors=actors,
-                         log=lambda m: None)
+                         prefetch=prefetch, log=lambda m: None)
 
 
 def run_to(ex, steps, timeout=120):
@@ -118,9 +118,9 @@ def test_weights_are_read_whole():
 
 
 # --- the executor -------------------------------------------------------------------------------
-@pytest.mark.parametrize("ratio", [1.0, 0.25])
-def test_local_executor_learns_at_the_configured_ratio(ratio):
-    ex = executor(ratio)
+@pytest.mark.parametrize("ratio, prefetch", [(1.0, False), (0.25, False), (1.0, True)])
+def test_local_executor_learns_at_the_configured_ratio(ratio, prefetch):
+    ex = executor(ratio, prefetch=prefetch, prioritized=prefetch)  # prefetching beside priority updates
     try:
         run_to(ex, 4_000)
         pids = ex.actor_pids()

@@ -206,3 +206,17 @@ def test_plan_files_carry_executor_and_actors(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(HetrlError, match="executor must be one of"):
         Plan.load(path)
+
+
+def test_oversubscribed_learner_threads_are_costed_as_one():
+    from hetrl.plan import predict_parallel
+
+    two_threads = Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("torch", "cpu", 2))
+    fast_two = [r if r[:5] != ("Learn", "torch", "cpu", 64, 2) else (*r[:5], 600) for r in HOST]  # 2 threads: 600 µs
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    roomy = predict_parallel(two_threads, synthetic(fast_two), agent, 1, actors=1, cores=4)
+    crowded = predict_parallel(two_threads, synthetic(fast_two), agent, 1, actors=1, cores=2)
+    assert roomy.per_call_s["Learn"] == pytest.approx(600 * US)
+    assert crowded.per_call_s["Learn"] == pytest.approx(1000 * US)  # the 1-thread cost
+    plan = make_plan(synthetic(fast_two), agent, 1, executors=("inline", "local"), cores=2)
+    assert not (plan.executor == "local" and plan.placement.learn.threads == 2)

@@ -200,11 +200,43 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_sweep(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="measure env steps/s at each actor count and find the knee",
+                       description="Run ALGO on ENV under the local executor at each actor count; report env steps/s, "
+                                   "learner utilisation, energy where metered, and the knee (fewest actors within 95% "
+                                   "of the best rate). Writes sweep.json and sweep.png.")
+    p.add_argument("algo")
+    p.add_argument("env")
+    p.add_argument("--actors", default="1..4", help="actor counts: a range 1..4 (default) or a list 1,2,4")
+    p.add_argument("--steps", type=int, help="env steps per run (default: learning_starts + 10000)")
+    p.add_argument("--config", help="a JSON config to start from")
+    p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
+    p.add_argument("--out", default="sweep", help="output folder (default ./sweep; must be new or empty)")
+    p.set_defaults(func=_sweep)
+
+
+def _sweep(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hetrl.config import make_config
+    from hetrl.sweep import parse_range, sweep, table
+
+    counts = parse_range(args.actors)
+    cfg = make_config(args.algo, args.env, args.config, args.overrides)
+    cfg.steps = args.steps or cfg.agent.learning_starts + 10_000
+    console = Console(stderr=True)
+    points = sweep(cfg, counts, Path(args.out), console)
+    console.print(table(points))
+    console.print(f"written: {Path(args.out) / 'sweep.json'}, {Path(args.out) / 'sweep.png'}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
     parser.add_argument("--version", action="version", version=f"hetrl {__import__('hetrl').__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_train(sub)
+    _add_sweep(sub)
     _add_resume(sub)
     _add_eval(sub)
     _add_devices(sub)

@@ -35,6 +35,7 @@ class TrainConfig:
     executor: str = "inline"  # inline (one process), local (actor processes + learner), ray, or auto (the plan decides)
     actors: int = 0  # actor processes of the local/ray executors; 0: the plan decides (rule: one per core beside the learner)
     weight_sync_every: int = 1  # learner updates between weight pushes to the actors (local/ray)
+    prefetch: bool = False  # local: sample the next batch in a thread during Learn (pays off when Learn leaves the CPU idle, e.g. on a GPU)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
     log_every: int = 1_000  # env steps between metric rows
     eval_every: int = 10_000  # env steps between evaluations (0: only at the end)

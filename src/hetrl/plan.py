@@ -88,8 +88,20 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     learner = {name: serial.per_env_step_s[name] for name in ("ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate")
                if name in serial.per_env_step_s}
     learner["WeightSync"] = sync * ratio / weight_sync_every
+    threads = placement.learn.threads or 1
+    extra_threads = threads - 1 if placement.learn.device == "cpu" else 0
+    if extra_threads and actors + threads > cores:
+        # Oversubscribed: an actor preempts one of the learner's OpenMP threads and the others wait
+        # for it at every barrier, so the extra threads buy little (DDPG 400x300, 2 threads beside
+        # an actor on 2 cores: 98 env steps/s against 122 alone). Predict the 1-thread cost.
+        try:
+            single = _cost(profile, "Learn", placement.learn.backend, "cpu", agent.batch_size, 1)
+        except HetrlError:
+            single = call["Learn"]
+        call["Learn"] = max(call["Learn"], single)
+        learner["Learn"] = ratio * call["Learn"]
+        extra_threads = 0
     actor_s, learner_s = sum(actor.values()), sum(learner.values())
-    extra_threads = (placement.learn.threads or 1) - 1 if placement.learn.device == "cpu" else 0
     host_s = actor_s + learner_s + extra_threads * learner.get("Learn", 0.0)
     call["WeightFetch"] = sync
     rates = {"actors": actors / actor_s, "learner": 1.0 / learner_s if learner_s else float("inf"), "cores": cores / host_s}

@@ -56,6 +56,8 @@ class TrainResult:
     replay_ratio: float | None = None  # configured gradient updates per env step
     replay_ratio_measured: float | None = None  # updates / env steps after learning_starts, this session
     replay_ratio_window_error: float | None = None  # worst relative error over 1,000-step windows (local, ray)
+    energy: str = "not measured"  # what the meters measured over the training loop, or why nothing
+    joules_per_env_step: float | None = None  # measured by RAPL/NVML; None where no meter works
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)
 
 
@@ -120,9 +122,15 @@ class Session:
 
     def train(self, progress: bool = True) -> TrainResult:
         """Run to ``config.steps`` (or the target return, or Ctrl-C); the executor is closed at the
-        end whatever happens, so no actor process or shared memory outlives the call."""
+        end whatever happens, so no actor process or shared memory outlives the call. The loop's
+        energy is measured on every meter there is (RAPL, NVML), or reported unavailable."""
+        from hetrl.energy.discovery import discover_meters
+        from hetrl.energy.measurement import EnergyMeasurement
+
         try:
-            return self._train(progress)
+            with discover_meters() as meters:
+                self._energy = EnergyMeasurement(meters)
+                return self._train(progress)
         finally:
             self.executor.close()
 
@@ -143,6 +151,7 @@ class Session:
         learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
         eval_seconds = 0.0  # spent evaluating since learning started
         bar = progress_bar(self.console, progress)
+        self._energy.start()
         with interrupted, bar:
             task = bar.add_task(f"{cfg.algo} {cfg.env}", total=cfg.steps, completed=ex.env_steps, stats="")
             while ex.env_steps < cfg.steps and not interrupted.set:
@@ -193,6 +202,7 @@ class Session:
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
         end = time.perf_counter()
         wall = end - start
+        energy = self._energy.stop()
         ex.drain_staleness()
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
@@ -226,6 +236,8 @@ class Session:
             replay_ratio=cfg.agent.replay_ratio,
             replay_ratio_measured=learning_updates / learning_steps if learning_steps > 0 else None,
             replay_ratio_window_error=ex.ratio_error(),
+            energy=energy.describe(),
+            joules_per_env_step=energy.joules_per_step(ex.env_steps - start_steps) if ex.env_steps > start_steps else None,
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         return result

@@ -42,6 +42,7 @@ def summary_table(result: "TrainResult") -> Table:
         ("executor", result.executor + (f", {result.actors} actor processes, {result.actor_restarts} restarts" if result.actors else "")),
         ("replay ratio", _ratio(result)),
         ("policy staleness", _staleness(result)),
+        ("energy", result.energy + (f"; {result.joules_per_env_step:.3f} J per env step" if result.joules_per_env_step else "")),
         ("final evaluation return", evaluation),
     ]
     for name, value in rows:

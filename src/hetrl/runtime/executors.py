@@ -30,7 +30,7 @@ def make_executor(kind: str, actors: int, config: "TrainConfig", algo: Algorithm
         from hetrl.runtime.local import LocalExecutor
 
         return LocalExecutor(algo, placement, config.num_envs, config.seed, actors,
-                             weight_sync_every=config.weight_sync_every, log=log)
+                             weight_sync_every=config.weight_sync_every, prefetch=config.prefetch, log=log)
     if kind == "ray":
         from hetrl.runtime.ray_executor import RayExecutor
 

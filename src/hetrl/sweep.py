@@ -1,0 +1,126 @@
+"""The CPU/GPU ratio: how many actor cores a learner needs (``hetrl sweep``).
+
+Runs the same workload under the local executor at each actor count, measures the learning-phase
+env steps/s, the learner's utilisation (the share of its wall time not spent waiting for data) and,
+where a meter works, energy per env step; then reports the knee: the fewest actors that reach 95%
+of the best measured rate. Output: a table, ``sweep.json`` and ``sweep.png`` in the output folder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hetrl.config import TrainConfig, apply_overrides
+from hetrl.errors import HetrlError
+from hetrl.files import write_json
+from hetrl.training import Session, TrainResult
+
+KNEE_FRACTION = 0.95
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    actors: int
+    env_steps_per_s: float  # learning phase, measured
+    learner_utilisation: float  # 1 - the learner's share of wall time waiting for transitions
+    actor_wait_share: float  # actors' share of wall time held back by the rate limiter
+    joules_per_env_step: float | None  # None where no meter works
+    energy: str  # what was measured, or why not
+
+
+def learner_utilisation(result: TrainResult) -> float:
+    waits = {name: share for name, _, _, share in result.timers}
+    return max(0.0, 1.0 - waits.get("LearnerWait", 0.0))
+
+
+def knee(points: list[SweepPoint], fraction: float = KNEE_FRACTION) -> SweepPoint:
+    """The fewest actors whose rate reaches ``fraction`` of the best."""
+    best = max(p.env_steps_per_s for p in points)
+    return min((p for p in points if p.env_steps_per_s >= fraction * best), key=lambda p: p.actors)
+
+
+def parse_range(text: str) -> list[int]:
+    """``1..4``, ``1,2,4`` or ``3`` as a list of actor counts."""
+    try:
+        if ".." in text:
+            low, high = (int(x) for x in text.split(".."))
+            counts = list(range(low, high + 1))
+        else:
+            counts = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise HetrlError(f"--actors {text!r}: give a range like 1..4 or a list like 1,2,4 of counts >= 1")
+    return counts
+
+
+def sweep(config: TrainConfig, counts: list[int], out: Path, console: Console) -> list[SweepPoint]:
+    if out.exists() and any(out.iterdir()):
+        raise HetrlError(f"{out} already holds files; pass another --out (nothing was overwritten)")
+    points = []
+    for actors in counts:
+        cfg = apply_overrides(TrainConfig(**{**asdict(config), "agent": config.agent}),
+                              ["executor=local", f"actors={actors}", "eval_every=0", "eval_episodes=1"])
+        console.print(f"sweep: {actors} actor{'s' if actors != 1 else ''} ...")
+        result = Session.create(cfg, out / f"actors_{actors}", console).train(progress=False)
+        if result.learning_env_steps_per_s is None:
+            raise HetrlError(f"the run with {actors} actors never got past learning_starts; raise --steps")
+        actor_wait = {name: share for name, _, _, share in result.timers}.get("ActorWait", 0.0)
+        points.append(SweepPoint(actors, result.learning_env_steps_per_s, learner_utilisation(result), actor_wait,
+                                 result.joules_per_env_step, result.energy))
+    chosen = knee(points)
+    write_json(out / "sweep.json", {"algo": config.algo, "env": config.env, "knee_actors": chosen.actors,
+                                    "knee_fraction": KNEE_FRACTION, "points": [asdict(p) for p in points]})
+    plot(points, chosen, out / "sweep.png", f"{config.algo} on {config.env}")
+    return points
+
+
+def table(points: list[SweepPoint]) -> Table:
+    chosen = knee(points)
+    t = Table(title=f"actor sweep (measured); knee: {chosen.actors} actors reach {KNEE_FRACTION:.0%} of the best rate",
+              title_justify="left")
+    for col in ("actors", "env steps/s", "learner busy", "actors waiting", "J / env step"):
+        t.add_column(col, justify="right")
+    for p in points:
+        energy = f"{p.joules_per_env_step:.3f}" if p.joules_per_env_step is not None else "unavailable"
+        t.add_row(f"{p.actors}{' (knee)' if p is chosen else ''}", f"{p.env_steps_per_s:,.0f}",
+                  f"{p.learner_utilisation:.0%}", f"{p.actor_wait_share:.0%}", energy)
+    if all(p.joules_per_env_step is None for p in points):
+        t.caption = points[0].energy
+    return t
+
+
+def plot(points: list[SweepPoint], chosen: SweepPoint, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs = [p.actors for p in points]
+    ax.plot(xs, [p.env_steps_per_s for p in points], "o-", label="env steps/s (measured)")
+    ax.axvline(chosen.actors, color="tab:red", ls="--", label=f"knee: {chosen.actors} actors")
+    ax.set_xlabel("actor processes")
+    ax.set_ylabel("env steps/s, learning phase")
+    ax.set_title(title)
+    ax.set_xticks(xs)
+    ax.grid(alpha=0.3)
+    twin = ax.twinx()
+    twin.plot(xs, [100 * p.learner_utilisation for p in points], "s:", color="tab:green", label="learner busy (%)")
+    twin.set_ylabel("learner busy (%)")
+    twin.set_ylim(0, 105)
+    lines = ax.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text())

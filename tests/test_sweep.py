@@ -1,0 +1,43 @@
+"""hetrl sweep: actor counts, the knee, and its files."""
+
+import json
+
+import pytest
+
+from hetrl.cli import main
+from hetrl.errors import HetrlError
+from hetrl.sweep import SweepPoint, knee, parse_range
+
+
+def point(actors, rate):
+    return SweepPoint(actors, rate, 1.0, 0.0, None, "energy unavailable: test")
+
+
+def test_knee_is_the_fewest_actors_within_95_percent_of_the_best():
+    points = [point(1, 500), point(2, 900), point(3, 960), point(4, 1000)]
+    assert knee(points).actors == 3  # 960 >= 950; 900 is not
+    assert knee([point(1, 1000), point(2, 990)]).actors == 1
+
+
+def test_actor_ranges_parse_and_bad_ones_explain():
+    assert parse_range("1..4") == [1, 2, 3, 4] and parse_range("1,2,4") == [1, 2, 4] and parse_range("3") == [3]
+    for bad in ("0..2", "a..b", "", "2..1"):
+        with pytest.raises(HetrlError, match="give a range like 1..4"):
+            parse_range(bad)
+
+
+def test_sweep_runs_each_count_and_writes_table_json_and_plot(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    code = main(["sweep", "dqn", "CartPole-v1", "--actors", "1..2", "--steps", "1500", "--out", str(out),
+                 "--set", "hidden=32,32", "--set", "learning_starts=500", "--set", "train_every=1", "--set", "plan=rule"])
+    assert code == 0
+    data = json.loads((out / "sweep.json").read_text())
+    assert [p["actors"] for p in data["points"]] == [1, 2]
+    assert all(p["env_steps_per_s"] > 0 and 0 <= p["learner_utilisation"] <= 1 for p in data["points"])
+    assert all(p["joules_per_env_step"] is None and "unavailable" in p["energy"] for p in data["points"]) or \
+        all(p["joules_per_env_step"] > 0 for p in data["points"])
+    assert data["knee_actors"] in (1, 2) and (out / "sweep.png").stat().st_size > 0
+    assert (out / "actors_2" / "summary.json").exists()
+    assert "knee" in capsys.readouterr().err
+    # the folder now holds a sweep: a second one there is refused, nothing overwritten
+    assert main(["sweep", "dqn", "CartPole-v1", "--actors", "1", "--out", str(out)]) == 2
