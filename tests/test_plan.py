@@ -14,9 +14,14 @@ from hetrl.runtime.placement import Placement, Slot
 US = 1e-6
 
 
-def synthetic(entries, fingerprint="test") -> Profile:
-    """A profile from (primitive, backend, device, size, threads, microseconds) rows."""
-    timings = [Timing(p, b, d, n, t, us * US, us * US, us * US, 7) for p, b, d, n, t, us in entries]
+def synthetic(entries, fingerprint="test", watts=None) -> Profile:
+    """A profile from (primitive, backend, device, size, threads, microseconds) rows; with ``watts``
+    (device -> W), each row also has measured energy per call (Loop rows never do)."""
+    def joules(p, d, us):
+        return None if watts is None or p == "Loop" else watts[d] * us * US
+
+    timings = [Timing(p, b, d, n, t, us * US, us * US, us * US, 7, joules(p, d, us), "fake" if watts else None)
+               for p, b, d, n, t, us in entries]
     return Profile("dqn", "CartPole-v1", {}, {"fingerprint": fingerprint}, "now", timings)
 
 
@@ -101,8 +106,10 @@ def test_pinning_the_learner():
 def test_missing_measurements_and_objectives():
     with pytest.raises(HetrlError, match="no measurement of Act/numpy on cpu.*profile again"):
         predict(CPU_PLAN, synthetic([r for r in HOST if r[0] != "Act"]), DQNConfig(), 1)
-    with pytest.raises(HetrlError, match="objective 'efficiency' is not available"):
+    with pytest.raises(HetrlError, match="objective efficiency needs measured energy.*hetrl devices"):
         make_plan(synthetic(HOST), DQNConfig(), 1, objective="efficiency")
+    with pytest.raises(HetrlError, match="objective 'speed' is unknown"):
+        make_plan(synthetic(HOST), DQNConfig(), 1, objective="speed")
 
 
 def test_plan_file_round_trip(tmp_path):
@@ -220,3 +227,25 @@ def test_oversubscribed_learner_threads_are_costed_as_one():
     assert crowded.per_call_s["Learn"] == pytest.approx(1000 * US)  # the 1-thread cost
     plan = make_plan(synthetic(fast_two), agent, 1, executors=("inline", "local"), cores=2)
     assert not (plan.executor == "local" and plan.placement.learn.threads == 2)
+
+
+
+def test_energy_per_env_step_is_the_hand_computed_sum():
+    agent = DQNConfig(batch_size=64, replay_ratio=0.5, train_every=1, prioritized=True)
+    p = predict(CPU_PLAN, synthetic(HOST, watts={"cpu": 10.0}), agent, num_envs=1)
+    # 10 W on every host primitive, the loop included (at the host primitives' median power): 10 W x 666 µs per step
+    assert p.joules_per_env_step == pytest.approx(10.0 * 666 * US)
+    assert predict(CPU_PLAN, synthetic(HOST), agent, 1).joules_per_env_step is None
+
+
+def test_efficiency_objective_prefers_the_frugal_device():
+    # a GPU learner 5x faster than the host but drawing 300 W against 20 W: throughput takes the GPU,
+    # efficiency the host
+    rows = GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)]
+    profile = synthetic(rows, watts={"cpu": 20.0, "cuda": 300.0})
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    fast = make_plan(profile, agent, 1, objective="throughput")
+    frugal = make_plan(profile, agent, 1, objective="efficiency")
+    assert fast.placement.learn.device == "cuda" and frugal.placement.learn.device == "cpu"
+    assert frugal.prediction.joules_per_env_step < fast.prediction.joules_per_env_step
+    assert frugal.to_dict()["predicted"]["joules_per_env_step"] == pytest.approx(frugal.prediction.joules_per_env_step)

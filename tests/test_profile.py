@@ -87,3 +87,42 @@ def test_profile_command(tmp_path, capsys):
     assert code == 0
     assert Profile.load(out).algo == "dqn"
     assert main(["profile", "dqn", "CartPole-v1", "--device", "cuda:9", "--out", str(out)]) == 2
+
+
+
+class _FakeMeter:
+    """A meter at a constant 50 W: joules = 50 x elapsed seconds."""
+
+    kind, name, device, source, method = "fake", "fake:host", "cpu", "measured", "counter"
+
+    def __init__(self):
+        import time
+
+        self._t0 = time.perf_counter()
+
+    def read_joules(self):
+        import time
+
+        return 50.0 * (time.perf_counter() - self._t0)
+
+    def close(self):
+        pass
+
+
+def test_profiles_carry_energy_per_call_where_a_meter_works(monkeypatch):
+    import hetrl.profile as profile_module
+    from hetrl.energy.discovery import MeterReport
+
+    monkeypatch.setattr(profile_module, "ENERGY_SECONDS", 0.02)
+    agent = DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000)
+    profile = profile_workload("dqn", "CartPole-v1", agent, devices=["cpu"], threads=[1], meters=MeterReport([_FakeMeter()], []))
+    measured = [t for t in profile.timings if t.primitive != "Loop"]
+    assert measured and all(t.joules_per_call is not None and t.energy_meters == "fake:host" for t in measured)
+    for t in measured:  # 50 W for as long as a call takes, within the noise of two separate timings
+        assert 0.2 < t.joules_per_call / (50.0 * t.median_s) < 5, t
+    again = Profile.load(profile.save(profile_module.Path(__import__("tempfile").mkdtemp()) / "p.json"))
+    assert again == profile
+
+
+def test_profiles_say_nothing_of_energy_without_a_meter(dqn_profile):
+    assert all(t.joules_per_call is None for t in dqn_profile.timings)

@@ -67,6 +67,19 @@ def test_ray_executor_holds_the_ratio_and_checkpoints(cluster):
         fresh.close()
 
 
+def test_a_killed_ray_actor_is_restarted_and_the_run_goes_on(cluster):
+    ex = executor()
+    try:
+        while ex.env_steps < 1_000:
+            ex.iteration()
+        ray.kill(ex._handles[0])  # what a crashed node or an OOM kill does to an actor
+        while ex.env_steps < 2_500:
+            ex.iteration()
+        assert ex.restarts == 1 and ex.updates > 0
+    finally:
+        ex.close()
+
+
 @pytest.mark.slow
 def test_dqn_learns_cartpole_under_ray(tmp_path):
     """`hetrl train dqn CartPole-v1 --executor ray` reaches the inline threshold (2 of 2 seeds)."""

@@ -164,7 +164,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("env")
     p.add_argument("--config", help="a JSON config to start from")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
-    p.add_argument("--objective", default="throughput", help="throughput (env steps/s)")
+    p.add_argument("--objective", default="throughput", choices=("throughput", "efficiency"),
+                   help="throughput (env steps/s, default) or efficiency (env steps per joule; needs a working energy meter)")
     p.add_argument("--device", help="pin the learner to this device (default: the planner chooses)")
     p.add_argument("--executor", default="auto", choices=("auto", "inline", "local"),
                    help="consider inline and local (auto, default) or only one of them")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from rich.table import Table
 
@@ -41,7 +42,7 @@ from hetrl.runtime.placement import Placement, Slot, default_placement
 
 PLAN_FORMAT = "hetrl-plan-v1"
 PLAN_EXECUTORS = ("inline", "local", "ray")
-OBJECTIVES = ("throughput",)
+OBJECTIVES = ("throughput", "efficiency")  # env steps/s, or env steps per joule (where energy was measured)
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,11 @@ class Prediction:
     per_call_s: dict[str, float]  # predicted seconds per call, by primitive ("Transfer" included)
     per_env_step_s: dict[str, float]  # predicted seconds of work per env step, by primitive
     stage_rates: dict[str, float] | None = None  # parallel executors: env steps/s each stage can sustain
+    joules_per_env_step: float | None = None  # from the profile's measured energy per call; None if unmeasured
+
+    @property
+    def env_steps_per_joule(self) -> float | None:
+        return None if not self.joules_per_env_step else 1.0 / self.joules_per_env_step
 
     @property
     def env_steps_per_s(self) -> float:
@@ -105,15 +111,22 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     host_s = actor_s + learner_s + extra_threads * learner.get("Learn", 0.0)
     call["WeightFetch"] = sync
     rates = {"actors": actors / actor_s, "learner": 1.0 / learner_s if learner_s else float("inf"), "cores": cores / host_s}
-    return Prediction(call, {**actor, **learner}, rates)
+    per_step = {**actor, **learner}
+    return Prediction(call, per_step, rates, _energy_per_env_step(profile, placement, agent, n, call, per_step))
 
 
-def _cost(profile: Profile, primitive: str, backend: str, device: str, size: int, threads: int | None = None) -> float:
-    points = sorted((t.size, t.median_s) for t in profile.timings
-                    if (t.primitive, t.backend, t.device, t.threads) == (primitive, backend, device, threads))
-    if not points:
+def _cost(profile: Profile, primitive: str, backend: str, device: str, size: int, threads: int | None = None,
+          attr: str = "median_s") -> Any:
+    """The profile's ``attr`` (seconds, or joules, per call) at ``size``, interpolated between
+    profiled sizes; None when that quantity was not measured (energy without a meter)."""
+    rows = [(t.size, getattr(t, attr)) for t in profile.timings
+            if (t.primitive, t.backend, t.device, t.threads) == (primitive, backend, device, threads)]
+    if not rows:
         where = f"{primitive}/{backend} on {device}" + (f" with {threads} threads" if threads else "")
         raise HetrlError(f"the profile has no measurement of {where}; profile again (hetrl profile)")
+    if any(value is None for _, value in rows):
+        return None
+    points = sorted(rows)
     for s, cost in points:
         if s == size:
             return cost
@@ -123,6 +136,44 @@ def _cost(profile: Profile, primitive: str, backend: str, device: str, size: int
     above = [p for p in points if p[0] > size]
     (s0, c0), (s1, c1) = (below[-1], above[0]) if below and above else (points[-2], points[-1]) if below else (points[0], points[1])
     return max(0.0, c0 + (c1 - c0) * (size - s0) / (s1 - s0))
+
+
+def _energy_per_env_step(profile: Profile, placement: Placement, agent: AgentConfig, num_envs: int,
+                         per_call_s: dict[str, float], per_env_step_s: dict[str, float]) -> float | None:
+    """Sum over primitives of calls per env step x measured joules per call (the whole machine's
+    energy while that primitive ran); None unless every primitive's energy was measured. The
+    executor's own loop work, which cannot be run alone, is costed at the host primitives' mean power."""
+    act, replay, learn = placement.act, placement.replay, placement.learn
+    slots = {"EnvStep": (placement.env, None), "Act": (act, None), "WeightSync": (act, None), "WeightFetch": (act, None),
+             "ReplayAdd": (replay, None), "ReplaySample": (replay, None), "PriorityUpdate": (replay, None),
+             "Learn": (learn, learn.threads)}
+    source = "numpy" if replay.backend == "numpy" else replay.device
+    watts_host = [t.joules_per_call / t.median_s for t in profile.timings
+                  if t.joules_per_call and t.device == "cpu" and t.median_s > 0]
+    total = 0.0
+    for name, seconds in per_env_step_s.items():
+        calls = seconds / per_call_s[name] if per_call_s.get(name) else 0.0
+        if name == "Loop":
+            if not watts_host:
+                return None
+            total += seconds * float(np.median(watts_host))
+            continue
+        if name == "Transfer":
+            backend, device, threads = f"{source}->{learn.device}", learn.device, None
+        else:
+            slot, threads = slots[name]
+            primitive = "WeightSync" if name == "WeightFetch" else name
+            backend, device = slot.backend, slot.device
+            name = primitive
+        size = agent.batch_size if name in BATCHED else 1 if name == "WeightSync" else num_envs
+        joules = _cost(profile, name, backend, device, size, threads, attr="joules_per_call")
+        if joules is None:
+            return None
+        total += calls * joules
+    return total
+
+
+BATCHED = ("ReplaySample", "PriorityUpdate", "Learn", "Transfer")  # sized by the batch; the rest by envs
 
 
 def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int) -> Prediction:
@@ -154,7 +205,7 @@ def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs
     if loop:  # the executor's own work, measured per env step with one env
         call["Loop"] = loop[0]
         per_step["Loop"] = loop[0] / n
-    return Prediction(call, per_step)
+    return Prediction(call, per_step, None, _energy_per_env_step(profile, placement, agent, n, call, per_step))
 
 
 def candidates(profile: Profile, learn_device: str | None = None, learn_threads: int | None = None) -> list[Placement]:
@@ -203,6 +254,7 @@ class Plan:
                    "us_per_env_step": {k: round(1e6 * v, 2) for k, v in p.per_env_step_s.items()}}
             if p.stage_rates:
                 out["stage_env_steps_per_s"] = {k: round(v, 1) for k, v in p.stage_rates.items()}
+            out["joules_per_env_step"] = p.joules_per_env_step  # None: energy was not measured in the profile
             return out
 
         return {
@@ -248,8 +300,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
     """The best way to run for ``objective`` among every placement the profile can cost, under each
     of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``)."""
     if objective not in OBJECTIVES:
-        raise HetrlError(f"objective {objective!r} is not available; choose one of {', '.join(OBJECTIVES)} "
-                         "(efficiency needs profiles with measured power, which come with the energy work)")
+        raise HetrlError(f"objective {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     cores = cores or os.cpu_count() or 1
     costed: list[tuple[Candidate, Prediction]] = []
     for placement in candidates(profile, learn_device, learn_threads):
@@ -262,9 +313,16 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
                                    predict_parallel(placement, profile, agent, num_envs, count, cores, weight_sync_every)))
         except HetrlError:  # a combination the profile cannot cost (e.g. an unmeasured transfer) is passed over
             continue
-    ranked = sorted(costed, key=lambda pair: -pair[1].env_steps_per_s)
-    if not ranked:
+    if not costed:
         raise HetrlError("the profile has no learner measurement for the requested device; profile on this device first")
+    if objective == "efficiency":
+        costed = [pair for pair in costed if pair[1].joules_per_env_step]
+        if not costed:
+            raise HetrlError("objective efficiency needs measured energy, and this profile has none: no RAPL or NVML meter "
+                             "worked when it was measured (`hetrl devices` says why); use --objective throughput")
+        ranked = sorted(costed, key=lambda pair: pair[1].joules_per_env_step)
+    else:
+        ranked = sorted(costed, key=lambda pair: -pair[1].env_steps_per_s)
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best.placement, prediction,
                 runner_ups, best.executor, best.actors)
@@ -291,6 +349,8 @@ def plan_tables(plan: Plan) -> list[Table]:
             chosen.add_row(extra, where, f"{1e6 * pred.per_call_s[extra]:,.1f}", f"{1e6 * pred.per_env_step_s[extra]:,.1f}")
     if pred is not None:
         chosen.caption = f"predicted: {pred.env_steps_per_s:,.0f} env steps/s in the learning phase (a model's prediction)"
+        chosen.caption += (f"; {pred.joules_per_env_step:.4f} J per env step (from measured energy per call)"
+                           if pred.joules_per_env_step else "; energy: not in the profile (no meter worked)")
         if pred.stage_rates:
             stages = ", ".join(f"{k} {v:,.0f}" for k, v in pred.stage_rates.items())
             chosen.caption += f"; stages (env steps/s each could sustain): {stages}; bottleneck: {pred.bottleneck}"

@@ -36,10 +36,13 @@ from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.learner_role import to_device
 from hetrl.runtime.placement import default_placement
 
-PROFILE_FORMAT = "hetrl-profile-v3"  # v3: replay profiled full with fresh draws; every transfer; loop
+PROFILE_FORMAT = "hetrl-profile-v4"  # v4: energy per call where a meter works (v3: full replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
+# Where a meter works, each primitive also runs this long while the meters read: RAPL and NVML
+# counters advance in steps of milliseconds to tens of milliseconds.
+ENERGY_SECONDS = 0.25
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,8 @@ class Timing:
     p10_s: float
     p90_s: float
     calls: int  # calls timed (after warm-up)
+    joules_per_call: float | None = None  # every working meter's energy (the whole machine's), per call; None: unavailable
+    energy_meters: str | None = None  # the meters that measured it
 
 
 @dataclass
@@ -120,6 +125,25 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 7
     return float(median), float(p10), float(p90), repeats * inner
 
 
+def energy_per_call(fn: Callable[[], Any], sync: Callable[[], None], meters: Any, per_call_s: float) -> tuple[float | None, str | None]:
+    """Joules per call of ``fn`` on every working meter of ``meters`` (a MeterReport), over at least
+    ENERGY_SECONDS of calls; (None, None) where no meter works."""
+    from hetrl.energy.measurement import EnergyMeasurement
+
+    if meters is None or not meters.meters:
+        return None, None
+    calls = max(1, int(ENERGY_SECONDS / max(per_call_s, 1e-9)))
+    span = EnergyMeasurement(meters)
+    span.start()
+    for _ in range(calls):
+        fn()
+    sync()
+    result = span.stop()
+    if result.total_joules is None:
+        return None, None
+    return result.total_joules / calls, ", ".join(r.meter for r in result.readings)
+
+
 def _sync_for(device: str) -> Callable[[], None]:
     kind = torch.device(device).type
     if kind == "cuda":
@@ -144,14 +168,17 @@ def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str,
     }
 
 
-def _jobs(algo: Algorithm, devices: list[str], threads: list[int]) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
+def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any = None) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
     """(label, measure) pairs, one per thing to time; building happens inside measure."""
     cfg, spec = algo.config, algo.spec
     rng = np.random.default_rng(0)
     B = cfg.batch_size
 
-    def timing(primitive, backend, device, size, fn, threads_=None):
-        return Timing(primitive, backend, device, size, threads_, *time_calls(fn, _sync_for(device)))
+    def timing(primitive, backend, device, size, fn, threads_=None, sync=None):
+        sync = sync or _sync_for(device)
+        median, p10, p90, calls = time_calls(fn, sync)
+        joules, meter = energy_per_call(fn, sync, meters, median)
+        return Timing(primitive, backend, device, size, threads_, median, p10, p90, calls, joules, meter)
 
     for n in ENV_COUNTS:
         def env_step(n=n):
@@ -220,8 +247,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int]) -> Iterator[t
                 batch = host_batch if source == "numpy" else to_device(host_batch, torch.device(source))
                 target = torch.device(device)
                 sync = _sync_for(device) if device != "cpu" else _sync_for(source if source != "numpy" else "cpu")
-                return [Timing("Transfer", f"{source}->{device}", device, B, None,
-                               *time_calls(lambda: to_device(batch, target), sync))]
+                return [timing("Transfer", f"{source}->{device}", device, B, lambda: to_device(batch, target), sync=sync)]
             yield f"Transfer {source} -> {device}", transfer
 
     def loop():
@@ -246,18 +272,24 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int]) -> Iterator[t
 
 def profile_workload(algo: str, env: str, agent: AgentConfig, devices: list[str] | None = None,
                      threads: list[int] | None = None, progress: Callable[[str, int, int], None] | None = None,
-                     machine: Machine | None = None) -> Profile:
+                     machine: Machine | None = None, meters: Any = None) -> Profile:
     """Measure every primitive of ``algo`` on ``env`` on this machine (see the module docstring).
 
-    ``progress(label, done, total)`` is called before each measurement.
+    ``progress(label, done, total)`` is called before each measurement. ``meters`` (a MeterReport;
+    default: every meter found here) also gives each primitive's energy per call where one works.
     """
+    from hetrl.energy.discovery import discover_meters
+
+    if meters is None:
+        with discover_meters() as found:
+            return profile_workload(algo, env, agent, devices, threads, progress, machine, found)
     algorithm = make_algorithm(algo, env_spec(env), agent)
     devices = devices or available_devices()
     threads = threads or sorted({1, os.cpu_count() or 1})
     machine = machine or describe_machine()
     agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
     result = Profile(algorithm.name, env, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    jobs = list(_jobs(algorithm, devices, threads))
+    jobs = list(_jobs(algorithm, devices, threads, meters))
     for done, (label, measure) in enumerate(jobs):
         if progress:
             progress(label, done, len(jobs))
@@ -268,9 +300,12 @@ def profile_workload(algo: str, env: str, agent: AgentConfig, devices: list[str]
 def profile_table(profile: Profile) -> Table:
     table = Table(title=f"{profile.algo} on {profile.env}: measured cost per call (machine {profile.fingerprint})",
                   title_justify="left")
-    for col in ("primitive", "backend", "device", "size", "threads", "median µs", "p10-p90 µs"):
+    for col in ("primitive", "backend", "device", "size", "threads", "median µs", "p10-p90 µs", "mJ/call"):
         table.add_column(col, justify="left" if col in ("primitive", "backend", "device") else "right")
     for t in profile.timings:
+        energy = f"{1e3 * t.joules_per_call:,.3f}" if t.joules_per_call is not None else "-"
         table.add_row(t.primitive, t.backend, t.device, str(t.size), str(t.threads or "-"), f"{1e6 * t.median_s:,.1f}",
-                      f"{1e6 * t.p10_s:,.1f}-{1e6 * t.p90_s:,.1f}")
+                      f"{1e6 * t.p10_s:,.1f}-{1e6 * t.p90_s:,.1f}", energy)
+    if all(t.joules_per_call is None for t in profile.timings):
+        table.caption = "mJ/call: not measured (no RAPL or NVML meter works here; `hetrl devices` says why)"
     return table

@@ -58,6 +58,7 @@ class TrainResult:
     replay_ratio_window_error: float | None = None  # worst relative error over 1,000-step windows (local, ray)
     energy: str = "not measured"  # what the meters measured over the training loop, or why nothing
     joules_per_env_step: float | None = None  # measured by RAPL/NVML; None where no meter works
+    predicted_joules_per_env_step: float | None = None  # the plan's model, from the profile's measured energy
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)
 
 
@@ -238,6 +239,7 @@ class Session:
             replay_ratio_window_error=ex.ratio_error(),
             energy=energy.describe(),
             joules_per_env_step=energy.joules_per_step(ex.env_steps - start_steps) if ex.env_steps > start_steps else None,
+            predicted_joules_per_env_step=prediction.joules_per_env_step if prediction else None,
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         return result

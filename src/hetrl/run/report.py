@@ -42,12 +42,21 @@ def summary_table(result: "TrainResult") -> Table:
         ("executor", result.executor + (f", {result.actors} actor processes, {result.actor_restarts} restarts" if result.actors else "")),
         ("replay ratio", _ratio(result)),
         ("policy staleness", _staleness(result)),
-        ("energy", result.energy + (f"; {result.joules_per_env_step:.3f} J per env step" if result.joules_per_env_step else "")),
+        ("energy", _energy(result)),
         ("final evaluation return", evaluation),
     ]
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _energy(result: "TrainResult") -> str:
+    text = result.energy
+    if result.joules_per_env_step:
+        text += f"; {result.joules_per_env_step:.4f} J per env step measured"
+    if result.predicted_joules_per_env_step:
+        text += f", {result.predicted_joules_per_env_step:.4f} predicted by the plan's model"
+    return text
 
 
 def _ratio(result: "TrainResult") -> str:

@@ -1,0 +1,518 @@
+"""One training run of one library on one workload, for ``bench/peers.py``.
+
+Every library trains the same algorithm with the same settings (:data:`WORKLOADS`); only the
+training call is timed (imports, construction and evaluation are not), the env steps and gradient
+updates actually done are counted, and the final policy is evaluated greedily by one shared
+function (:func:`evaluate`) over a plain Gymnasium env, never by a library's own evaluator.
+
+A peer library is imported only inside its runner, so a missing one fails only its own runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import itertools
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+Act = Callable[[np.ndarray], np.ndarray]  # a batch of observations (1, obs_dim) -> a batch of actions
+EVAL_SEED = 10_000  # evaluation episode i is reset with EVAL_SEED + i, the same for every library
+
+
+# --- the shared settings ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class DQNSettings:
+    """DQN (Mnih et al. 2015, not double, no dueling) on CartPole-v1, as every library runs it."""
+
+    env_id: str = "CartPole-v1"
+    hidden: tuple[int, ...] = (64, 64)
+    batch_size: int = 64
+    buffer_size: int = 50_000
+    lr: float = 5e-4  # Adam
+    gamma: float = 0.99
+    learning_starts: int = 1_000  # env steps of uniformly random actions before the first update
+    train_every: int = 1  # env steps between updates; one gradient update each time
+    target_every: int = 500  # env steps between hard copies of the Q-network into the target network
+    eps_start: float = 1.0
+    eps_end: float = 0.05
+    eps_fraction: float = 0.2  # of the run's env steps over which epsilon decays linearly
+    max_grad_norm: float = 10.0  # Huber (smooth L1) loss, gradients clipped to this norm
+
+    @property
+    def updates_per_env_step(self) -> float:
+        return 1.0 / self.train_every
+
+    @property
+    def target_every_updates(self) -> int:
+        """The target period in gradient updates, for libraries that count it in updates."""
+        return max(1, round(self.target_every / self.train_every))
+
+    def eps_decay_steps(self, steps: int) -> int:
+        return max(1, int(self.eps_fraction * steps))
+
+    def epsilon(self, env_step: int, steps: int) -> float:
+        frac = min(1.0, env_step / self.eps_decay_steps(steps))
+        return self.eps_start + frac * (self.eps_end - self.eps_start)
+
+
+@dataclass(frozen=True)
+class DDPGSettings:
+    """DDPG (Lillicrap et al. 2016) on Pendulum-v1, as every library runs it."""
+
+    env_id: str = "Pendulum-v1"
+    hidden: tuple[int, ...] = (256, 256)  # actor and critic alike; the critic takes concat(obs, action)
+    batch_size: int = 256
+    buffer_size: int = 200_000
+    lr: float = 1e-3  # Adam, actor and critic
+    gamma: float = 0.98
+    tau: float = 0.005  # Polyak target updates after every update
+    learning_starts: int = 1_000
+    train_every: int = 1  # one critic and one actor update per env step
+    action_noise: float = 0.1  # Gaussian std, as a fraction of half the action range (SB3's units)
+
+    @property
+    def updates_per_env_step(self) -> float:
+        return 1.0 / self.train_every
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    algo: str  # "dqn" or "ddpg"
+    title: str
+    settings: DQNSettings | DDPGSettings
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w for w in (
+        Workload("dqn", "dqn", "DQN CartPole-v1, 1 update per env step", DQNSettings(train_every=1)),
+        Workload("dqn-r0.25", "dqn", "DQN CartPole-v1, 1 update per 4 env steps", DQNSettings(train_every=4)),
+        Workload("ddpg", "ddpg", "DDPG Pendulum-v1, 1 update per env step", DDPGSettings()),
+    )
+}
+
+
+@dataclass
+class Trained:
+    """What a runner hands back: counts, the timed seconds, and a greedy policy to evaluate."""
+
+    env_steps: int
+    updates: int
+    seconds: float
+    act: Act
+    version: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- shared evaluation and FLOP counting -----------------------------------------------------
+def evaluate(act: Act, env_id: str, episodes: int = 10, seed: int = EVAL_SEED) -> list[float]:
+    """Undiscounted returns of ``episodes`` greedy episodes; episode i starts from ``seed + i``."""
+    env = gym.make(env_id)
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    returns = []
+    with torch.no_grad():
+        for i in range(episodes):
+            obs, _ = env.reset(seed=seed + i)
+            total, done = 0.0, False
+            while not done:
+                action = np.asarray(act(np.asarray(obs, dtype=np.float32)[None]))[0]
+                obs, reward, terminated, truncated, _ = env.step(int(action) if discrete else action.astype(np.float32))
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+    env.close()
+    return returns
+
+
+def mlp_forward_flops(sizes: list[int], batch: int) -> int:
+    """Multiply-add FLOPs (2 per MAC) of the linear layers of an MLP with layer ``sizes``."""
+    return 2 * batch * sum(a * b for a, b in itertools.pairwise(sizes))
+
+
+def ddpg_update_flops(obs_dim: int, act_dim: int, settings: DDPGSettings) -> int:
+    """FLOPs of one DDPG update, counting linear layers only (backward ~ 2x forward).
+
+    Target: actor and critic forward (1 + 1). Critic loss: critic forward + backward (3).
+    Actor loss: actor forward + backward (3) and critic forward + backward through it (3).
+    Together 4 actor forwards and 7 critic forwards' worth; Adam and activations are left out.
+    """
+    h = list(settings.hidden)
+    actor = mlp_forward_flops([obs_dim, *h, act_dim], settings.batch_size)
+    critic = mlp_forward_flops([obs_dim + act_dim, *h, 1], settings.batch_size)
+    return 4 * actor + 7 * critic
+
+
+def matmul_peak(sizes: tuple[int, ...], repeats: int = 3) -> dict[str, float]:
+    """Best fp32 GFLOP/s of ``torch.mm`` of square matrices, at the current torch thread count."""
+    best: dict[str, float] = {}
+    gen = torch.Generator().manual_seed(0)
+    for n in sizes:
+        a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+        torch.mm(a, b)  # warm-up
+        fastest = float("inf")
+        for _ in range(repeats):
+            start = time.perf_counter()
+            torch.mm(a, b)
+            fastest = min(fastest, time.perf_counter() - start)
+        best[str(n)] = 2 * n**3 / fastest / 1e9
+    return best
+
+
+LIBRARY_MODULES = {"hetrl": "hetrl", "hetrl-auto": "hetrl", "sb3": "stable_baselines3", "tianshou": "tianshou", "torchrl": "torchrl"}
+
+
+def library_version(lib: str) -> str:
+    """The version of ``lib`` (importing it: an ImportError says why it cannot run)."""
+    if lib == "cleanrl":
+        return f"torch {torch.__version__}"  # the script is this repository's own
+    module = importlib.import_module(LIBRARY_MODULES[lib])
+    return str(getattr(module, "__version__", "unknown"))
+
+
+
+def _torch_act(fn: Callable[[torch.Tensor], torch.Tensor]) -> Act:
+    """A numpy-in, numpy-out policy from a torch function of a float32 batch."""
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return fn(torch.as_tensor(obs, dtype=torch.float32)).cpu().numpy()
+    return act
+
+
+def _parameters(cls: type) -> set[str]:
+    return set(inspect.signature(cls.__init__).parameters)
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+# --- hetrl -----------------------------------------------------------------------------------
+def run_hetrl(w: Workload, steps: int, seed: int, threads: int, executor: str = "inline") -> Trained:
+    """hetrl's own session (what ``hetrl.train`` runs), built first and then timed in ``train``.
+
+    The timed call includes what hetrl always does at the end of a run: one checkpoint, a one-episode
+    evaluation, the returns plot and summary.json. The loop alone is reported as ``loop_seconds``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot  # imported untimed, as every library's imports are; the end-of-run plot itself is timed
+
+    import hetrl
+    from hetrl.config import make_config
+    from hetrl.errors import HetrlError
+    from hetrl.training import Session, greedy_policy
+
+    s = w.settings
+    common: dict[str, Any] = {
+        "steps": steps, "seed": seed, "threads": threads, "eval_every": 0, "eval_episodes": 1,
+        "checkpoint_every": steps + 1,  # no checkpoint inside the loop (the final one is always written)
+        "executor": executor,  # inline: one process, as every peer; auto: the plan picks (actor processes too)
+        "hidden": s.hidden, "batch_size": s.batch_size, "buffer_size": s.buffer_size, "lr": s.lr,
+        "gamma": s.gamma, "learning_starts": s.learning_starts, "train_every": s.train_every,
+        "replay_ratio": s.updates_per_env_step,  # a burst of train_every * replay_ratio = 1 update
+    }
+    if isinstance(s, DQNSettings):
+        common.update(double=False, dueling=False, tau=1.0, target_update_every=s.target_every_updates,
+                      eps_start=s.eps_start, eps_end=s.eps_end, eps_decay_steps=s.eps_decay_steps(steps),
+                      max_grad_norm=s.max_grad_norm)
+    else:
+        common.update(tau=s.tau, action_noise=s.action_noise, max_grad_norm=None, twin_critics=False,
+                      target_noise=0.0, policy_delay=1)
+    overrides = [f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in common.items()]
+    with tempfile.TemporaryDirectory(prefix="hetrl_peers_") as tmp:
+        plan = "auto"
+        try:
+            session = Session.create(make_config(w.algo, s.env_id, None, overrides), f"{tmp}/run")
+        except HetrlError as exc:  # e.g. no profile of this thread count: fall back to the fixed rule
+            plan = f"rule ({exc})"
+            session = Session.create(make_config(w.algo, s.env_id, None, [*overrides, "plan=rule"]), f"{tmp}/run2")
+        torch.set_num_threads(threads)  # the plan may pick its own count; the benchmark holds it equal
+        result, seconds = _timed(lambda: session.train(progress=False))
+    policy = greedy_policy(session.algo, session.executor.policy_network)
+    how = result.executor + (f", {result.actors} actors" if result.actors else "")
+    return Trained(result.env_steps, result.updates, seconds, policy, hetrl.__version__,
+                   {"loop_seconds": result.wall_s, "plan": f"{plan}; {how}", "placement": result.placement})
+
+
+def run_hetrl_auto(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+    """hetrl with ``executor=auto``: the plan may run actors in their own processes."""
+    return run_hetrl(w, steps, seed, threads, executor="auto")
+
+
+# --- Stable-Baselines3 -----------------------------------------------------------------------
+def run_sb3(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+    import stable_baselines3 as sb3
+
+    s = w.settings
+    env = gym.make(s.env_id)
+    arch = {"net_arch": list(s.hidden)}
+    if isinstance(s, DQNSettings):
+        model = sb3.DQN(
+            "MlpPolicy", env, learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
+            batch_size=s.batch_size, tau=1.0, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
+            target_update_interval=s.target_every, exploration_fraction=s.eps_fraction,
+            exploration_initial_eps=s.eps_start, exploration_final_eps=s.eps_end, max_grad_norm=s.max_grad_norm,
+            policy_kwargs=arch, seed=seed, device="cpu", verbose=0,
+        )
+    else:
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        dim = env.action_space.shape[0]
+        model = sb3.DDPG(
+            "MlpPolicy", env, learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
+            batch_size=s.batch_size, tau=s.tau, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
+            action_noise=NormalActionNoise(np.zeros(dim), s.action_noise * np.ones(dim)),
+            policy_kwargs=arch, seed=seed, device="cpu", verbose=0,
+        )
+    _, seconds = _timed(lambda: model.learn(total_timesteps=steps))
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        return model.predict(obs, deterministic=True)[0]
+
+    return Trained(model.num_timesteps, model._n_updates, seconds, act, sb3.__version__)
+
+
+# --- CleanRL-style single-file scripts -------------------------------------------------------
+def run_cleanrl(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+    s = w.settings
+    if isinstance(s, DQNSettings):
+        import cleanrl_dqn as script
+
+        args: Any = script.Args(
+            env_id=s.env_id, seed=seed, total_timesteps=steps, hidden=s.hidden, learning_rate=s.lr,
+            buffer_size=s.buffer_size, gamma=s.gamma, target_network_frequency=s.target_every,
+            batch_size=s.batch_size, start_e=s.eps_start, end_e=s.eps_end, exploration_fraction=s.eps_fraction,
+            learning_starts=s.learning_starts, train_frequency=s.train_every, max_grad_norm=s.max_grad_norm,
+        )
+        (net, stats), seconds = _timed(lambda: script.train(args))
+        act = _torch_act(lambda x: net(x).argmax(dim=1))
+    else:
+        import cleanrl_ddpg as script
+
+        args = script.Args(
+            env_id=s.env_id, seed=seed, total_timesteps=steps, hidden=s.hidden, learning_rate=s.lr,
+            buffer_size=s.buffer_size, gamma=s.gamma, tau=s.tau, batch_size=s.batch_size,
+            exploration_noise=s.action_noise, learning_starts=s.learning_starts, policy_frequency=1,
+        )
+        (net, stats), seconds = _timed(lambda: script.train(args))
+        act = _torch_act(net)
+    return Trained(stats["env_steps"], stats["updates"], seconds, act, library_version("cleanrl"))
+
+
+# --- Tianshou --------------------------------------------------------------------------------
+def run_tianshou(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+    """Tianshou's off-policy trainer (no test collector), after ``learning_starts`` random steps
+    collected by its collector: the trainer itself has no warm-up setting."""
+    import tianshou
+    from tianshou.algorithm.optim import AdamOptimizerFactory
+    from tianshou.data import Collector, VectorReplayBuffer
+    from tianshou.env import DummyVectorEnv
+    from tianshou.trainer import OffPolicyTrainerParams
+    from tianshou.utils.net.common import Net
+
+    s = w.settings
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    envs = DummyVectorEnv([lambda: gym.make(s.env_id)])
+    envs.seed(seed)
+    space = envs.get_env_attr("action_space")[0]
+    obs_dim = int(np.prod(envs.get_env_attr("observation_space")[0].shape))
+    training_fn: Callable[[int, int], None] | None = None
+    if isinstance(s, DQNSettings):
+        from tianshou.algorithm import DQN
+        from tianshou.algorithm.modelfree.dqn import DiscreteQLearningPolicy
+
+        class ClippedDQN(DQN):
+            """Tianshou's DQN with the gradient-norm clipping the other libraries apply."""
+
+            def _create_policy_optimizer(self, optim):  # type: ignore[no-untyped-def]
+                return self._create_optimizer(self.policy, optim, max_grad_norm=s.max_grad_norm)
+
+        net = Net(state_shape=obs_dim, action_shape=int(space.n), hidden_sizes=list(s.hidden))
+        policy: Any = DiscreteQLearningPolicy(model=net, action_space=space, eps_training=s.eps_start, eps_inference=0.0)
+        algorithm: Any = ClippedDQN(policy=policy, optim=AdamOptimizerFactory(lr=s.lr), gamma=s.gamma,
+                                    target_update_freq=s.target_every_updates, is_double=False, huber_loss_delta=1.0)
+
+        def training_fn(epoch: int, env_step: int) -> None:
+            policy.set_eps_training(s.epsilon(env_step + s.learning_starts, steps))
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return net(obs)[0].argmax(dim=1).numpy()
+    else:
+        from tianshou.algorithm import DDPG
+        from tianshou.algorithm.modelfree.ddpg import ContinuousDeterministicPolicy
+        from tianshou.exploration import GaussianNoise
+        from tianshou.utils.net.continuous import ContinuousActorDeterministic, ContinuousCritic
+
+        act_dim = int(np.prod(space.shape))
+        actor = ContinuousActorDeterministic(preprocess_net=Net(state_shape=obs_dim, hidden_sizes=list(s.hidden)),
+                                             action_shape=space.shape, max_action=1.0)
+        critic = ContinuousCritic(preprocess_net=Net(state_shape=obs_dim, action_shape=act_dim,
+                                                     hidden_sizes=list(s.hidden), concat=True))
+        # action_scaling: the actor acts in [-1, 1], so the noise std is in half-range units as elsewhere
+        policy = ContinuousDeterministicPolicy(actor=actor, exploration_noise=GaussianNoise(sigma=s.action_noise),
+                                               action_space=space, action_scaling=True, action_bound_method="clip")
+        algorithm = DDPG(policy=policy, policy_optim=AdamOptimizerFactory(lr=s.lr), critic=critic,
+                         critic_optim=AdamOptimizerFactory(lr=s.lr), tau=s.tau, gamma=s.gamma)
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                return policy.map_action(actor(obs)[0].numpy())
+
+    collector = Collector(algorithm, envs, VectorReplayBuffer(s.buffer_size, 1), exploration_noise=True)
+    collector.reset()
+    params = OffPolicyTrainerParams(
+        training_collector=collector, test_collector=None, max_epochs=1, epoch_num_steps=steps - s.learning_starts,
+        collection_step_num_env_steps=s.train_every, update_step_num_gradient_steps_per_sample=1.0 / s.train_every,
+        batch_size=s.batch_size, training_fn=training_fn, logger=None, verbose=False, show_progress=False,
+    )
+
+    def train() -> Any:
+        collector.collect(n_step=s.learning_starts, random=True)
+        return algorithm.create_trainer(params).run(reset_collectors=False)
+
+    stats, seconds = _timed(train)
+    # train_step is the collector's count, the random warm-up steps included
+    return Trained(stats.train_step, stats.update_step, seconds, act, tianshou.__version__)
+
+
+# --- TorchRL ---------------------------------------------------------------------------------
+def run_torchrl(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+    """TorchRL's collector, replay buffer, loss module and target updater, in the loop of its own
+    examples (sota-implementations), with ``train_every`` frames per collector batch."""
+    import torchrl
+    from tensordict import TensorDict
+    from torchrl.collectors import Collector
+    from torchrl.data import LazyTensorStorage, TensorDictReplayBuffer
+    from torchrl.envs.libs.gym import GymEnv, set_gym_backend
+    from torchrl.modules import MLP
+
+    s = w.settings
+    torch.manual_seed(seed)
+    with set_gym_backend("gymnasium"):
+        env = GymEnv(s.env_id, device="cpu")
+    env.set_seed(seed)
+    obs_dim = env.observation_spec["observation"].shape[-1]
+    action_spec = env.action_spec_unbatched if hasattr(env, "action_spec_unbatched") else env.action_spec
+    buffer = TensorDictReplayBuffer(storage=LazyTensorStorage(s.buffer_size), batch_size=s.batch_size)
+    updates = 0
+    if isinstance(s, DQNSettings):
+        from tensordict.nn import TensorDictSequential
+        from torchrl.data import Composite
+        from torchrl.modules import EGreedyModule, QValueActor
+        from torchrl.objectives import DQNLoss, HardUpdate
+
+        net = MLP(in_features=obs_dim, out_features=action_spec.space.n, num_cells=list(s.hidden),
+                  activation_class=torch.nn.ReLU)
+        model = QValueActor(module=net, spec=Composite(action=action_spec), in_keys=["observation"])
+        greedy = EGreedyModule(spec=action_spec, eps_init=s.eps_start, eps_end=s.eps_end,
+                               annealing_num_steps=s.eps_decay_steps(steps))
+        explore: Any = TensorDictSequential(model, greedy)
+        loss = DQNLoss(model, loss_function="smooth_l1", delay_value=True, double_dqn=False, action_space=action_spec)
+        loss.make_value_estimator(gamma=s.gamma)
+        # HardUpdate copies when its counter, counting 0..interval, reaches the interval: a period of interval + 1
+        target = HardUpdate(loss, value_network_update_interval=s.target_every_updates - 1)
+        params = list(loss.parameters())
+        optimizer = torch.optim.Adam(params, lr=s.lr)
+
+        def update(batch: TensorDict) -> None:
+            value = loss(batch)["loss"]
+            optimizer.zero_grad()
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(params, s.max_grad_norm)
+            optimizer.step()
+            target.step()
+
+        def anneal(frames: int) -> None:
+            greedy.step(frames)
+
+        act = _torch_act(lambda x: net(x).argmax(dim=1))
+    else:
+        from tensordict.nn import TensorDictModule, TensorDictSequential
+        from torchrl.modules import AdditiveGaussianModule, TanhModule, ValueOperator
+        from torchrl.objectives import DDPGLoss, SoftUpdate
+
+        act_dim = action_spec.shape[-1]
+        actor_net = MLP(in_features=obs_dim, out_features=act_dim, num_cells=list(s.hidden), activation_class=torch.nn.ReLU)
+        actor = TensorDictSequential(
+            TensorDictModule(actor_net, in_keys=["observation"], out_keys=["param"]),
+            TanhModule(in_keys=["param"], out_keys=["action"], spec=action_spec),
+        )
+        critic = ValueOperator(MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=list(s.hidden),
+                                   activation_class=torch.nn.ReLU), in_keys=["observation", "action"])
+        half_range = float((action_spec.space.high - action_spec.space.low).max()) / 2
+        explore = TensorDictSequential(actor, AdditiveGaussianModule(
+            spec=action_spec, sigma_init=1.0, sigma_end=1.0, mean=0.0, std=s.action_noise * half_range))
+        loss = DDPGLoss(actor_network=actor, value_network=critic, loss_function="l2", delay_actor=True, delay_value=True)
+        loss.make_value_estimator(gamma=s.gamma)
+        target = SoftUpdate(loss, tau=s.tau)
+        opt_actor = torch.optim.Adam(list(loss.actor_network_params.flatten_keys().values()), lr=s.lr)
+        opt_critic = torch.optim.Adam(list(loss.value_network_params.flatten_keys().values()), lr=s.lr)
+
+        def update(batch: TensorDict) -> None:
+            critic_loss, *_ = loss.loss_value(batch)
+            opt_critic.zero_grad()
+            critic_loss.backward()
+            opt_critic.step()
+            actor_loss, *_ = loss.loss_actor(batch)
+            opt_actor.zero_grad()
+            actor_loss.backward()
+            opt_actor.step()
+            target.step()
+
+        def anneal(frames: int) -> None:
+            pass
+
+        def act(obs: np.ndarray) -> np.ndarray:
+            with torch.no_grad():
+                td = actor(TensorDict(observation=torch.as_tensor(obs, dtype=torch.float32), batch_size=[len(obs)]))
+            return td["action"].numpy()
+
+    # The policy needs no env transform (no recurrent state): keep the env as it is, without the warning.
+    quiet = {"auto_register_policy_transforms": False} if "auto_register_policy_transforms" in _parameters(Collector) else {}
+    collector = Collector(env, explore, frames_per_batch=s.train_every, total_frames=steps,
+                          init_random_frames=s.learning_starts, device="cpu", **quiet)
+
+    def train() -> int:
+        nonlocal updates
+        frames = 0
+        for data in collector:
+            data = data.reshape(-1)
+            buffer.extend(data)
+            frames += data.numel()
+            anneal(data.numel())
+            if frames > s.learning_starts:
+                update(buffer.sample())
+                updates += 1
+        collector.shutdown()
+        return frames
+
+    frames, seconds = _timed(train)
+    return Trained(frames, updates, seconds, act, torchrl.__version__)
+
+
+RUNNERS: dict[str, Callable[[Workload, int, int, int], Trained]] = {
+    "hetrl": run_hetrl,
+    "hetrl-auto": run_hetrl_auto,
+    "sb3": run_sb3,
+    "cleanrl": run_cleanrl,
+    "tianshou": run_tianshou,
+    "torchrl": run_torchrl,
+}
+
+
+def settings_rows(w: Workload) -> dict[str, Any]:
+    """The workload's settings as a flat mapping (for the report)."""
+    return asdict(w.settings)
