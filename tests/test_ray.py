@@ -56,6 +56,8 @@ def test_ray_executor_holds_the_ratio_and_checkpoints(cluster):
         ex.close()
     fresh = executor()
     fresh.load_state_dict(state)
+    for name, value in state["learner"]["q"].items():  # evaluation sees the checkpoint before any start
+        assert torch.equal(fresh.policy_network.state_dict()[name], value)
     try:
         fresh.iteration()  # starts the roles and restores the learner
         again = fresh.state_dict()
