@@ -26,6 +26,7 @@ from hetrl.run.rundir import RunDir
 from hetrl.runtime.executors import default_actors, make_executor
 from hetrl.plan import Plan, plan_for_run
 from hetrl.runtime.placement import Placement
+from hetrl.runtime.timers import timer_table
 
 
 @dataclass
@@ -226,7 +227,7 @@ class Session:
             eval_return_mean=None if last_eval is None else float(last_eval.mean()),
             eval_return_std=None if last_eval is None else float(last_eval.std()),
             eval_episodes=cfg.eval_episodes, solved_at=solved_at, interrupted=interrupted.set,
-            placement=self._where(), timers=_timer_rows(ex.timer_totals(), wall), metrics=read_metrics(run.metrics),
+            placement=self._where(), timers=timer_table(ex.timer_totals(), wall), metrics=read_metrics(run.metrics),
             learning_env_steps_per_s=learning_rate,
             predicted_env_steps_per_s=prediction.env_steps_per_s if prediction else None,
             predicted_us_per_call={k: 1e6 * v for k, v in prediction.per_call_s.items()} if prediction else None,
@@ -276,12 +277,6 @@ def _shares(now: dict[str, tuple[float, int, int]], before: dict[str, tuple[floa
             seconds, _, processes = now[name]
             out[f"share_{name}"] = round((seconds - before.get(name, (0.0, 0, 1))[0]) / (wall * processes), 4)
     return out
-
-
-def _timer_rows(totals: dict[str, tuple[float, int, int]], wall: float) -> list[tuple[str, int, float, float]]:
-    """(name, calls, µs per call, share of its processes' wall time), largest share first."""
-    rows = [(k, c, 1e6 * s / max(1, c), s / (wall * p) if wall > 0 else 0.0) for k, (s, c, p) in totals.items()]
-    return sorted(rows, key=lambda r: -r[3])
 
 
 def _next_multiple(value: int, every: int) -> int:

@@ -20,7 +20,7 @@ from hetrl.protocol import get
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.nstep import NStepAssembler
 from hetrl.runtime.placement import Placement
-from hetrl.runtime.timers import Timers
+from hetrl.runtime.timers import Timers, merge_timers
 
 
 class InlineExecutor:
@@ -54,7 +54,7 @@ class InlineExecutor:
 
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
         """name -> (seconds, calls, processes doing it): one process here."""
-        return {k: (s, self.timers.calls[k], 1) for k, s in self.timers.seconds.items()}
+        return merge_timers(self.timers.totals(), [])
 
     def drain_staleness(self) -> tuple[float | None, int | None]:
         """The inline loop syncs the acting copy before every Act: its policy is never stale."""

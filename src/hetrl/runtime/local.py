@@ -30,13 +30,13 @@ from hetrl.nets import numpy_params
 from hetrl.runtime.actor import ActorLoop, ActorSpec
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.placement import Placement
-from hetrl.runtime.parallel import ParallelBookkeeping, merge_timers
+from hetrl.runtime.parallel import ParallelBookkeeping
 from hetrl.runtime.rate_limiter import RateLimiter, default_lead
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
     SharedWeights, TransitionRing, control_layout, ring_layout,
 )
-from hetrl.runtime.timers import Timers
+from hetrl.runtime.timers import Timers, merge_timers
 
 RING_CAPACITY = 4096  # transitions per actor between two drains; far above the limiter's lead
 EPISODE_CAPACITY = 1024
@@ -230,8 +230,7 @@ class LocalExecutor(ParallelBookkeeping):
 
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
         """name -> (seconds, calls, processes doing it)."""
-        learner = {k: (s, self.timers.calls[k]) for k, s in self.timers.seconds.items()}
-        return merge_timers(learner, [t.totals() for t in self.actor_timers] if self._started else [])
+        return merge_timers(self.timers.totals(), [t.totals() for t in self.actor_timers] if self._started else [])
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
 from hetrl.runtime.rate_limiter import worst_window_error
 
-TimerTotals = dict[str, tuple[float, int]]  # name -> (seconds, calls)
-
 
 class ParallelBookkeeping:
     name: str
@@ -53,12 +51,3 @@ class ParallelBookkeeping:
         if started:
             raise RuntimeError("load a checkpoint before the first iteration")
 
-
-def merge_timers(learner: TimerTotals, actors: list[TimerTotals]) -> dict[str, tuple[float, int, int]]:
-    """name -> (seconds, calls, processes): the learner's stages, then the actors' summed over them."""
-    totals = {name: (seconds, calls, 1) for name, (seconds, calls) in learner.items()}
-    for timers in actors:
-        for name, (seconds, calls) in timers.items():
-            s, c, _ = totals.get(name, (0.0, 0, 0))
-            totals[name] = (s + seconds, c + calls, len(actors))
-    return totals

@@ -26,9 +26,9 @@ from hetrl.nets import numpy_params
 from hetrl.runtime.actor import ActorLoop, ActorSpec
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.placement import Placement
-from hetrl.runtime.parallel import ParallelBookkeeping, merge_timers
+from hetrl.runtime.parallel import ParallelBookkeeping
 from hetrl.runtime.rate_limiter import RateLimiter, default_lead
-from hetrl.runtime.timers import Timers
+from hetrl.runtime.timers import Timers, merge_timers
 
 TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 
@@ -45,23 +45,11 @@ def _import_ray() -> Any:
     return ray
 
 
-class _SumTimers:
-    """Seconds and calls per name, for an actor's ``TimerSink``."""
-
-    def __init__(self) -> None:
-        self.totals: dict[str, list[float]] = {}
-
-    def add(self, name: str, seconds: float, calls: int = 1) -> None:
-        entry = self.totals.setdefault(name, [0.0, 0])
-        entry[0] += seconds
-        entry[1] += calls
-
-
 class RayActorRole:
     """An actor as a Ray actor: ``collect`` steps its envs ``steps`` times with the given weights."""
 
     def __init__(self, spec: ActorSpec, seed: int) -> None:
-        self.timers = _SumTimers()
+        self.timers = Timers()
         self.loop = ActorLoop(spec, seed, self.timers)
         self.version = -1
 
@@ -80,7 +68,7 @@ class RayActorRole:
             episodes += finished
         transitions = {key: np.concatenate([c[key] for c in chunks]) for key in TRANSITION_FIELDS} if chunks else None
         meta = {"steps": steps * self.loop.num_envs, "episodes": episodes, "version": self.version,
-                "timers": {k: tuple(v) for k, v in self.timers.totals.items()}}
+                "timers": self.timers.totals()}
         return meta, transitions
 
 
@@ -112,7 +100,7 @@ class RayLearnerRole:
             with self.timers.time("WeightSync"):
                 weights = numpy_params(role.learner.policy_network)
         return {"updates": role.updates, "loss": role.drain_losses(), "weights": weights,
-                "timers": {k: (s, self.timers.calls[k]) for k, s in self.timers.seconds.items()}}
+                "timers": self.timers.totals()}
 
     def weights(self) -> dict[str, np.ndarray]:
         return numpy_params(self.role.learner.policy_network)
@@ -322,8 +310,7 @@ class RayExecutor(ParallelBookkeeping):
 
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
         """name -> (seconds, calls, processes doing it); this process's waiting included."""
-        own = {k: (s, self.timers.calls[k]) for k, s in self.timers.seconds.items()}
-        return merge_timers({**own, **self._learner_timers}, self._actor_timers)
+        return merge_timers({**self.timers.totals(), **self._learner_timers}, self._actor_timers)
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

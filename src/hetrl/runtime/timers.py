@@ -22,7 +22,27 @@ class Timers:
             self.seconds[name] += time.perf_counter() - start
             self.calls[name] += 1
 
-    def table(self, wall: float) -> list[tuple[str, int, float, float]]:
-        """(name, calls, microseconds per call, share of ``wall``) rows, largest share first."""
-        rows = [(k, self.calls[k], 1e6 * s / max(1, self.calls[k]), s / wall if wall > 0 else 0.0) for k, s in self.seconds.items()]
-        return sorted(rows, key=lambda r: -r[3])
+    def add(self, name: str, seconds: float, calls: int = 1) -> None:
+        """Time measured elsewhere (an actor's own clock)."""
+        self.seconds[name] += seconds
+        self.calls[name] += calls
+
+    def totals(self) -> dict[str, tuple[float, int]]:
+        """name -> (seconds, calls)."""
+        return {name: (seconds, self.calls[name]) for name, seconds in self.seconds.items()}
+
+
+def merge_timers(own: dict[str, tuple[float, int]], actors: list[dict[str, tuple[float, int]]]) -> dict[str, tuple[float, int, int]]:
+    """name -> (seconds, calls, processes): one process's stages, then the actors' summed over them."""
+    totals = {name: (seconds, calls, 1) for name, (seconds, calls) in own.items()}
+    for timers in actors:
+        for name, (seconds, calls) in timers.items():
+            s, c, _ = totals.get(name, (0.0, 0, 0))
+            totals[name] = (s + seconds, c + calls, len(actors))
+    return totals
+
+
+def timer_table(totals: dict[str, tuple[float, int, int]], wall: float) -> list[tuple[str, int, float, float]]:
+    """(name, calls, µs per call, share of its processes' wall time) rows, largest share first."""
+    rows = [(k, c, 1e6 * s / max(1, c), s / (wall * p) if wall > 0 else 0.0) for k, (s, c, p) in totals.items()]
+    return sorted(rows, key=lambda r: -r[3])
