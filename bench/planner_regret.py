@@ -27,9 +27,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from hetrl.algos import make_algorithm
 from hetrl.config import default_config
-from hetrl.envs import env_spec
 from hetrl.plan import Candidate, Plan, make_plan, predict, predict_parallel
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.hardware import describe_machine
