@@ -138,59 +138,47 @@ def _cost(profile: Profile, primitive: str, backend: str, device: str, size: int
     return max(0.0, c0 + (c1 - c0) * (size - s0) / (s1 - s0))
 
 
+def _measured_as(name: str, placement: Placement, agent: AgentConfig, num_envs: int) -> tuple[str, str, str, int, int | None]:
+    """The profile row (primitive, backend, device, size, threads) that a stage of the model is costed by."""
+    act, replay, learn = placement.act, placement.replay, placement.learn
+    if name == "Transfer":
+        source = "numpy" if replay.backend == "numpy" else replay.device
+        return "Transfer", f"{source}->{learn.device}", learn.device, agent.batch_size, None
+    if name == "Learn":
+        return "Learn", learn.backend, learn.device, agent.batch_size, learn.threads
+    if name in ("WeightSync", "WeightFetch"):  # a copy of the policy's parameters, on the acting side
+        return "WeightSync", act.backend, act.device, 1, None
+    slot = {"EnvStep": placement.env, "Act": act}.get(name, replay)  # the rest are replay primitives
+    size = agent.batch_size if name in ("ReplaySample", "PriorityUpdate") else num_envs
+    return name, slot.backend, slot.device, size, None
+
+
 def _energy_per_env_step(profile: Profile, placement: Placement, agent: AgentConfig, num_envs: int,
                          per_call_s: dict[str, float], per_env_step_s: dict[str, float]) -> float | None:
     """Sum over primitives of calls per env step x measured joules per call (the whole machine's
     energy while that primitive ran); None unless every primitive's energy was measured. The
     executor's own loop work, which cannot be run alone, is costed at the host primitives' mean power."""
-    act, replay, learn = placement.act, placement.replay, placement.learn
-    slots = {"EnvStep": (placement.env, None), "Act": (act, None), "WeightSync": (act, None), "WeightFetch": (act, None),
-             "ReplayAdd": (replay, None), "ReplaySample": (replay, None), "PriorityUpdate": (replay, None),
-             "Learn": (learn, learn.threads)}
-    source = "numpy" if replay.backend == "numpy" else replay.device
-    watts_host = [t.joules_per_call / t.median_s for t in profile.timings
-                  if t.joules_per_call and t.device == "cpu" and t.median_s > 0]
     total = 0.0
     for name, seconds in per_env_step_s.items():
-        calls = seconds / per_call_s[name] if per_call_s.get(name) else 0.0
         if name == "Loop":
+            watts_host = [t.joules_per_call / t.median_s for t in profile.timings
+                          if t.joules_per_call and t.device == "cpu" and t.median_s > 0]
             if not watts_host:
                 return None
             total += seconds * float(np.median(watts_host))
             continue
-        if name == "Transfer":
-            backend, device, threads = f"{source}->{learn.device}", learn.device, None
-        else:
-            slot, threads = slots[name]
-            primitive = "WeightSync" if name == "WeightFetch" else name
-            backend, device = slot.backend, slot.device
-            name = primitive
-        size = agent.batch_size if name in BATCHED else 1 if name == "WeightSync" else num_envs
-        joules = _cost(profile, name, backend, device, size, threads, attr="joules_per_call")
+        joules = _cost(profile, *_measured_as(name, placement, agent, num_envs), attr="joules_per_call")
         if joules is None:
             return None
-        total += calls * joules
+        total += (seconds / per_call_s[name] if per_call_s.get(name) else 0.0) * joules
     return total
 
 
-BATCHED = ("ReplaySample", "PriorityUpdate", "Learn", "Transfer")  # sized by the batch; the rest by envs
-
-
 def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int) -> Prediction:
-    n, b, ratio = num_envs, agent.batch_size, agent.replay_ratio
-    act, replay, learn = placement.act, placement.replay, placement.learn
-    call = {
-        "EnvStep": _cost(profile, "EnvStep", placement.env.backend, placement.env.device, n),
-        "Act": _cost(profile, "Act", act.backend, act.device, n),
-        "ReplayAdd": _cost(profile, "ReplayAdd", replay.backend, replay.device, n),
-        "ReplaySample": _cost(profile, "ReplaySample", replay.backend, replay.device, b),
-        "Learn": _cost(profile, "Learn", learn.backend, learn.device, b, learn.threads),
-        "WeightSync": _cost(profile, "WeightSync", act.backend, act.device, 1),
-    }
-    if agent.prioritized:
-        call["PriorityUpdate"] = _cost(profile, "PriorityUpdate", replay.backend, replay.device, b)
-    source = "numpy" if replay.backend == "numpy" else replay.device
-    call["Transfer"] = _cost(profile, "Transfer", f"{source}->{learn.device}", learn.device, b)
+    n, ratio = num_envs, agent.replay_ratio
+    names = ["EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"]
+    names += ["PriorityUpdate", "Transfer"] if agent.prioritized else ["Transfer"]
+    call = {name: _cost(profile, *_measured_as(name, placement, agent, n)) for name in names}
     syncs_per_iteration = 0.0 if ratio == 0 else (min(1.0, ratio * n) if agent.train_every == 1 else 1.0 / agent.train_every)
     per_step = {
         "EnvStep": call["EnvStep"] / n,
