@@ -205,7 +205,8 @@ class Session:
         end = time.perf_counter()
         wall = end - start
         energy = self._energy.stop()
-        ex.drain_staleness()
+        ex.drain_staleness()  # folds the last interval into the run's figures
+        staleness_mean, staleness_max = ex.run_staleness()
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
@@ -233,8 +234,7 @@ class Session:
             predicted_us_per_call={k: 1e6 * v for k, v in prediction.per_call_s.items()} if prediction else None,
             executor=self.executor_kind, actors=self.actors,
             actor_restarts=ex.restarts,
-            staleness_mean=(ex.staleness_sum / ex.staleness_count) if getattr(ex, "staleness_count", 0) else (0.0 if self.executor_kind == "inline" else None),
-            staleness_max=getattr(ex, "staleness_max", 0),
+            staleness_mean=staleness_mean, staleness_max=staleness_max,
             replay_ratio=cfg.agent.replay_ratio,
             replay_ratio_measured=learning_updates / learning_steps if learning_steps > 0 else None,
             replay_ratio_window_error=ex.ratio_error(),

@@ -60,6 +60,9 @@ class InlineExecutor:
         """The inline loop syncs the acting copy before every Act: its policy is never stale."""
         return (0.0, 0) if self.env_steps >= self.algo.config.learning_starts else (None, None)
 
+    def run_staleness(self) -> tuple[float, int]:
+        return 0.0, 0
+
     def ratio_error(self) -> float | None:
         """Not held per window here: updates come in bursts of ``train_every`` env steps."""
         return None

@@ -186,7 +186,6 @@ class LocalExecutor(ParallelBookkeeping):
             chunk = ring.pop()
             if chunk is not None:
                 drained = True
-                self._wait_prefetch()
                 self.learning.add(chunk)
                 lag = max(0, self.updates - int(ring.header[ACTING_VERSION]))
                 self._interval_staleness.append(lag)
@@ -202,6 +201,8 @@ class LocalExecutor(ParallelBookkeeping):
                 time.sleep(0.0002)
 
     def _learn(self, count: int) -> None:
+        """``count`` updates. A prefetched batch never outlives this call (none is fetched after the
+        last update), so outside it the replay has one user."""
         learning = self.learning
         for i in range(count):
             batch, on_device = self._prefetched.result() if self._prefetched else learning.sample(self.env_steps)
@@ -236,7 +237,6 @@ class LocalExecutor(ParallelBookkeeping):
     def state_dict(self) -> dict[str, Any]:
         """Counters, replay and networks exactly; actors' envs and generators are not saved (a
         resumed run starts fresh actors)."""
-        self._wait_prefetch()
         return {
             "executor": self.name,
             "env_steps": self.env_steps,

@@ -40,6 +40,11 @@ class ParallelBookkeeping:
         self.staleness_count += len(lags)
         return float(np.mean(lags)), int(max(lags))
 
+    def run_staleness(self) -> tuple[float | None, int]:
+        """Mean (None before any transition) and max staleness over the run so far."""
+        mean = self.staleness_sum / self.staleness_count if self.staleness_count else None
+        return mean, self.staleness_max
+
     def ratio_error(self) -> float | None:
         cfg = self.algo.config
         return worst_window_error(self.trace, cfg.replay_ratio, cfg.learning_starts)
