@@ -8,8 +8,7 @@ of the best measured rate. Output: a table, ``sweep.json`` and ``sweep.png`` in 
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -64,8 +63,7 @@ def sweep(config: TrainConfig, counts: list[int], out: Path, console: Console) -
         raise HetrlError(f"{out} already holds files; pass another --out (nothing was overwritten)")
     points = []
     for actors in counts:
-        cfg = apply_overrides(TrainConfig(**{**asdict(config), "agent": config.agent}),
-                              ["executor=local", f"actors={actors}", "eval_every=0", "eval_episodes=1"])
+        cfg = apply_overrides(replace(config), ["executor=local", f"actors={actors}", "eval_every=0", "eval_episodes=1"])
         console.print(f"sweep: {actors} actor{'s' if actors != 1 else ''} ...")
         result = Session.create(cfg, out / f"actors_{actors}", console).train(progress=False)
         if result.learning_env_steps_per_s is None:
@@ -120,7 +118,3 @@ def plot(points: list[SweepPoint], chosen: SweepPoint, path: Path, title: str) -
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
-
-
-def load(path: Path) -> dict:
-    return json.loads(Path(path).read_text())
