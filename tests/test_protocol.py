@@ -28,7 +28,7 @@ def test_every_primitive_has_an_implementation():
     expected = {
         "EnvStep": {"gymnasium"}, "Act": {"numpy", "torch"}, "WeightSync": {"numpy", "torch"},
         "ReplayAdd": {"numpy", "torch"}, "ReplaySample": {"numpy", "torch"}, "PriorityUpdate": {"numpy", "torch"},
-        "Learn": {"torch"}, "TabularLearn": {"numba-threads", "numba-processes", "torch", "ray"},
+        "Learn": {"torch", "numba"}, "TabularLearn": {"numba-threads", "numba-processes", "torch", "ray"},
     }
     assert set(PRIMITIVES) == set(expected)
     for name, backends in expected.items():
@@ -119,6 +119,19 @@ def test_weight_sync_implementations_copy_the_learner(algo):
         p.sync()
         np.testing.assert_allclose(p.forward(obs), want, rtol=1e-5, atol=1e-6, err_msg=name)
         assert not np.allclose(before[name], want, atol=1e-6)
+
+
+def test_weight_sync_follows_a_loaded_checkpoint(algo):
+    """The numpy policy reads the learner's tensors through views taken once; loading a checkpoint
+    into the learner (an in-place copy) must still reach the policy at the next sync."""
+    learn, other = TorchLearn(algo, "cpu", seed=0), TorchLearn(algo, "cpu", seed=1)
+    policy = get("Act", "numpy").cls(learn.learner.policy_network, algo.action_rule)
+    learn.learner.load_state_dict(other.learner.state_dict())
+    policy.sync()
+    obs = np.random.default_rng(2).standard_normal((8,) + algo.spec.obs_shape).astype(np.float32)
+    with torch.no_grad():
+        want = other.learner.policy_network(torch.as_tensor(obs)).numpy()
+    np.testing.assert_allclose(policy.forward(obs), want, rtol=1e-5, atol=1e-6)
 
 
 def _learn_batch(algo, b, seed):

@@ -8,6 +8,7 @@ runs its primitives one after another, so the cost of one env step is the sum, o
 - ReplaySample, Transfer, Learn, PriorityUpdate: ``replay_ratio`` calls per env step, at batch B;
 - WeightSync: at most once per iteration, when the learner moved since the last one;
 - Transfer (the batch from the replay's arrays to tensors on the learner's device), once per update;
+  none where the learner reads the replay's numpy batch as it is (Learn/numba);
 - Loop: the executor's own work per iteration (random draws, n-step assembly, bookkeeping).
 
 Sizes that were not profiled are interpolated linearly between the nearest profiled sizes
@@ -38,6 +39,7 @@ from hetrl.hardware import describe_machine
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.protocol import implementations
 from hetrl.runtime.executors import default_actors
+from hetrl.runtime.learner_role import needs_transfer
 from hetrl.runtime.placement import Placement, Slot, default_placement
 
 PLAN_FORMAT = "hetrl-plan-v1"
@@ -177,7 +179,8 @@ def _energy_per_env_step(profile: Profile, placement: Placement, agent: AgentCon
 def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int) -> Prediction:
     n, ratio = num_envs, agent.replay_ratio
     names = ["EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"]
-    names += ["PriorityUpdate", "Transfer"] if agent.prioritized else ["Transfer"]
+    names += ["PriorityUpdate"] if agent.prioritized else []
+    names += ["Transfer"] if needs_transfer(placement) else []
     call = {name: _cost(profile, *_measured_as(name, placement, agent, n)) for name in names}
     syncs_per_iteration = 0.0 if ratio == 0 else (min(1.0, ratio * n) if agent.train_every == 1 else 1.0 / agent.train_every)
     per_step = {
@@ -354,21 +357,22 @@ def plan_tables(plan: Plan) -> list[Table]:
     return tables
 
 
-def _covers_the_registry(profile: Profile) -> bool:
-    """True when the profile measured every registered implementation the model uses."""
+def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
+    """True when the profile measured every registered implementation the model uses (of those
+    that can serve ``algorithm``)."""
     needed = {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"}
     have = {(t.primitive, t.backend) for t in profile.timings}
-    return all((p, b) in have for p in needed for b in implementations(p))
+    return all((p, b) in have for p in needed for b, impl in implementations(p).items() if not impl.unsupported(algorithm))
 
 
-def _cached_profile(path: Path) -> Profile | None:
+def _cached_profile(path: Path, algorithm: Algorithm) -> Profile | None:
     if not path.exists():
         return None
     try:
         profile = Profile.load(path)
     except HetrlError:  # a damaged cache entry is measured again
         return None
-    return profile if _covers_the_registry(profile) else None
+    return profile if _covers_the_registry(profile, algorithm) else None
 
 
 def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
@@ -386,7 +390,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         learn_device = None if config.device == "auto" else str(resolve_device(config.device))
         machine = describe_machine()
         path = default_path(machine, config.algo, config.env, config.agent)
-        profile = _cached_profile(path)
+        profile = _cached_profile(path, algorithm)
         if profile is None:
             announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
             profile = profile_workload(config.algo, config.env, config.agent, machine=machine)

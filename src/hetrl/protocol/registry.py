@@ -29,6 +29,12 @@ class Implementation:
     def key(self) -> str:
         return f"{self.primitive}/{self.backend}"
 
+    def unsupported(self, algorithm: object) -> str | None:
+        """Why this implementation cannot serve ``algorithm`` (None: it can). A class that covers only
+        some algorithms or settings says so with a static ``unsupported(algorithm)`` of its own."""
+        check = getattr(self.cls, "unsupported", None)
+        return check(algorithm) if check is not None else None
+
 
 _REGISTRY: dict[str, dict[str, Implementation]] = {name: {} for name in PRIMITIVES}
 

@@ -29,8 +29,18 @@ class NumpyPolicy:
         self.source, self.rule = network, rule
         self.params = numpy_params(network)
         self._forward = network.forward_numpy
+        # A host network's tensors are read through numpy views taken once: state_dict() costs
+        # ~100 us a call, more than the copy. Learners update their tensors in place (optimiser
+        # steps, load_state_dict), so the views stay valid; a device network is read each time.
+        state = network.state_dict()
+        on_host = all(v.device.type == "cpu" for v in state.values())
+        self._views = [(self.params[k], v.detach().numpy()) for k, v in state.items()] if on_host else None
 
     def sync(self) -> None:
+        if self._views is not None:
+            for dst, src in self._views:
+                np.copyto(dst, src)
+            return
         for name, value in self.source.state_dict().items():
             np.copyto(self.params[name], value.detach().cpu().numpy())
 

@@ -24,6 +24,13 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Te
     return {k: torch.as_tensor(batch[k], device=device) for k in LEARN_INPUTS}
 
 
+def needs_transfer(placement: Placement) -> bool:
+    """False where the learner reads the replay's numpy batch as it is (a host replay feeding a
+    learner that takes host arrays, Learn/numba): no Transfer happens, and the model costs none."""
+    takes_host_arrays = getattr(get("Learn", placement.learn.backend).cls, "takes_host_arrays", False)
+    return not (placement.replay.backend == "numpy" and takes_host_arrays)
+
+
 class LearnerRole:
     """The replay and the learner, as the placement puts them; every call is timed in ``timers``.
 
@@ -41,6 +48,7 @@ class LearnerRole:
             prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps, device=placement.replay.device,
         )
         self.host_replay = placement.replay.backend == "numpy"
+        self.transfers = needs_transfer(placement)
         self.losses: list[torch.Tensor] = []  # not yet reported
 
     @property
@@ -54,11 +62,13 @@ class LearnerRole:
         with self.timers.time("ReplayAdd"):
             self.replay.add(**transitions)
 
-    def sample(self, env_steps: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-        """ReplaySample, then Transfer to the learner's device: (the batch as sampled, the batch on device)."""
+    def sample(self, env_steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """ReplaySample, then Transfer to the learner's device: (the batch as sampled, the learner's inputs)."""
         uniform = self.rng.random(self.config.batch_size)
         with self.timers.time("ReplaySample"):
             batch = self.replay.sample(uniform, self.config.beta(env_steps))
+        if not self.transfers:
+            return batch, {k: batch[k] for k in LEARN_INPUTS}
         with self.timers.time("Transfer"):
             on_device = to_device(batch, self.learn.device)
         return batch, on_device

@@ -1,0 +1,161 @@
+"""A ReLU MLP held in one flat float32 vector, with numba kernels for its forward and backward pass.
+
+Small networks (CartPole's 4-64-64-2) are bound by per-operation overhead in torch: a DQN update is
+some forty dispatched kernels of a few microseconds of arithmetic each. Here a whole pass is one
+compiled loop nest over the batch, and the parameters, their gradients and the optimiser's moments
+are flat vectors with one layout, so clipping and Adam are single loops too.
+
+Layer ``l`` maps ``dims[l]`` inputs to ``dims[l + 1]`` outputs; its weight is stored row-major as
+torch's ``nn.Linear.weight`` (out x in) at ``w_off[l]``, its bias at ``b_off[l]``. ReLU follows every
+layer but the last. :class:`FlatMLP` builds the layout from an ``mlp(...)`` Sequential and makes
+the module's parameters views of the flat vector, so torch code (acting, evaluation, state dicts)
+sees the same numbers the kernels write.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from torch import nn
+
+
+class FlatMLP:
+    """The layout of a Sequential of Linear (+ ReLU) layers in a flat vector, and its views."""
+
+    def __init__(self, net: nn.Sequential) -> None:
+        linears = [m for m in net if isinstance(m, nn.Linear)]
+        others = [m for m in net if not isinstance(m, (nn.Linear, nn.ReLU))]
+        if others or not linears or len(net) != 2 * len(linears) - 1:
+            raise ValueError(f"FlatMLP needs Linear layers with a ReLU between each, got {net}")
+        self.dims = np.array([linears[0].in_features] + [m.out_features for m in linears], dtype=np.int64)
+        sizes = [(m.out_features * m.in_features, m.out_features) for m in linears]
+        offsets = np.cumsum([0] + [w + b for w, b in sizes])
+        self.w_off = offsets[:-1].astype(np.int64)
+        self.b_off = np.array([o + w for o, (w, _) in zip(offsets[:-1], sizes)], dtype=np.int64)
+        self.size = int(offsets[-1])
+        self.linears = linears
+
+    def views(self, flat: np.ndarray) -> list[np.ndarray]:
+        """Per-tensor views of ``flat`` in parameter order (weight, bias, weight, bias, ...)."""
+        out = []
+        for layer, (w, b) in enumerate(zip(self.w_off, self.b_off)):
+            n_in, n_out = self.dims[layer], self.dims[layer + 1]
+            out += [flat[w:w + n_out * n_in].reshape(n_out, n_in), flat[b:b + n_out]]
+        return out
+
+    def adopt(self, flat: np.ndarray) -> None:
+        """Copy the module's parameters into ``flat``, then make them views of it (shared memory)."""
+        params = [p for m in self.linears for p in (m.weight, m.bias)]
+        for param, view in zip(params, self.views(flat)):
+            view[...] = param.detach().cpu().numpy()
+            param.data = torch.from_numpy(view)
+
+    @property
+    def max_width(self) -> int:
+        return int(self.dims.max())
+
+    def activation_offsets(self, batch: int) -> np.ndarray:
+        """Where each layer's (batch x dims[l]) activations start in one flat scratch vector."""
+        return np.concatenate([[0], np.cumsum(batch * self.dims)]).astype(np.int64)
+
+
+@numba.njit(cache=True, fastmath=True)
+def _layer(flat, w_off, b_off, n_in, n_out):  # pragma: no cover - compiled
+    """The (out x in) weight and (out,) bias of a layer, as views of a flat vector."""
+    return flat[w_off:w_off + n_out * n_in].reshape(n_out, n_in), flat[b_off:b_off + n_out]
+
+
+@numba.njit(cache=True, fastmath=True)
+def _rows(flat, start, batch, width):  # pragma: no cover - compiled
+    """A (batch x width) view of a flat scratch vector from ``start``."""
+    return flat[start:start + batch * width].reshape(batch, width)
+
+
+@numba.njit(cache=True, fastmath=True)
+def forward(params, dims, w_off, b_off, x, acts, a_off, batch):  # pragma: no cover - compiled
+    """Every layer's activations into ``acts`` (layer l at a_off[l]); ``x`` (flat) is copied in as layer 0.
+
+    Returns the offset of the output layer's (batch x dims[-1]) values in ``acts``. 2-D views keep
+    the inner loop a contiguous dot product that LLVM vectorises (flat index arithmetic does not).
+    """
+    n_layers = len(dims) - 1
+    acts[a_off[0]:a_off[0] + batch * dims[0]] = x
+    for layer in range(n_layers):
+        n_in, n_out = dims[layer], dims[layer + 1]
+        w, bias = _layer(params, w_off[layer], b_off[layer], n_in, n_out)
+        src, dst = _rows(acts, a_off[layer], batch, n_in), _rows(acts, a_off[layer + 1], batch, n_out)
+        relu = layer < n_layers - 1
+        for b in range(batch):
+            for j in range(n_out):
+                acc = bias[j]
+                for k in range(n_in):
+                    acc += src[b, k] * w[j, k]
+                dst[b, j] = max(acc, np.float32(0.0)) if relu else acc
+    return a_off[n_layers]
+
+
+@numba.njit(cache=True, fastmath=True)
+def backward(params, grads, dims, w_off, b_off, acts, a_off, g_out, g_a, g_b, batch):  # pragma: no cover - compiled
+    """Accumulate parameter gradients into ``grads`` given dLoss/dOutput ``g_out`` (flat, batch x dims[-1]).
+
+    ``acts`` are the forward pass's activations; ``g_a`` and ``g_b`` are scratch vectors of at least
+    batch x max(dims) each (the gradient flowing back ping-pongs between them). Zero entries of the
+    gradient are skipped, so DQN's one-hot output gradient costs one row per sample.
+    """
+    n_layers = len(dims) - 1
+    g = _rows(g_out, 0, batch, dims[n_layers])
+    for layer in range(n_layers - 1, -1, -1):
+        n_in, n_out = dims[layer], dims[layer + 1]
+        x = _rows(acts, a_off[layer], batch, n_in)
+        w, _ = _layer(params, w_off[layer], b_off[layer], n_in, n_out)
+        gw, gb = _layer(grads, w_off[layer], b_off[layer], n_in, n_out)
+        for b in range(batch):
+            for j in range(n_out):
+                gj = g[b, j]
+                if gj != 0.0:
+                    gb[j] += gj
+                    for k in range(n_in):
+                        gw[j, k] += gj * x[b, k]
+        if layer == 0:
+            break
+        nxt = _rows(g_a if layer % 2 == 1 else g_b, 0, batch, n_in)
+        for b in range(batch):
+            for k in range(n_in):
+                nxt[b, k] = 0.0
+            for j in range(n_out):
+                gj = g[b, j]
+                if gj != 0.0:
+                    for k in range(n_in):
+                        nxt[b, k] += gj * w[j, k]
+            for k in range(n_in):  # through the ReLU: x is its output, so x > 0 where it passed
+                if x[b, k] <= 0.0:
+                    nxt[b, k] = 0.0
+        g = nxt
+
+
+@numba.njit(cache=True, fastmath=True)
+def clip_and_adam(params, grads, m, v, step, lr, beta1, beta2, eps, max_norm):  # pragma: no cover - compiled
+    """Clip the gradient to ``max_norm`` (<= 0: no clipping) as torch's clip_grad_norm_, then one Adam
+    step (torch.optim.Adam, no weight decay) at step number ``step`` (1 for the first). Returns the
+    gradient's norm before clipping."""
+    sq = 0.0
+    for i in range(len(grads)):
+        sq += np.float64(grads[i]) * grads[i]
+    norm = np.sqrt(sq)
+    scale = 1.0
+    if max_norm > 0:
+        scale = min(1.0, max_norm / (norm + 1e-6))
+    bc1 = 1.0 - beta1 ** step
+    bc2_sqrt = np.sqrt(1.0 - beta2 ** step)
+    step_size = np.float32(lr / bc1)
+    inv_bc2 = np.float32(1.0 / bc2_sqrt)
+    b1, b2 = np.float32(beta1), np.float32(beta2)
+    one_b1, one_b2 = np.float32(1.0 - beta1), np.float32(1.0 - beta2)
+    eps32, scale32 = np.float32(eps), np.float32(scale)
+    for i in range(len(params)):
+        g = grads[i] * scale32
+        m[i] = b1 * m[i] + one_b1 * g
+        v[i] = b2 * v[i] + one_b2 * g * g
+        params[i] -= step_size * m[i] / (np.sqrt(v[i]) * inv_bc2 + eps32)
+    return norm
