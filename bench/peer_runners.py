@@ -240,7 +240,7 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, executor: str = 
         torch.set_num_threads(threads)  # the plan may pick its own count; the benchmark holds it equal
         result, seconds = _timed(lambda: session.train(progress=False))
     policy = greedy_policy(session.algo, session.executor.policy_network)
-    how = result.executor + (f", {result.actors} actors" if result.actors else "")
+    how = result.executor + (f", {result.actors} actor{'s' if result.actors != 1 else ''}" if result.actors else "")
     return Trained(result.env_steps, result.updates, seconds, policy, hetrl.__version__,
                    {"loop_seconds": result.wall_s, "plan": f"{plan}; {how}", "placement": result.placement})
 

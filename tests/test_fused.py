@@ -108,3 +108,48 @@ def test_unsupported_algorithms_are_refused_with_the_fix():
         NumbaLearn(ddpg, "cpu", seed=0)
     with pytest.raises(HetrlError, match="runs on the host"):
         NumbaLearn(dueling, "cuda", seed=0)
+
+
+@pytest.mark.parametrize("algo_name", ["dqn", "ddpg"])
+def test_numba_policy_matches_the_numpy_policy(algo_name):
+    """Act/numba for the networks it runs (the protocol test covers only the DDPG actor: its DQN is dueling)."""
+    spec, cfg = (env_spec("CartPole-v1"), DQNConfig(hidden=(32, 32))) if algo_name == "dqn" else (env_spec("Pendulum-v1"), DDPGConfig(hidden=(32, 32)))
+    algo = make_algorithm(algo_name, spec, cfg)
+    learn = TorchLearn(algo, "cpu", seed=0)
+    fast = get("Act", "numba").cls(learn.learner.policy_network, algo.action_rule)
+    plain = get("Act", "numpy").cls(learn.learner.policy_network, algo.action_rule)
+    rng = np.random.default_rng(5)
+    for n in (1, 7):
+        obs = rng.standard_normal((n,) + spec.obs_shape).astype(np.float32)
+        np.testing.assert_allclose(fast.forward(obs), plain.forward(obs), rtol=1e-5, atol=1e-6)
+        explore, random_actions = algo.draw_exploration(rng, n)
+        np.testing.assert_allclose(fast.act(obs, explore, random_actions, 0.1), plain.act(obs, explore, random_actions, 0.1), atol=1e-5)
+    with torch.no_grad():  # a learner change reaches the copy at sync, not before
+        for p in learn.learner.policy_network.parameters():
+            p.add_(0.1)
+    obs = rng.standard_normal((3,) + spec.obs_shape).astype(np.float32)
+    stale = fast.forward(obs)
+    fast.sync(), plain.sync()
+    assert not np.allclose(stale, fast.forward(obs))
+    np.testing.assert_allclose(fast.forward(obs), plain.forward(obs), rtol=1e-5, atol=1e-6)
+
+
+def test_numba_policy_refuses_a_dueling_network():
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(16,), dueling=True))
+    assert "dueling" in get("Act", "numba").unsupported(algo)
+    with pytest.raises(HetrlError, match="numpy policy"):
+        get("Act", "numba").cls(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
+
+
+@pytest.mark.parametrize("algo_name", ["dqn", "ddpg"])
+def test_act_checkpoints_move_between_backends(algo_name):
+    """A run's acting copy saved by one Act backend loads into another (evaluation uses the numpy one)."""
+    spec, cfg = (env_spec("CartPole-v1"), DQNConfig(hidden=(16, 16))) if algo_name == "dqn" else (env_spec("Pendulum-v1"), DDPGConfig(hidden=(16, 16)))
+    algo = make_algorithm(algo_name, spec, cfg)
+    saved = get("Act", "numba").cls(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
+    obs = np.random.default_rng(6).standard_normal((4,) + spec.obs_shape).astype(np.float32)
+    for backend in ("numpy", "numba"):
+        other = get("Act", backend).cls(TorchLearn(algo, "cpu", seed=1).learner.policy_network, algo.action_rule)
+        other.load_state_dict(saved.state_dict())
+        np.testing.assert_allclose(other.forward(obs), saved.forward(obs), rtol=1e-5, atol=1e-6)
+        saved.load_state_dict(get("Act", "numpy").cls(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule).state_dict())

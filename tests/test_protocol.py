@@ -26,7 +26,7 @@ def test_tabular_backends_are_the_registered_implementations():
 
 def test_every_primitive_has_an_implementation():
     expected = {
-        "EnvStep": {"gymnasium"}, "Act": {"numpy", "torch"}, "WeightSync": {"numpy", "torch"},
+        "EnvStep": {"gymnasium"}, "Act": {"numpy", "torch", "numba"}, "WeightSync": {"numpy", "torch", "numba"},
         "ReplayAdd": {"numpy", "torch"}, "ReplaySample": {"numpy", "torch"}, "PriorityUpdate": {"numpy", "torch"},
         "Learn": {"torch", "numba"}, "TabularLearn": {"numba-threads", "numba-processes", "torch", "ray"},
     }
@@ -84,6 +84,8 @@ def algo(request):
 
 def _act_impls(algo, network):
     for backend, impl in implementations("Act").items():
+        if impl.unsupported(algo):
+            continue
         for device in torch_devices() if impl.any_torch_device else ["cpu"]:
             yield f"{backend}/{device}", impl.cls(network, algo.action_rule, device)
 

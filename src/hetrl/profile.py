@@ -192,6 +192,8 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
 
     network = TorchLearn(algo, "cpu", seed=0).learner.policy_network
     for backend, impl in implementations("Act").items():
+        if impl.unsupported(algo):
+            continue
         for device in _devices_of(impl, devices):
             def act(impl=impl, device=device, backend=backend):
                 policy = impl.cls(network, algo.action_rule, device)

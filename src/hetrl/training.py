@@ -258,7 +258,8 @@ class Session:
             where["WeightFetch"] = f"{channel} -> {actors}"
             where["ActorWait"] = "actors, held by the limiter"
             where["LearnerWait"] = "learner, waiting for data"
-            where["CoordinatorWait"] = "this process, waiting on Ray"
+            if self.executor_kind == "ray":
+                where["CoordinatorWait"] = "this process, waiting on Ray"
         where["Transfer"] = "replay -> learner"
         return where
 
