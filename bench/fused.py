@@ -1,0 +1,67 @@
+"""The fused numba primitives against the plain ones, in one run: Learn (numba vs torch) and Act
+(numba vs numpy) on the same inputs, as calls/s and ratios.
+
+    python bench/fused.py                       # DQN 4-64-64-2 at batch 64 and 256x256, 1 thread
+    python bench/fused.py --hidden 64,64 --batch 64 --calls 3000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+from hetrl.algos import DQNConfig, make_algorithm
+from hetrl.envs import env_spec
+from hetrl.protocol import get
+
+
+def rate(fn, calls: int, repeats: int = 3) -> float:
+    """Calls per second, best of ``repeats`` (after a warm-up that also compiles)."""
+    for _ in range(max(20, calls // 20)):
+        fn()
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = max(best, calls / (time.perf_counter() - start))
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--hidden", nargs="+", default=["64,64", "256,256"], help="Q-network widths to measure")
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--calls", type=int, default=2000)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    spec, rng = env_spec("CartPole-v1"), np.random.default_rng(0)
+    print("| network | Learn torch (updates/s) | Learn numba | ratio | Act numpy (calls/s, 1 env) | Act numba | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for hidden in args.hidden:
+        widths = tuple(int(w) for w in hidden.split(","))
+        algo = make_algorithm("dqn", spec, DQNConfig(hidden=widths, batch_size=args.batch, max_grad_norm=10.0))
+        b = args.batch
+        batch = {"obs": rng.standard_normal((b, 4)).astype(np.float32), "actions": rng.integers(0, 2, b),
+                 "rewards": rng.standard_normal(b).astype(np.float32), "next_obs": rng.standard_normal((b, 4)).astype(np.float32),
+                 "discounts": np.full(b, 0.99, np.float32), "weights": np.ones(b, np.float32)}
+        tensors = {k: torch.as_tensor(v) for k, v in batch.items()}
+        learn = {name: get("Learn", name).cls(algo, "cpu", seed=0) for name in ("torch", "numba")}
+        learn_rates = {name: rate(lambda impl=impl: impl.learn(**tensors), args.calls) for name, impl in learn.items()}
+        network = learn["torch"].learner.policy_network
+        obs = rng.standard_normal((1, 4)).astype(np.float32)
+        explore, random_actions = algo.draw_exploration(rng, 1)
+        act_rates = {}
+        for name in ("numpy", "numba"):
+            policy = get("Act", name).cls(network, algo.action_rule)
+            act_rates[name] = rate(lambda p=policy: p.act(obs, explore, random_actions, 0.1), 10 * args.calls)
+        print(f"| 4-{'-'.join(map(str, widths))}-2, batch {b} | {learn_rates['torch']:,.0f} | {learn_rates['numba']:,.0f} | "
+              f"{learn_rates['numba'] / learn_rates['torch']:.2f}x | {act_rates['numpy']:,.0f} | {act_rates['numba']:,.0f} | "
+              f"{act_rates['numba'] / act_rates['numpy']:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
