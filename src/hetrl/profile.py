@@ -232,9 +232,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         if impl.unsupported(algo):  # e.g. the fused numba learner for DDPG: nothing to measure
             continue
         for device in _devices_of(impl, devices):
-            # a single-threaded kernel (numba) says so with host_threads = (1,): more threads buy it nothing
-            host_threads = getattr(impl.cls, "host_threads", threads)
-            for n_threads in (host_threads if device == "cpu" else [None]):
+            for n_threads in (impl.host_threads(threads) if device == "cpu" else [None]):
                 def learn(impl=impl, device=device, backend=backend, n_threads=n_threads):
                     previous = torch.get_num_threads()
                     if n_threads:

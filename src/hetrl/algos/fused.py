@@ -89,9 +89,7 @@ class FusedDQNLearner(Learner):
     """DQN's learner with the update in :func:`dqn_update`; parameters shared with torch modules."""
 
     def __init__(self, algo: DQN, seed: int) -> None:
-        cfg: DQNConfig = algo.config
-        if cfg.dueling:
-            raise HetrlError("the numba learner has no dueling head; set dueling=false or use the torch learner (plan=rule, or backend torch for learn in a plan.json)")
+        cfg: DQNConfig = algo.config  # NumbaLearn.unsupported has ruled out a dueling head
         with seeded_init(seed):  # the same initial weights as the torch learner for this seed
             self.q: QNetwork = algo.make_networks()["q"]
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
@@ -185,10 +183,11 @@ class NumbaLearn:
     @staticmethod
     def unsupported(algorithm: Algorithm) -> str | None:
         """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
+        use_torch = "use the torch learner (plan=rule, or backend torch for learn in a plan.json)"
         if not isinstance(algorithm, DQN):
-            return f"the numba learner implements DQN only, not {algorithm.name}; use the torch learner"
+            return f"the numba learner implements DQN only, not {algorithm.name}; {use_torch}"
         if algorithm.config.dueling:
-            return "the numba learner has no dueling head; set dueling=false or use the torch learner"
+            return f"the numba learner has no dueling head; set dueling=false or {use_torch}"
         return None
 
     def learn(self, **batch: Any) -> dict[str, torch.Tensor]:

@@ -29,11 +29,21 @@ class Implementation:
     def key(self) -> str:
         return f"{self.primitive}/{self.backend}"
 
+    # Optional capabilities a class declares; read here only, with the defaults of a plain class.
     def unsupported(self, algorithm: object) -> str | None:
         """Why this implementation cannot serve ``algorithm`` (None: it can). A class that covers only
         some algorithms or settings says so with a static ``unsupported(algorithm)`` of its own."""
         check = getattr(self.cls, "unsupported", None)
         return check(algorithm) if check is not None else None
+
+    def host_threads(self, default: list[int]) -> list[int]:
+        """Thread counts worth profiling on the host: a single-threaded kernel declares ``host_threads = (1,)``."""
+        return list(getattr(self.cls, "host_threads", default))
+
+    @property
+    def takes_host_arrays(self) -> bool:
+        """A Learn class that reads the replay's numpy batch as it is (``takes_host_arrays = True``)."""
+        return bool(getattr(self.cls, "takes_host_arrays", False))
 
 
 _REGISTRY: dict[str, dict[str, Implementation]] = {name: {} for name in PRIMITIVES}

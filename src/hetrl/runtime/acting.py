@@ -26,11 +26,13 @@ ActionRule = Callable[[np.ndarray, np.ndarray, np.ndarray, float], np.ndarray]
 class NumpyPolicy:
     """The network's numpy forward on host arrays: no torch dispatch on the acting path."""
 
+    kind = "numpy"
+
     def __init__(self, network: nn.Module, rule: ActionRule, device: str | torch.device = "cpu") -> None:
         if torch.device(device).type != "cpu":
-            raise ValueError(f"the numpy policy runs on the host, not on {device}")
+            raise ValueError(f"the {self.kind} policy runs on the host, not on {device}")
         self.source, self.rule = network, rule
-        self.params = numpy_params(network)
+        self.params = self._host_params(network)
         self._forward = network.forward_numpy
         # A host network's tensors are read through numpy views taken once: state_dict() costs
         # ~100 us a call, more than the copy. Learners update their tensors in place (optimiser
@@ -46,6 +48,10 @@ class NumpyPolicy:
             return
         for name, value in self.source.state_dict().items():
             np.copyto(self.params[name], value.detach().cpu().numpy())
+
+    def _host_params(self, network: nn.Module) -> dict[str, np.ndarray]:
+        """The acting copy: a host array per state_dict entry (what sync fills and checkpoints hold)."""
+        return numpy_params(network)
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         return self._forward(self.params, obs)
@@ -88,35 +94,30 @@ class TorchPolicy:
 
 
 @implements("numba", Act="act", WeightSync="sync")
-class NumbaPolicy:
+class NumbaPolicy(NumpyPolicy):
     """The policy network's MLP as one compiled forward over a flat copy of its weights (a
     Q-network without a dueling head, or a DDPG/TD3 actor); the action rule as the numpy policy's.
+
+    The numpy policy's per-name arrays are kept, with the MLP's weights and biases as views of the
+    flat vector, so WeightSync, state dicts and the checkpoint format are the numpy policy's: any
+    Act backend resumes or evaluates a run written with another.
 
     A 1-env forward of 4-64-64-2 measured ~15 us in numpy (seven small array calls) and ~3 us here.
     """
 
+    kind = "numba"
+
     def __init__(self, network: nn.Module, rule: ActionRule, device: str | torch.device = "cpu") -> None:
-        if torch.device(device).type != "cpu":
-            raise ValueError(f"the numba policy runs on the host, not on {device}")
         if isinstance(network, QNetwork) and not network.dueling:
             body, self._squash = network.trunk, False
         elif isinstance(network, Actor):
             body, self._squash = network.net, True
         else:
             raise HetrlError(f"the numba policy runs MLP Q-networks (no dueling head) and actors, not {type(network).__name__}; use the numpy policy")
-        self.rule, self.layout = rule, FlatMLP(body)
+        self.layout = FlatMLP(body)
         self.flat = np.zeros(self.layout.size, np.float32)
-        # checkpoints keep the numpy policy's format (the network's state_dict names), so any Act
-        # backend resumes or evaluates a run written with another
-        self._names = [name for name, _ in network.named_parameters()]
-        sources = [t.detach() for m in self.layout.linears for t in (m.weight, m.bias)]
-        # views of the source taken once, as the numpy policy's (learners update in place)
-        self._pairs = list(zip(self.layout.views(self.flat), [t.numpy() for t in sources])) if sources[0].device.type == "cpu" else None
-        self._sources = sources
-        self.scale = network.scale.numpy().copy() if self._squash else None
-        self.center = network.center.numpy().copy() if self._squash else None
         self._scratch_for = -1
-        self.sync()
+        super().__init__(network, rule, device)
 
     @staticmethod
     def unsupported(algorithm: object) -> str | None:
@@ -124,10 +125,12 @@ class NumbaPolicy:
             return "the numba policy has no dueling head; use the numpy policy"
         return None
 
-    def sync(self) -> None:
-        pairs = self._pairs or zip(self.layout.views(self.flat), [t.cpu().numpy() for t in self._sources])
-        for dst, src in pairs:
-            np.copyto(dst, src)
+    def _host_params(self, network: nn.Module) -> dict[str, np.ndarray]:
+        params = super()._host_params(network)
+        for (name, _), view in zip(network.named_parameters(), self.layout.views(self.flat)):
+            view[...] = params[name]
+            params[name] = view
+        return params
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         n = len(obs)
@@ -138,20 +141,4 @@ class NumbaPolicy:
         out = forward(self.flat, layout.dims, layout.w_off, layout.b_off,
                       np.ascontiguousarray(obs, dtype=np.float32).reshape(-1), self.acts, self.a_off, n)
         y = self.acts[out:out + n * int(layout.dims[-1])].reshape(n, -1).copy()
-        return np.tanh(y) * self.scale + self.center if self._squash else y
-
-    def act(self, obs: np.ndarray, explore: np.ndarray, random_actions: np.ndarray, level: float = 0.0) -> np.ndarray:
-        return self.rule(self.forward(obs), explore, random_actions, level)
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        state = {name: view.copy() for name, view in zip(self._names, self.layout.views(self.flat))}
-        if self._squash:
-            state.update(scale=self.scale.copy(), center=self.center.copy())
-        return state
-
-    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
-        for name, view in zip(self._names, self.layout.views(self.flat)):
-            np.copyto(view, np.asarray(state[name]))
-        if self._squash:
-            np.copyto(self.scale, np.asarray(state["scale"]))
-            np.copyto(self.center, np.asarray(state["center"]))
+        return np.tanh(y) * self.params["scale"] + self.params["center"] if self._squash else y

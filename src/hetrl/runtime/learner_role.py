@@ -27,8 +27,7 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Te
 def needs_transfer(placement: Placement) -> bool:
     """False where the learner reads the replay's numpy batch as it is (a host replay feeding a
     learner that takes host arrays, Learn/numba): no Transfer happens, and the model costs none."""
-    takes_host_arrays = getattr(get("Learn", placement.learn.backend).cls, "takes_host_arrays", False)
-    return not (placement.replay.backend == "numpy" and takes_host_arrays)
+    return not (placement.replay.backend == "numpy" and get("Learn", placement.learn.backend).takes_host_arrays)
 
 
 class LearnerRole:
