@@ -125,7 +125,8 @@ def render(machine: hardware.Machine) -> str:
     return console.file.getvalue()
 
 
-def test_render_shows_cpu_accelerators_and_meter_statuses(fake_root: Path) -> None:
+def test_render_shows_cpu_accelerators_and_meter_statuses(fake_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hardware, "list_accelerators", lambda: ())  # a CPU-only machine, on a GPU one too
     pc = fake_root / "sys/class/powercap/intel-rapl:0"
     pc.mkdir(parents=True)
     for name, value in (("name", "package-0"), ("energy_uj", "5"), ("max_energy_range_uj", "1000")):

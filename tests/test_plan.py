@@ -1,13 +1,14 @@
 """The performance model on hand-computed pipelines, the planner's choices, plan files."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
 from hetrl.algos import DQNConfig
 from hetrl.cli import main
 from hetrl.errors import HetrlError
-from hetrl.plan import Plan, candidates, make_plan, predict
+from hetrl.plan import Plan, candidates, make_plan, plan_tables, predict, predict_parallel
 from hetrl.profile import Profile, Timing
 from hetrl.runtime.placement import Placement, Slot
 
@@ -20,7 +21,8 @@ def synthetic(entries, fingerprint="test", watts=None) -> Profile:
     def joules(p, d, us):
         return None if watts is None or p == "Loop" else watts[d] * us * US
 
-    timings = [Timing(p, b, d, n, t, us * US, us * US, us * US, 7, joules(p, d, us), "fake" if watts else None)
+    meter = ", ".join(f"rapl:fake" if d == "cpu" else f"nvml:fake-{d}" for d in watts) if watts else None
+    timings = [Timing(p, b, d, n, t, us * US, us * US, us * US, 7, joules(p, d, us), meter)
                for p, b, d, n, t, us in entries]
     return Profile("dqn", "CartPole-v1", {}, {"fingerprint": fingerprint}, "now", timings)
 
@@ -70,7 +72,7 @@ def test_planner_takes_the_faster_thread_count():
 
 GPU = HOST + [
     ("Act", "torch", "cuda", 1, None, 60), ("Act", "torch", "cuda", 4, None, 60), ("WeightSync", "torch", "cuda", 1, None, 30),
-    ("Learn", "torch", "cuda", 64, None, 200),
+    ("Learn", "torch", "cuda", 64, None, 200), ("WeightSync", "numpy<-cuda", "cpu", 1, None, 40),
 ]
 
 
@@ -79,6 +81,19 @@ def test_fast_gpu_learner_wins_when_transfers_are_cheap():
     plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
     assert plan.placement.learn == Slot("torch", "cuda")
     assert plan.placement.replay == Slot("numpy", "cpu") and plan.prediction.per_call_s["Transfer"] == pytest.approx(20 * US)
+
+
+def test_weight_syncs_are_costed_from_the_learners_device():
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    gpu_learner = Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("torch", "cuda"))
+    profile = synthetic(GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)])
+    assert predict(gpu_learner, profile, agent, 1).per_call_s["WeightSync"] == pytest.approx(40 * US)  # not the host copy (100)
+    parallel = predict_parallel(gpu_learner, profile, agent, 1, actors=1, cores=2)
+    assert parallel.per_call_s["WeightFetch"] == pytest.approx(100 * US)  # actors copy from shared memory, host to host
+    slow = [r for r in GPU if r[1] != "numpy<-cuda"] + [("WeightSync", "numpy<-cuda", "cpu", 1, None, 2_000),
+                                                      ("Transfer", "numpy->cuda", "cuda", 64, None, 20)]
+    plan = make_plan(synthetic(slow), agent, 1, learn_device="cuda")
+    assert plan.placement.act == Slot("torch", "cuda")  # acting beside the learner avoids the slow copy
 
 
 def test_slow_transfers_keep_the_learner_on_the_host():
@@ -116,7 +131,15 @@ def test_plan_file_round_trip(tmp_path):
     plan = make_plan(synthetic(HOST), DQNConfig(batch_size=64), 1)
     data = json.loads(plan.save(tmp_path / "plan.json").read_text())
     assert data["predicted"]["bottleneck"] == "Learn" and len(data["runner_ups"]) >= 1
-    assert Plan.load(tmp_path / "plan.json").placement == plan.placement
+    loaded = Plan.load(tmp_path / "plan.json")
+    assert loaded.placement == plan.placement
+    # the prediction comes back with the plan, so a run of a saved plan shows predicted beside measured
+    assert loaded.prediction.env_steps_per_s == pytest.approx(plan.prediction.env_steps_per_s, rel=1e-4)
+    assert loaded.prediction.per_call_s.keys() == plan.prediction.per_call_s.keys()
+    # ... but not once the choice it was made for is edited by hand
+    data["placement"]["learn"]["threads"] = 2
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    assert Plan.load(tmp_path / "plan.json").prediction is None
 
 
 @pytest.mark.parametrize("edit, message", [
@@ -168,7 +191,6 @@ def test_auto_plan_profiles_once_and_predicts(tmp_path, monkeypatch, capfd):
 
 # --- parallel executors: a pipeline of concurrent stages -----------------------------------------
 def test_parallel_prediction_is_the_hand_computed_pipeline():
-    from hetrl.plan import predict_parallel
 
     agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
     p = predict_parallel(CPU_PLAN, synthetic(HOST), agent, num_envs=1, actors=2, cores=2)
@@ -216,7 +238,6 @@ def test_plan_files_carry_executor_and_actors(tmp_path):
 
 
 def test_oversubscribed_learner_threads_are_costed_as_one():
-    from hetrl.plan import predict_parallel
 
     two_threads = Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("torch", "cpu", 2))
     fast_two = [r if r[:5] != ("Learn", "torch", "cpu", 64, 2) else (*r[:5], 600) for r in HOST]  # 2 threads: 600 µs
@@ -236,6 +257,16 @@ def test_energy_per_env_step_is_the_hand_computed_sum():
     # 10 W on every host primitive, the loop included (at the host primitives' median power): 10 W x 666 µs per step
     assert p.joules_per_env_step == pytest.approx(10.0 * 666 * US)
     assert predict(CPU_PLAN, synthetic(HOST), agent, 1).joules_per_env_step is None
+
+
+def test_efficiency_needs_the_hosts_energy():
+    rows = GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)]
+    gpu_only = synthetic(rows, watts={"cpu": 70.0, "cuda": 70.0})  # a GPU meter's idle watts, during host work too
+    gpu_only.timings = [replace(t, energy_meters="nvml:gpu0" if t.energy_meters else None) for t in gpu_only.timings]
+    with pytest.raises(HetrlError, match="needs the host CPU's energy, but only nvml:gpu0 measured"):
+        make_plan(gpu_only, DQNConfig(batch_size=64), 1, objective="efficiency")
+    plan = make_plan(gpu_only, DQNConfig(batch_size=64), 1)  # throughput plans still show the energy, with its meter
+    assert "measured by nvml:gpu0" in plan_tables(plan)[0].caption
 
 
 def test_efficiency_objective_prefers_the_frugal_device():

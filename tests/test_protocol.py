@@ -86,7 +86,7 @@ def _act_impls(algo, network):
     for backend, impl in implementations("Act").items():
         if impl.unsupported(algo):
             continue
-        for device in torch_devices() if impl.any_torch_device else ["cpu"]:
+        for device in [d for d in torch_devices() if impl.runs_on(d)]:
             yield f"{backend}/{device}", impl.cls(network, algo.action_rule, device)
 
 
@@ -185,7 +185,7 @@ def test_replay_implementations_agree():
     td = rng.uniform(0, 3, 64).astype(np.float32)
     samples = {}
     for backend, impl in implementations("ReplayAdd").items():
-        for device in torch_devices() if impl.any_torch_device else ["cpu"]:
+        for device in [d for d in torch_devices() if impl.runs_on(d)]:
             replay = impl.cls(256, spec.obs_shape, spec.action_shape, spec.action_dtype, prioritized=True, device=device)
             replay.add(**data)
             first = replay.sample(uniform, 0.5)
@@ -210,3 +210,17 @@ def test_algorithms_never_name_a_device():
         source = inspect.getsource(module)
         for word in ('"cpu"', '"cuda"', "'cpu'", "'cuda'", ".cuda(", ".cpu()", '"mps"'):
             assert word not in source, f"{module.__name__} names a device: {word}"
+
+
+def test_cuda_only_backends_are_refused_elsewhere():
+    from hetrl.algos.graphed import CudaGraphLearn
+    from hetrl.runtime.placement import Placement, Slot
+
+    impl = get("Learn", "cudagraph")
+    assert impl.device_types == ("cuda",) and impl.runs_on("cuda:1") and not impl.runs_on("cpu")
+    assert get("Learn", "torch").runs_on("mps") and not get("Learn", "numba").runs_on("cuda:0")
+    with pytest.raises(HetrlError, match="runs on cuda devices only, not on cpu"):
+        Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("cudagraph", "cpu")).validate()
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,)))
+    with pytest.raises(HetrlError, match="runs on CUDA devices, not on cpu"):
+        CudaGraphLearn(algo, "cpu", seed=0)

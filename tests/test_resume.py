@@ -74,3 +74,22 @@ def test_a_run_differs_with_the_seed(tmp_path):
     hetrl.train("dqn", "CartPole-v1", seed=2, run_dir=tmp_path / "b", **common)
     qa, qb = _state(tmp_path / "a")["learner"]["q"], _state(tmp_path / "b")["learner"]["q"]
     assert not torch.equal(qa["trunk.0.weight"], qb["trunk.0.weight"])
+
+
+def test_a_checkpoint_from_another_device_type_loads(tmp_path):
+    """A GPU run's learner state (its noise generator is a CUDA one) loads into a host learner: the
+    generator is reseeded from the saved state, the same way each time, instead of failing."""
+    from hetrl.algos import TD3Config, make_algorithm
+    from hetrl.envs import env_spec
+
+    algo = make_algorithm("td3", env_spec("Pendulum-v1"), TD3Config(hidden=(8, 8)))
+    state = algo.build_learner(torch.device("cpu"), seed=0).state_dict()
+    state["generator"], state["generator_device"] = torch.arange(16, dtype=torch.uint8), "cuda"  # a CUDA state's shape
+    draws = []
+    for _ in range(2):
+        learner = algo.build_learner(torch.device("cpu"), seed=1)
+        learner.load_state_dict(state)
+        draws.append(torch.randn(4, generator=learner.generator))
+    assert torch.equal(draws[0], draws[1])
+    fresh = algo.build_learner(torch.device("cpu"), seed=1)
+    assert not torch.equal(draws[0], torch.randn(4, generator=fresh.generator))

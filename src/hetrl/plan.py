@@ -20,9 +20,11 @@ is offered until profiles carry measured power per device.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +92,10 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     """
     serial = predict(placement, profile, agent, num_envs)
     call, n, ratio = dict(serial.per_call_s), num_envs, agent.replay_ratio
-    sync = call["WeightSync"]  # a copy of the policy's parameters, host to host
+    sync = call["WeightSync"]  # the learner publishes: a copy of the policy's parameters from its device
+    fetch = _cost(profile, *_measured_as("WeightFetch", placement, agent, n))  # an actor copies them, host to host
     actor = {name: serial.per_env_step_s[name] for name in ("EnvStep", "Act", "Loop") if name in serial.per_env_step_s}
-    actor["WeightFetch"] = sync * min(1.0 / n, ratio / weight_sync_every)
+    actor["WeightFetch"] = fetch * min(1.0 / n, ratio / weight_sync_every)
     learner = {name: serial.per_env_step_s[name] for name in ("ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate")
                if name in serial.per_env_step_s}
     learner["WeightSync"] = sync * ratio / weight_sync_every
@@ -111,7 +114,7 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
         extra_threads = 0
     actor_s, learner_s = sum(actor.values()), sum(learner.values())
     host_s = actor_s + learner_s + extra_threads * learner.get("Learn", 0.0)
-    call["WeightFetch"] = sync
+    call["WeightFetch"] = fetch
     rates = {"actors": actors / actor_s, "learner": 1.0 / learner_s if learner_s else float("inf"), "cores": cores / host_s}
     per_step = {**actor, **learner}
     return Prediction(call, per_step, rates, _energy_per_env_step(profile, placement, agent, n, call, per_step))
@@ -148,7 +151,9 @@ def _measured_as(name: str, placement: Placement, agent: AgentConfig, num_envs: 
         return "Transfer", f"{source}->{learn.device}", learn.device, agent.batch_size, None
     if name == "Learn":
         return "Learn", learn.backend, learn.device, agent.batch_size, learn.threads
-    if name in ("WeightSync", "WeightFetch"):  # a copy of the policy's parameters, on the acting side
+    if name == "WeightSync" and learn.device not in ("cpu", act.device):  # from the learner's device
+        return "WeightSync", f"{act.backend}<-{learn.device}", act.device, 1, None
+    if name in ("WeightSync", "WeightFetch"):  # a copy of the policy's parameters on the host (actors: from shared memory)
         return "WeightSync", act.backend, act.device, 1, None
     slot = {"EnvStep": placement.env, "Act": act}.get(name, replay)  # the rest are replay primitives
     size = agent.batch_size if name in ("ReplaySample", "PriorityUpdate") else num_envs
@@ -237,6 +242,7 @@ class Plan:
     runner_ups: list[tuple[Candidate, Prediction]]
     executor: str = "inline"
     actors: int = 0  # actor processes of a parallel executor
+    meters: list[str] = field(default_factory=list)  # what measured the profile's energy (shown with the prediction)
 
     def to_dict(self) -> dict[str, Any]:
         def predicted(p: Prediction) -> dict[str, Any]:
@@ -248,14 +254,23 @@ class Plan:
             out["joules_per_env_step"] = p.joules_per_env_step  # None: energy was not measured in the profile
             return out
 
+        chosen = predicted(self.prediction) if self.prediction else None
+        if chosen is not None:  # what the prediction was made for: a hand edit of these drops it on load
+            chosen["made_for"] = self._choice_digest()
+
         return {
             "format": PLAN_FORMAT, "algo": self.algo, "env": self.env, "num_envs": self.num_envs,
             "objective": self.objective, "machine": self.fingerprint,
             "executor": self.executor, "actors": self.actors, "placement": self.placement.to_dict(),
-            "predicted": predicted(self.prediction) if self.prediction else None,
+            "predicted": chosen, "energy_meters": self.meters,
             "runner_ups": [{"executor": c.executor, "actors": c.actors, "placement": c.placement.to_dict(),
                             "predicted": predicted(pr)} for c, pr in self.runner_ups],
         }
+
+    def _choice_digest(self) -> str:
+        choice = {"executor": self.executor, "actors": self.actors, "num_envs": self.num_envs,
+                  "placement": self.placement.to_dict()}
+        return hashlib.sha256(json.dumps(choice, sort_keys=True).encode()).hexdigest()[:12]
 
     def save(self, path: str | Path) -> Path:
         return write_json(path, self.to_dict())
@@ -281,8 +296,28 @@ class Plan:
             raise HetrlError(f"plan {path}: executor must be one of {', '.join(PLAN_EXECUTORS)}, got {executor!r}")
         if not isinstance(actors, int) or isinstance(actors, bool) or actors < 0 or (executor != "inline" and actors < 1):
             raise HetrlError(f"plan {path}: actors must be a whole number, at least 1 for the {executor} executor, got {actors!r}")
-        return cls(data["algo"], data["env"], int(data.get("num_envs", 1)), data.get("objective", "throughput"),
+        plan = cls(data["algo"], data["env"], int(data.get("num_envs", 1)), data.get("objective", "throughput"),
                    data.get("machine", "unknown"), placement, None, [], executor, actors)
+        plan.prediction = _saved_prediction(data.get("predicted"), plan._choice_digest())
+        meters = data.get("energy_meters")
+        plan.meters = [str(m) for m in meters] if isinstance(meters, list) else []
+        return plan
+
+
+def _saved_prediction(saved: Any, digest: str) -> Prediction | None:
+    """The prediction a plan file carries, if it still describes the file's choice (not hand-edited
+    since) and reads back whole; None otherwise, so a run never shows another plan's prediction."""
+    if not isinstance(saved, dict) or saved.get("made_for") != digest:
+        return None
+    try:
+        per_call = {str(k): float(v) / 1e6 for k, v in saved["us_per_call"].items()}
+        per_step = {str(k): float(v) / 1e6 for k, v in saved["us_per_env_step"].items()}
+        stages = saved.get("stage_env_steps_per_s")
+        stages = {str(k): float(v) for k, v in stages.items()} if stages else None
+        joules = saved.get("joules_per_env_step")
+        return Prediction(per_call, per_step, stages, float(joules) if joules is not None else None)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
 
 
 def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
@@ -311,12 +346,22 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
         if not costed:
             raise HetrlError("objective efficiency needs measured energy, and this profile has none: no RAPL or NVML meter "
                              "worked when it was measured (`hetrl devices` says why); use --objective throughput")
+        meters = profile_meters(profile)
+        if not any(m.startswith("rapl") for m in meters):
+            raise HetrlError(f"objective efficiency needs the host CPU's energy, but only {', '.join(meters)} measured this "
+                             "profile (no RAPL meter works here; `hetrl devices` says why): every plan does host work, and "
+                             "one would look frugal by moving work onto the unmetered CPU; use --objective throughput")
         ranked = sorted(costed, key=lambda pair: pair[1].joules_per_env_step)
     else:
         ranked = sorted(costed, key=lambda pair: -pair[1].env_steps_per_s)
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best.placement, prediction,
-                runner_ups, best.executor, best.actors)
+                runner_ups, best.executor, best.actors, profile_meters(profile))
+
+
+def profile_meters(profile: Profile) -> list[str]:
+    """The meters whose energy the profile's rows sum (e.g. ["nvml:gpu0", "rapl:package-0"])."""
+    return sorted({m.strip() for t in profile.timings if t.energy_meters for m in t.energy_meters.split(",")})
 
 
 def plan_tables(plan: Plan) -> list[Table]:
@@ -340,7 +385,8 @@ def plan_tables(plan: Plan) -> list[Table]:
             chosen.add_row(extra, where, f"{1e6 * pred.per_call_s[extra]:,.1f}", f"{1e6 * pred.per_env_step_s[extra]:,.1f}")
     if pred is not None:
         chosen.caption = f"predicted: {pred.env_steps_per_s:,.0f} env steps/s in the learning phase (a model's prediction)"
-        chosen.caption += (f"; {pred.joules_per_env_step:.4f} J per env step (from measured energy per call)"
+        meters = ", ".join(plan.meters) or "the profile's meters"
+        chosen.caption += (f"; {pred.joules_per_env_step:.4f} J per env step (from energy per call measured by {meters})"
                            if pred.joules_per_env_step else "; energy: not in the profile (no meter worked)")
         if pred.stage_rates:
             stages = ", ".join(f"{k} {v:,.0f}" for k, v in pred.stage_rates.items())
@@ -362,7 +408,9 @@ def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
     that can serve ``algorithm``)."""
     needed = {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"}
     have = {(t.primitive, t.backend) for t in profile.timings}
-    return all((p, b) in have for p in needed for b, impl in implementations(p).items() if not impl.unsupported(algorithm))
+    devices = {t.device for t in profile.timings}
+    return all((p, b) in have for p in needed for b, impl in implementations(p).items()
+               if not impl.unsupported(algorithm) and any(impl.runs_on(d) for d in devices))
 
 
 def _cached_profile(path: Path, algorithm: Algorithm) -> Profile | None:

@@ -11,6 +11,7 @@ machine's description and fingerprint, so a plan can be made again without profi
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -36,7 +37,7 @@ from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.learner_role import to_device
 from hetrl.runtime.placement import default_placement
 
-PROFILE_FORMAT = "hetrl-profile-v4"  # v4: energy per call where a meter works (v3: full replay, transfers, loop)
+PROFILE_FORMAT = "hetrl-profile-v5"  # v5: WeightSync from each learner device (v4: energy per call; v3: replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
@@ -154,7 +155,7 @@ def _sync_for(device: str) -> Callable[[], None]:
 
 
 def _devices_of(impl, devices: list[str]) -> list[str]:
-    return devices if impl.any_torch_device else ["cpu"]
+    return [d for d in devices if impl.runs_on(d)] if impl.any_torch_device else ["cpu"]  # host work is always profiled
 
 
 def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -203,6 +204,10 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                     explore, random_actions = algo.draw_exploration(rng, n)
                     out.append(timing("Act", backend, device, n, lambda: policy.act(obs, explore, random_actions, 0.1)))
                 out.append(timing("WeightSync", backend, device, 1, policy.sync))
+                for source in devices:  # from a learner elsewhere: backend "numpy<-cuda:0" (a GPU to host copy)
+                    if source != "cpu" and source != device:
+                        remote = impl.cls(copy.deepcopy(network).to(source), algo.action_rule, device)
+                        out.append(timing("WeightSync", f"{backend}<-{source}", device, 1, remote.sync, sync=_sync_for(source)))
                 return out
             yield f"Act+WeightSync {backend} on {device}", act
 
@@ -239,7 +244,8 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                         torch.set_num_threads(n_threads)
                     try:
                         learner = impl.cls(algo, device, seed=0)
-                        batch = to_device(host_batch, torch.device(device))
+                        # as a run feeds it from a host replay: its own arrays, or tensors on its device
+                        batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
                         return [timing("Learn", backend, device, B, lambda: learner.learn(**batch), n_threads)]
                     finally:
                         torch.set_num_threads(previous)

@@ -82,6 +82,39 @@ class Learner(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class TorchLearner(Learner):
+    """A learner written in torch ops, whose update is split so that it can be captured as CUDA graphs
+    (Learn/cudagraph): the part every update does (:meth:`step`), and a part due only on some updates
+    (:meth:`periodic`: a target refresh, TD3's delayed actor), chosen by a counter kept outside both.
+    Random inputs are drawn before the step (:meth:`draw_inputs`), so a graph replays the same draws.
+    """
+
+    @abstractmethod
+    def step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The work of every update; returns ``td_errors`` and ``loss``."""
+
+    @abstractmethod
+    def periodic_due(self) -> bool:
+        """Whether :meth:`periodic` follows the update just counted in ``updates``."""
+
+    @abstractmethod
+    def periodic(self, batch: dict[str, torch.Tensor]) -> None: ...
+
+    @abstractmethod
+    def optimizers(self) -> list[torch.optim.Optimizer]: ...
+
+    def draw_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Random tensors this update reads (none by default)."""
+        return {}
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        out = self.step({**batch, **self.draw_inputs(batch)})
+        self.updates += 1
+        if self.periodic_due():
+            self.periodic(batch)
+        return out
+
+
 class Algorithm(ABC):
     name: ClassVar[str]
     Config: ClassVar[type[AgentConfig]]
@@ -93,7 +126,7 @@ class Algorithm(ABC):
         self.spec, self.config = spec, config
 
     @abstractmethod
-    def build_learner(self, device: torch.device, seed: int) -> Learner: ...
+    def build_learner(self, device: torch.device, seed: int) -> TorchLearner: ...
 
     @abstractmethod
     def make_networks(self) -> dict[str, nn.Module]:

@@ -11,6 +11,7 @@ batch 256, 400x300 networks, Gaussian exploration noise 0.1 (in units of half th
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import AgentConfig, Algorithm, Learner, adam, polyak_, seeded_init
+from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, polyak_, seeded_init
 from hetrl.nets import Actor, Critic
 
 
@@ -57,7 +58,7 @@ class TD3Config(DDPGConfig):
     policy_delay: int = 2
 
 
-class DDPGLearner(Learner):
+class DDPGLearner(TorchLearner):
     def __init__(self, algo: "DDPG", device: torch.device, seed: int) -> None:
         cfg = algo.config
         with seeded_init(seed):
@@ -79,14 +80,25 @@ class DDPGLearner(Learner):
     def policy_network(self) -> Actor:
         return self.actor
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.critic_optimizer, self.actor_optimizer]
+
+    def draw_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """TD3's target policy smoothing noise, one draw per action, from the learner's generator."""
+        if self.cfg.target_noise <= 0:
+            return {}
+        actions = batch["actions"]
+        return {"target_noise": torch.randn(actions.shape, generator=self.generator, device=actions.device)}
+
+    def step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The critic's update."""
         cfg = self.cfg
         obs, actions, next_obs = batch["obs"], batch["actions"], batch["next_obs"]
         with torch.no_grad():
             next_actions = self.actor_target(next_obs)
             if cfg.target_noise > 0:
                 scale = self.actor.scale
-                noise = torch.randn(next_actions.shape, generator=self.generator, device=next_actions.device)
+                noise = batch["target_noise"]
                 noise = (noise * cfg.target_noise).clamp(-cfg.target_noise_clip, cfg.target_noise_clip) * scale
                 low, high = self.actor.center - scale, self.actor.center + scale
                 next_actions = torch.maximum(torch.minimum(next_actions + noise, high), low)
@@ -100,17 +112,22 @@ class DDPGLearner(Learner):
         if cfg.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.critic.parameters(), cfg.max_grad_norm)
         self.critic_optimizer.step()
-        self.updates += 1
-        if self.updates % cfg.policy_delay == 0:
-            actor_loss = -self.critic(obs, self.actor(obs))[0].mean()
-            self.actor_optimizer.zero_grad(set_to_none=True)
-            actor_loss.backward()
-            if cfg.max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
-            self.actor_optimizer.step()
-            polyak_(self.actor_target, self.actor, cfg.tau)
-            polyak_(self.critic_target, self.critic, cfg.tau)
         return {"td_errors": (target - q_values[0]).detach().abs(), "loss": critic_loss.detach()}
+
+    def periodic_due(self) -> bool:
+        return self.updates % self.cfg.policy_delay == 0
+
+    def periodic(self, batch: dict[str, torch.Tensor]) -> None:
+        """The actor's update (delayed in TD3), then both targets' Polyak averaging."""
+        cfg, obs = self.cfg, batch["obs"]
+        actor_loss = -self.critic(obs, self.actor(obs))[0].mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        if cfg.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
+        self.actor_optimizer.step()
+        polyak_(self.actor_target, self.actor, cfg.tau)
+        polyak_(self.critic_target, self.critic, cfg.tau)
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -121,13 +138,19 @@ class DDPGLearner(Learner):
             "actor_optimizer": self.actor_optimizer.state_dict(),
             "critic_optimizer": self.critic_optimizer.state_dict(),
             "generator": self.generator.get_state(),
+            "generator_device": self.generator.device.type,
             "updates": self.updates,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name in ("actor", "critic", "actor_target", "critic_target", "actor_optimizer", "critic_optimizer"):
             getattr(self, name).load_state_dict(state[name])
-        self.generator.set_state(state["generator"])
+        saved = state["generator"]
+        if state.get("generator_device", self.generator.device.type) == self.generator.device.type:
+            self.generator.set_state(saved)
+        else:  # a CUDA generator's state means nothing to a CPU one (and back): reseed from it, deterministically
+            digest = hashlib.sha256(saved.numpy().tobytes()).digest()
+            self.generator.manual_seed(int.from_bytes(digest[:8], "little"))
         self.updates = state["updates"]
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import AgentConfig, Algorithm, Learner, adam, polyak_, seeded_init
+from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, polyak_, seeded_init
 from hetrl.nets import QNetwork
 
 
@@ -50,7 +50,7 @@ class DQNConfig(AgentConfig):
         return problems
 
 
-class DQNLearner(Learner):
+class DQNLearner(TorchLearner):
     def __init__(self, algo: "DQN", device: torch.device, seed: int) -> None:
         cfg = algo.config
         with seeded_init(seed):
@@ -65,7 +65,10 @@ class DQNLearner(Learner):
     def policy_network(self) -> QNetwork:
         return self.q
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [self.optimizer]
+
+    def step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         cfg = self.cfg
         q = self.q(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         with torch.no_grad():
@@ -83,12 +86,14 @@ class DQNLearner(Learner):
         if cfg.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.q.parameters(), cfg.max_grad_norm)
         self.optimizer.step()
-        self.updates += 1
-        if cfg.tau < 1.0:
-            polyak_(self.q_target, self.q, cfg.tau)
-        elif self.updates % cfg.target_update_every == 0:
-            polyak_(self.q_target, self.q, 1.0)
         return {"td_errors": td.detach().abs(), "loss": loss.detach()}
+
+    def periodic_due(self) -> bool:
+        """Polyak averaging follows every update; hard copies every ``target_update_every``."""
+        return self.cfg.tau < 1.0 or self.updates % self.cfg.target_update_every == 0
+
+    def periodic(self, batch: dict[str, torch.Tensor]) -> None:
+        polyak_(self.q_target, self.q, self.cfg.tau)
 
     def state_dict(self) -> dict[str, Any]:
         return {

@@ -41,6 +41,18 @@ class Implementation:
         return list(getattr(self.cls, "host_threads", default))
 
     @property
+    def device_types(self) -> tuple[str, ...] | None:
+        """The torch device types it runs on: ("cpu",) for host-only ones; None (any) for torch ones,
+        unless the class names its own ``device_types`` (a CUDA-only one: ("cuda",))."""
+        if not self.any_torch_device:
+            return ("cpu",)
+        return tuple(getattr(self.cls, "device_types", ())) or None
+
+    def runs_on(self, device: str) -> bool:
+        """Whether it can run on ``device`` ("cpu", "cuda:0", ...)."""
+        return self.device_types is None or device.split(":")[0] in self.device_types
+
+    @property
     def takes_host_arrays(self) -> bool:
         """A Learn class that reads the replay's numpy batch as it is (``takes_host_arrays = True``)."""
         return bool(getattr(self.cls, "takes_host_arrays", False))

@@ -16,6 +16,7 @@ from torch import nn
 from hetrl.errors import HetrlError
 from hetrl.nets import numpy_params
 from hetrl.nets.fused_mlp import FlatMLP, forward
+from hetrl.nets.host_mirror import HostMirror
 from hetrl.nets.mlp import Actor, QNetwork
 from hetrl.protocol import implements
 
@@ -34,20 +35,11 @@ class NumpyPolicy:
         self.source, self.rule = network, rule
         self.params = self._host_params(network)
         self._forward = network.forward_numpy
-        # A host network's tensors are read through numpy views taken once: state_dict() costs
-        # ~100 us a call, more than the copy. Learners update their tensors in place (optimiser
-        # steps, load_state_dict), so the views stay valid; a device network is read each time.
-        state = network.state_dict()
-        on_host = all(v.device.type == "cpu" for v in state.values())
-        self._views = [(self.params[k], v.detach().numpy()) for k, v in state.items()] if on_host else None
+        self._mirror = HostMirror(network)  # the learner's network as host arrays, cheap to refresh
 
     def sync(self) -> None:
-        if self._views is not None:
-            for dst, src in self._views:
-                np.copyto(dst, src)
-            return
-        for name, value in self.source.state_dict().items():
-            np.copyto(self.params[name], value.detach().cpu().numpy())
+        for name, value in self._mirror.refresh().items():
+            np.copyto(self.params[name], value)
 
     def _host_params(self, network: nn.Module) -> dict[str, np.ndarray]:
         """The acting copy: a host array per state_dict entry (what sync fills and checkpoints hold)."""

@@ -26,7 +26,7 @@ import torch
 
 from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
-from hetrl.nets import numpy_params
+from hetrl.nets.host_mirror import HostMirror
 from hetrl.runtime.actor import ActorLoop, ActorSpec
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.placement import Placement
@@ -89,9 +89,9 @@ class LocalExecutor(ParallelBookkeeping):
     # --- lifecycle -----------------------------------------------------------------------------
     def _start(self) -> None:
         spec = self.algo.spec
-        self._policy_params = numpy_params(self.policy_network)
+        self._policy_mirror = HostMirror(self.policy_network)
         self.control = SharedArrays(control_layout(self.actors))
-        self.weights = SharedWeights(SharedArrays(SharedWeights.layout(self._policy_params)))
+        self.weights = SharedWeights(SharedArrays(SharedWeights.layout(self._policy_mirror.refresh())))
         self.rings = [TransitionRing(SharedArrays(ring_layout(RING_CAPACITY, EPISODE_CAPACITY, spec.obs_shape,
                                                                spec.action_shape, spec.action_dtype)))
                       for _ in range(self.actors)]
@@ -221,9 +221,7 @@ class LocalExecutor(ParallelBookkeeping):
 
     def _publish(self) -> None:
         with self.timers.time("WeightSync"):
-            for name, value in self.policy_network.state_dict().items():
-                np.copyto(self._policy_params[name], value.detach().cpu().numpy())
-            self.weights.publish(self._policy_params, self.updates)
+            self.weights.publish(self._policy_mirror.refresh(), self.updates)
 
     # --- what the session reads ----------------------------------------------------------------
     def drain_losses(self) -> float | None:

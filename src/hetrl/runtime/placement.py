@@ -58,6 +58,10 @@ class Placement:
             resolve_device(slot.device)
             if not impl.any_torch_device and slot.device != "cpu":
                 raise HetrlError(f"{primitive}/{slot.backend} runs on the host only, not on {slot.device}; use device cpu")
+            if not impl.runs_on(slot.device):
+                kinds = " or ".join(impl.device_types or ())
+                raise HetrlError(f"{primitive}/{slot.backend} runs on {kinds} devices only, not on {slot.device}; "
+                                 f"use a {kinds} device, or another backend there (e.g. torch)")
 
     def to_dict(self) -> dict[str, dict[str, str]]:
         return asdict(self)
