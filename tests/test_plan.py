@@ -212,6 +212,23 @@ def test_planner_runs_actors_in_parallel_when_both_sides_are_busy():
     assert any(c.executor == "inline" for c, _ in plan.runner_ups) or plan.actors < 4
 
 
+def test_actor_start_up_is_weighed_over_the_runs_length(tmp_path):
+    slow_env = [r if r[0] != "EnvStep" else (*r[:5], r[5] * 20) for r in HOST]
+    profile = synthetic(slow_env + [("ActorStart", "local", "cpu", 2, None, 3_000_000)])  # 3 s to start the actors
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    long_run = make_plan(profile, agent, 1, executors=("inline", "local"), cores=4, steps=1_000_000)
+    short_run = make_plan(profile, agent, 1, executors=("inline", "local"), cores=4, steps=5_000)
+    assert long_run.executor == "local" and short_run.executor == "inline"
+    local = long_run.prediction
+    assert local.startup_s == pytest.approx(3.0)
+    assert local.run_env_steps_per_s(5_000) == pytest.approx(5_000 / (3.0 + 5_000 / local.env_steps_per_s))
+    assert short_run.prediction.startup_s == 0 and short_run.prediction.env_steps_per_s < local.env_steps_per_s
+    assert make_plan(profile, agent, 1, executors=("inline", "local"), cores=4).executor == "local"  # no length: the rate
+    loaded = Plan.load(long_run.save(tmp_path / "plan.json"))
+    assert loaded.steps == 1_000_000 and loaded.prediction.startup_s == pytest.approx(3.0)
+    assert "starting and stopping the actors: 3.0 s" in plan_tables(long_run)[0].caption
+
+
 def test_planner_keeps_inline_where_a_learner_dominates_on_few_cores():
     agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
     plan = make_plan(synthetic(HOST), agent, 1, executors=("inline", "local"), cores=1)

@@ -171,6 +171,8 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
                    help="consider inline and local (auto, default) or only one of them")
     p.add_argument("--actors", type=int, help="actor processes for local (default: the planner tries 1 to the core count)")
     p.add_argument("--profile", help="a profile JSON (default: this machine's cached one, measured now if missing)")
+    p.add_argument("--steps", type=int, help="the run's env steps, over which start-up costs are weighed "
+                                              "(default: the algorithm's default run length)")
     p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json)")
     p.set_defaults(func=_plan)
 
@@ -184,13 +186,14 @@ def _plan(args: argparse.Namespace) -> int:
     from hetrl.profile import Profile
 
     cfg = make_config(args.algo, args.env, args.config,
-                      args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else []))
+                      args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else [])
+                      + ([f"steps={args.steps}"] if args.steps else []))
     console = Console(stderr=True)
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
         executors = ("inline", "local") if args.executor == "auto" else (args.executor,)
         plan = make_plan(Profile.load(args.profile), cfg.agent, cfg.num_envs, args.objective, learn_device=device,
-                         executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every)
+                         executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every, steps=cfg.steps)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
         plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env), cfg.agent), console.print, args.objective)

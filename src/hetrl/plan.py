@@ -55,6 +55,14 @@ class Prediction:
     per_env_step_s: dict[str, float]  # predicted seconds of work per env step, by primitive
     stage_rates: dict[str, float] | None = None  # parallel executors: env steps/s each stage can sustain
     joules_per_env_step: float | None = None  # from the profile's measured energy per call; None if unmeasured
+    startup_s: float = 0.0  # measured cost of starting and stopping actor processes (ActorStart); 0 inline
+
+    def run_env_steps_per_s(self, steps: int | None) -> float:
+        """The rate over a whole run of ``steps`` env steps, start-up included (the learning-phase
+        rate where the run length is unknown)."""
+        if not steps:
+            return self.env_steps_per_s
+        return steps / (self.startup_s + steps / self.env_steps_per_s)
 
     @property
     def env_steps_per_joule(self) -> float | None:
@@ -117,7 +125,15 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     call["WeightFetch"] = fetch
     rates = {"actors": actors / actor_s, "learner": 1.0 / learner_s if learner_s else float("inf"), "cores": cores / host_s}
     per_step = {**actor, **learner}
-    return Prediction(call, per_step, rates, _energy_per_env_step(profile, placement, agent, n, call, per_step))
+    return Prediction(call, per_step, rates, _energy_per_env_step(profile, placement, agent, n, call, per_step),
+                      _actor_start_s(profile, actors))
+
+
+def _actor_start_s(profile: Profile, actors: int) -> float:
+    """The profile's ActorStart at the nearest measured actor count (processes fork from one server,
+    in parallel, so it hardly grows with the count); 0 where it was not measured."""
+    rows = [t for t in profile.timings if t.primitive == "ActorStart"]
+    return min(rows, key=lambda t: abs(t.size - actors)).median_s if rows else 0.0
 
 
 def _cost(profile: Profile, primitive: str, backend: str, device: str, size: int, threads: int | None = None,
@@ -243,6 +259,7 @@ class Plan:
     executor: str = "inline"
     actors: int = 0  # actor processes of a parallel executor
     meters: list[str] = field(default_factory=list)  # what measured the profile's energy (shown with the prediction)
+    steps: int | None = None  # the run length it was ranked for (start-up included); None: learning-phase rate
 
     def to_dict(self) -> dict[str, Any]:
         def predicted(p: Prediction) -> dict[str, Any]:
@@ -252,6 +269,9 @@ class Plan:
             if p.stage_rates:
                 out["stage_env_steps_per_s"] = {k: round(v, 1) for k, v in p.stage_rates.items()}
             out["joules_per_env_step"] = p.joules_per_env_step  # None: energy was not measured in the profile
+            out["startup_s"] = round(p.startup_s, 3)
+            if self.steps:
+                out["run_env_steps_per_s"] = round(p.run_env_steps_per_s(self.steps), 1)
             return out
 
         chosen = predicted(self.prediction) if self.prediction else None
@@ -262,7 +282,7 @@ class Plan:
             "format": PLAN_FORMAT, "algo": self.algo, "env": self.env, "num_envs": self.num_envs,
             "objective": self.objective, "machine": self.fingerprint,
             "executor": self.executor, "actors": self.actors, "placement": self.placement.to_dict(),
-            "predicted": chosen, "energy_meters": self.meters,
+            "predicted": chosen, "energy_meters": self.meters, "run_steps": self.steps,
             "runner_ups": [{"executor": c.executor, "actors": c.actors, "placement": c.placement.to_dict(),
                             "predicted": predicted(pr)} for c, pr in self.runner_ups],
         }
@@ -299,8 +319,9 @@ class Plan:
         plan = cls(data["algo"], data["env"], int(data.get("num_envs", 1)), data.get("objective", "throughput"),
                    data.get("machine", "unknown"), placement, None, [], executor, actors)
         plan.prediction = _saved_prediction(data.get("predicted"), plan._choice_digest())
-        meters = data.get("energy_meters")
+        meters, steps = data.get("energy_meters"), data.get("run_steps")
         plan.meters = [str(m) for m in meters] if isinstance(meters, list) else []
+        plan.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
         return plan
 
 
@@ -315,16 +336,19 @@ def _saved_prediction(saved: Any, digest: str) -> Prediction | None:
         stages = saved.get("stage_env_steps_per_s")
         stages = {str(k): float(v) for k, v in stages.items()} if stages else None
         joules = saved.get("joules_per_env_step")
-        return Prediction(per_call, per_step, stages, float(joules) if joules is not None else None)
+        return Prediction(per_call, per_step, stages, float(joules) if joules is not None else None,
+                          float(saved.get("startup_s", 0.0)))
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
 
 
 def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
               learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
-              actors: int = 0, cores: int | None = None, weight_sync_every: int = 1) -> Plan:
+              actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None) -> Plan:
     """The best way to run for ``objective`` among every placement the profile can cost, under each
-    of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``)."""
+    of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``). With
+    ``steps`` (the run's length), throughput is the rate over the whole run, actor start-up included:
+    a short run may not win back what starting actor processes costs."""
     if objective not in OBJECTIVES:
         raise HetrlError(f"objective {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     cores = cores or os.cpu_count() or 1
@@ -353,10 +377,10 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
                              "one would look frugal by moving work onto the unmetered CPU; use --objective throughput")
         ranked = sorted(costed, key=lambda pair: pair[1].joules_per_env_step)
     else:
-        ranked = sorted(costed, key=lambda pair: -pair[1].env_steps_per_s)
+        ranked = sorted(costed, key=lambda pair: -pair[1].run_env_steps_per_s(steps))
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best.placement, prediction,
-                runner_ups, best.executor, best.actors, profile_meters(profile))
+                runner_ups, best.executor, best.actors, profile_meters(profile), steps)
 
 
 def profile_meters(profile: Profile) -> list[str]:
@@ -391,14 +415,20 @@ def plan_tables(plan: Plan) -> list[Table]:
         if pred.stage_rates:
             stages = ", ".join(f"{k} {v:,.0f}" for k, v in pred.stage_rates.items())
             chosen.caption += f"; stages (env steps/s each could sustain): {stages}; bottleneck: {pred.bottleneck}"
+        if pred.startup_s:
+            chosen.caption += f"; starting and stopping the actors: {pred.startup_s:.1f} s (measured)"
+        if plan.steps:
+            chosen.caption += (f"; over the run's {plan.steps:,} env steps, start-up included: "
+                               f"{pred.run_env_steps_per_s(plan.steps):,.0f} env steps/s (predicted)")
     tables = [chosen]
     if plan.runner_ups:
         others = Table(title="runner-up plans (predicted)", title_justify="left")
-        for col in ("executor", "act", "replay", "learn", "env steps/s", "bottleneck"):
-            others.add_column(col, justify="right" if col == "env steps/s" else "left")
+        columns = ["executor", "act", "replay", "learn", "env steps/s"] + (["over the run"] if plan.steps else []) + ["bottleneck"]
+        for col in columns:
+            others.add_column(col, justify="right" if col in ("env steps/s", "over the run") else "left")
         for c, p in plan.runner_ups:
-            others.add_row(str(c), str(c.placement.act), str(c.placement.replay), str(c.placement.learn),
-                           f"{p.env_steps_per_s:,.0f}", p.bottleneck)
+            rates = [f"{p.env_steps_per_s:,.0f}"] + ([f"{p.run_env_steps_per_s(plan.steps):,.0f}"] if plan.steps else [])
+            others.add_row(str(c), str(c.placement.act), str(c.placement.replay), str(c.placement.learn), *rates, p.bottleneck)
         tables.append(others)
     return tables
 
@@ -409,7 +439,7 @@ def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
     needed = {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"}
     have = {(t.primitive, t.backend) for t in profile.timings}
     devices = {t.device for t in profile.timings}
-    return all((p, b) in have for p in needed for b, impl in implementations(p).items()
+    return ("ActorStart", "local") in have and all((p, b) in have for p in needed for b, impl in implementations(p).items()
                if not impl.unsupported(algorithm) and any(impl.runs_on(d) for d in devices))
 
 
@@ -445,7 +475,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
             profile.save(path)
         executors = {"auto": ("inline", "local"), "ray": ("inline",)}.get(config.executor, (config.executor,))
         plan = make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
-                         executors, config.actors, weight_sync_every=config.weight_sync_every)
+                         executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps)
         if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
             plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
         return plan

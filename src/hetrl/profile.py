@@ -3,7 +3,8 @@
 For an algorithm and env, it times every registered implementation of every primitive the
 algorithm uses, on every device that implementation runs on, at the sizes the algorithm uses
 (N envs for EnvStep, Act and ReplayAdd; the batch size B for ReplaySample, Learn and
-PriorityUpdate; each thread count for a host learner), plus host-device transfers. Each figure is
+PriorityUpdate; each thread count for a host learner), plus host-device transfers, the inline
+loop's own work and the local executor's actor start-up (ActorStart). Each figure is
 the median of repeated blocks of calls after a warm-up, with the 10th and 90th percentiles as
 spread; asynchronous devices are synchronised at the end of every block. Saved as JSON with the
 machine's description and fingerprint, so a plan can be made again without profiling.
@@ -36,8 +37,9 @@ from hetrl.protocol import implementations
 from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.learner_role import to_device
 from hetrl.runtime.placement import default_placement
+from hetrl.runtime.startup import actor_start_seconds
 
-PROFILE_FORMAT = "hetrl-profile-v5"  # v5: WeightSync from each learner device (v4: energy per call; v3: replay, transfers, loop)
+PROFILE_FORMAT = "hetrl-profile-v5"  # v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
@@ -259,6 +261,14 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 sync = _sync_for(device) if device != "cpu" else _sync_for(source if source != "numpy" else "cpu")
                 return [timing("Transfer", f"{source}->{device}", device, B, lambda: to_device(batch, target), sync=sync)]
             yield f"Transfer {source} -> {device}", transfer
+
+    def actor_start():
+        """Starting and stopping the local executor's actor processes, once, cold (runtime/startup.py):
+        the fork server dominates, and more actors fork from it in parallel."""
+        actors = min(2, os.cpu_count() or 1)
+        seconds = actor_start_seconds(algo.name, spec.env_id, cfg, actors)
+        return [Timing("ActorStart", "local", "cpu", actors, None, seconds, seconds, seconds, 1)]
+    yield "ActorStart local", actor_start
 
     def loop():
         """The inline executor's own work per env step (draws, n-step assembly, bookkeeping), that
