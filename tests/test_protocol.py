@@ -224,3 +224,15 @@ def test_cuda_only_backends_are_refused_elsewhere():
     algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,)))
     with pytest.raises(HetrlError, match="runs on CUDA devices, not on cpu"):
         CudaGraphLearn(algo, "cpu", seed=0)
+
+
+def test_dqn_exploration_draws_are_uniform_and_typed():
+    algo = make_algorithm("dqn", env_spec("Acrobot-v1"), DQNConfig(hidden=(8,)))  # 3 actions
+    rng = np.random.default_rng(0)
+    explore, actions = algo.draw_exploration(rng, 30_000)
+    assert explore.dtype == np.float32 and actions.dtype == np.int64 and explore.shape == actions.shape == (30_000,)
+    assert 0 <= explore.min() and explore.max() < 1 and abs(explore.mean() - 0.5) < 0.01
+    np.testing.assert_allclose(np.bincount(actions, minlength=3) / 30_000, 1 / 3, atol=0.01)
+    random = algo.random_actions(rng, 30_000)
+    assert random.dtype == np.int64 and set(np.unique(random)) == {0, 1, 2}
+    np.testing.assert_allclose(np.bincount(random) / 30_000, 1 / 3, atol=0.01)

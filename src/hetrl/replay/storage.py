@@ -75,11 +75,15 @@ class _Replay:
             if tuple(value.shape) != (n, *self._specs[name][0]):
                 raise ValueError(f"add: {name} has shape {tuple(value.shape)}, expected {(n, *self._specs[name][0])}")
         skip = max(0, n - self.capacity)
-        slots = (self._position + skip + self._ops.arange(n - skip)) % self.capacity
+        if skip == 0 and self._position + n <= self.capacity:  # no wrap: a slice, cheaper than indexing
+            slots = slice(self._position, self._position + n)
+        else:
+            slots = (self._position + skip + self._ops.arange(n - skip)) % self.capacity
         for name, value in batch.items():
             self._data[name][slots] = value[skip:]
         if self.tree is not None:
-            self.tree.update(slots, self._max_priority.repeat(n - skip))
+            leaves = slots if not isinstance(slots, slice) else self._position + self._ops.arange(n)
+            self.tree.update(leaves, self._max_priority.repeat(n - skip))
         self._position = (self._position + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
 

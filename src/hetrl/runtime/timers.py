@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from contextlib import contextmanager
-from typing import Iterator
+
+
+class _Span:
+    """One timed block: a plain context manager (a @contextmanager generator costs ~1.4 us a use,
+    and the inline loop times some eight blocks per env step)."""
+
+    __slots__ = ("timers", "name", "start")
+
+    def __init__(self, timers: "Timers", name: str) -> None:
+        self.timers, self.name = timers, name
+
+    def __enter__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.timers.seconds[self.name] += time.perf_counter() - self.start
+        self.timers.calls[self.name] += 1
 
 
 class Timers:
@@ -13,14 +28,8 @@ class Timers:
         self.seconds: dict[str, float] = defaultdict(float)
         self.calls: dict[str, int] = defaultdict(int)
 
-    @contextmanager
-    def time(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] += time.perf_counter() - start
-            self.calls[name] += 1
+    def time(self, name: str) -> _Span:
+        return _Span(self, name)
 
     def add(self, name: str, seconds: float, calls: int = 1) -> None:
         """Time measured elsewhere (an actor's own clock)."""
