@@ -153,3 +153,13 @@ def test_act_checkpoints_move_between_backends(algo_name):
         other.load_state_dict(saved.state_dict())
         np.testing.assert_allclose(other.forward(obs), saved.forward(obs), rtol=1e-5, atol=1e-6)
         saved.load_state_dict(get("Act", "numpy").cls(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule).state_dict())
+
+
+def test_the_numba_policy_is_compiled_before_its_first_act():
+    """numba's start-up lands in construction, not in the first timed Act."""
+    from hetrl.nets.fused_mlp import forward
+    from hetrl.runtime.acting import NumbaPolicy
+
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,)))
+    policy = NumbaPolicy(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
+    assert forward.signatures and policy._scratch_for == 1

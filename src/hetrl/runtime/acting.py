@@ -110,6 +110,9 @@ class NumbaPolicy(NumpyPolicy):
         self.flat = np.zeros(self.layout.size, np.float32)
         self._scratch_for = -1
         super().__init__(network, rule, device)
+        # The process's first numba call pays numba's own start-up (~250 ms here, cached kernels or
+        # not): pay it now, not inside the first timed Act, where it would inflate Act's µs per call.
+        self.forward(np.zeros((1, self.layout.dims[0]), np.float32))
 
     @staticmethod
     def unsupported(algorithm: object) -> str | None:
