@@ -236,3 +236,23 @@ def test_dqn_exploration_draws_are_uniform_and_typed():
     random = algo.random_actions(rng, 30_000)
     assert random.dtype == np.int64 and set(np.unique(random)) == {0, 1, 2}
     np.testing.assert_allclose(np.bincount(random) / 30_000, 1 / 3, atol=0.01)
+
+
+def test_graph_inputs_pack_into_one_aligned_buffer():
+    """The cudagraph learner's staging and device buffers share one layout (packed here on the host)."""
+    from hetrl.algos.graphed import _ALIGN, pack_like
+
+    like = {"obs": torch.zeros(5, 3), "actions": torch.zeros(5, dtype=torch.int64), "done": torch.zeros(7, dtype=torch.bool),
+            "weights": torch.zeros(5, dtype=torch.float64)}
+    buffer, views = pack_like(like)
+    again, twins = pack_like(like)
+    assert buffer.dtype == torch.uint8 and buffer.numel() == again.numel()
+    for key, view in views.items():
+        assert view.shape == like[key].shape and view.dtype == like[key].dtype, key
+        assert view.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()
+        assert view.storage_offset() * view.element_size() % _ALIGN == 0, key
+    for i, view in enumerate(views.values()):
+        view.fill_(i + 1)
+    again.copy_(buffer)  # one copy moves every input
+    for i, (key, twin) in enumerate(twins.items()):
+        assert torch.equal(twin, torch.full_like(like[key], i + 1)), key  # and no two inputs overlap

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from hetrl.algos.base import Algorithm, Learner, TorchLearner
@@ -111,25 +110,14 @@ class GraphedLearner(Learner):
             self._static[key].copy_(value)
 
     def _layout(self, batch: dict[str, Any], warm: TorchLearner) -> None:
-        """Static inputs: one device buffer with every input's slice aligned, and its pinned twin.
-        The random inputs' shapes come from a draw of the throwaway ``warm`` learner, so the real
-        learner's generator is not advanced."""
-        arrays = {k: np.asarray(v) if not torch.is_tensor(v) else v for k, v in batch.items()}
-        arrays.update(warm.draw_inputs({k: torch.as_tensor(v, device=self.device) for k, v in arrays.items()}))
-        offsets, total = {}, 0
-        for key, value in arrays.items():
-            nbytes = value.nbytes if isinstance(value, np.ndarray) else value.numel() * value.element_size()
-            offsets[key], total = total, total + -(-nbytes // _ALIGN) * _ALIGN
-        self._pinned = torch.empty(total, dtype=torch.uint8, pin_memory=True)
-        self._device_buffer = torch.empty(total, dtype=torch.uint8, device=self.device)
-        self._staging_views, self._static = {}, {}
-        pinned = self._pinned.numpy()
-        for key, value in arrays.items():
-            dtype = value.dtype if isinstance(value, np.ndarray) else torch.empty(0, dtype=value.dtype).numpy().dtype
-            nbytes, shape = int(np.prod(value.shape)) * dtype.itemsize, tuple(value.shape)
-            start = offsets[key]
-            self._staging_views[key] = pinned[start:start + nbytes].view(dtype).reshape(shape)
-            self._static[key] = self._device_buffer[start:start + nbytes].view(torch.from_numpy(np.empty(0, dtype)).dtype).view(shape)
+        """Static inputs: views of one device buffer, and their twins in one pinned host buffer of
+        the same layout (so one copy moves them all). The random inputs' shapes come from a draw of
+        the throwaway ``warm`` learner, so the real learner's generator is not advanced."""
+        inputs = {k: torch.as_tensor(v, device=self.device) for k, v in batch.items()}
+        inputs.update(warm.draw_inputs(inputs))
+        self._pinned, staging = pack_like(inputs, pin_memory=True)
+        self._staging_views = {k: v.numpy() for k, v in staging.items()}
+        self._device_buffer, self._static = pack_like(inputs, device=self.device)
         self._staged = torch.cuda.Event()  # recorded after each copy out of the staging buffer
         self._input_keys = set(batch)
 
@@ -162,6 +150,20 @@ class GraphedLearner(Learner):
             raise HetrlError(f"the {self.algorithm.name} update could not be captured as a CUDA graph ({exc}); "
                              "use the torch learner (backend torch for learn)") from exc
         self._graphs = (step, periodic)
+
+
+def pack_like(like: dict[str, torch.Tensor], **empty: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One uint8 buffer (``torch.empty`` options ``empty``: a device, pinned memory) holding a tensor
+    of each of ``like``'s shapes and dtypes, each starting _ALIGN-aligned; the buffer and those views.
+    The layout depends on ``like`` alone, so two buffers packed alike copy into each other whole."""
+    spans, total = {}, 0
+    for key, tensor in like.items():
+        nbytes = tensor.numel() * tensor.element_size()
+        spans[key] = (total, nbytes)
+        total += -(-nbytes // _ALIGN) * _ALIGN
+    buffer = torch.empty(total, dtype=torch.uint8, **empty)
+    views = {k: buffer[start:start + n].view(like[k].dtype).view(like[k].shape) for k, (start, n) in spans.items()}
+    return buffer, views
 
 
 def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:

@@ -56,9 +56,9 @@ class Placement:
         for primitive, slot in (("EnvStep", self.env), ("Act", self.act), ("ReplayAdd", self.replay), ("Learn", self.learn)):
             impl = get(primitive, slot.backend)
             resolve_device(slot.device)
-            if not impl.any_torch_device and slot.device != "cpu":
-                raise HetrlError(f"{primitive}/{slot.backend} runs on the host only, not on {slot.device}; use device cpu")
             if not impl.runs_on(slot.device):
+                if impl.device_types == ("cpu",):
+                    raise HetrlError(f"{primitive}/{slot.backend} runs on the host only, not on {slot.device}; use device cpu")
                 kinds = " or ".join(impl.device_types or ())
                 raise HetrlError(f"{primitive}/{slot.backend} runs on {kinds} devices only, not on {slot.device}; "
                                  f"use a {kinds} device, or another backend there (e.g. torch)")

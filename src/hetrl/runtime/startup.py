@@ -51,13 +51,13 @@ def actor_start_seconds(algo: str, env: str, agent: AgentConfig, actors: int) ->
 def _measure(algo: str, env: str, agent_json: dict[str, Any], actors: int) -> float:
     import torch
 
-    from hetrl.algos import algorithm_class, make_algorithm
+    from hetrl.algos import make_algorithm
+    from hetrl.config import config_from_dict
     from hetrl.envs import env_spec
     from hetrl.runtime.local import LocalExecutor
     from hetrl.runtime.placement import default_placement
 
-    cls = algorithm_class(algo)
-    agent = cls.Config(**{**agent_json, "hidden": tuple(agent_json["hidden"])})
+    agent = config_from_dict({"algo": algo, "env": env, "agent": agent_json}, "the profiled agent").agent
     algorithm = make_algorithm(algo, env_spec(env), agent)
     placement = default_placement(torch.device("cpu"), (1, 1), threads=1)
     start = time.perf_counter()
