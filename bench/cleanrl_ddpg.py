@@ -38,6 +38,7 @@ class Args:
     exploration_noise: float = 0.1  # std, as a fraction of half the action range
     learning_starts: int = 1_000
     policy_frequency: int = 1  # critic updates per actor (and target) update
+    device: str = "cpu"  # where the networks live and learn ("cuda" as CleanRL's --cuda)
 
 
 def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int) -> nn.Sequential:
@@ -85,9 +86,9 @@ class ReplayBuffer:
         self.pos = (i + 1) % self.size
         self.full = self.full or self.pos == 0
 
-    def sample(self, n: int) -> tuple[torch.Tensor, ...]:
+    def sample(self, n: int, device: torch.device) -> tuple[torch.Tensor, ...]:
         idx = self.rng.integers(0, self.size if self.full else self.pos, size=n)
-        return tuple(torch.from_numpy(a[idx]) for a in (self.obs, self.actions, self.next_obs, self.rewards, self.dones))
+        return tuple(torch.from_numpy(a[idx]).to(device) for a in (self.obs, self.actions, self.next_obs, self.rewards, self.dones))
 
 
 def train(args: Args) -> tuple[Actor, dict[str, Any]]:
@@ -101,10 +102,11 @@ def train(args: Args) -> tuple[Actor, dict[str, Any]]:
     env.action_space.seed(args.seed)
     low, high = env.action_space.low, env.action_space.high
     obs_dim, act_dim = int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
-    actor = Actor(obs_dim, act_dim, args.hidden, low, high)
-    qf1 = QNetwork(obs_dim, act_dim, args.hidden)
-    target_actor = Actor(obs_dim, act_dim, args.hidden, low, high)
-    qf1_target = QNetwork(obs_dim, act_dim, args.hidden)
+    device = torch.device(args.device)
+    actor = Actor(obs_dim, act_dim, args.hidden, low, high).to(device)
+    qf1 = QNetwork(obs_dim, act_dim, args.hidden).to(device)
+    target_actor = Actor(obs_dim, act_dim, args.hidden, low, high).to(device)
+    qf1_target = QNetwork(obs_dim, act_dim, args.hidden).to(device)
     target_actor.load_state_dict(actor.state_dict())
     qf1_target.load_state_dict(qf1.state_dict())
     q_optimizer = torch.optim.Adam(qf1.parameters(), lr=args.learning_rate)
@@ -119,16 +121,16 @@ def train(args: Args) -> tuple[Actor, dict[str, Any]]:
             action = env.action_space.sample()
         else:
             with torch.no_grad():
-                action = actor(torch.from_numpy(obs[None]))[0]
+                action = actor(torch.from_numpy(obs[None]).to(device))[0]
                 action += torch.normal(0.0, actor.action_scale * args.exploration_noise)
-                action = action.numpy().clip(low, high)
+                action = action.cpu().numpy().clip(low, high)
         next_obs, reward, terminated, truncated, _ = env.step(action)
         next_obs = np.asarray(next_obs, dtype=np.float32)
         rb.add(obs, next_obs, action, float(reward), bool(terminated))  # truncation still bootstraps
         obs = np.asarray(env.reset()[0], dtype=np.float32) if terminated or truncated else next_obs
 
         if global_step > args.learning_starts:
-            b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size)
+            b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size, device)
             with torch.no_grad():
                 next_state_actions = target_actor(b_next_obs)
                 qf1_next_target = qf1_target(b_next_obs, next_state_actions).view(-1)

@@ -40,6 +40,7 @@ class Args:
     learning_starts: int = 1_000
     train_frequency: int = 1  # env steps between updates
     max_grad_norm: float = 10.0
+    device: str = "cpu"  # where the networks live and learn ("cuda" as CleanRL's --cuda)
 
 
 class QNetwork(nn.Module):
@@ -72,9 +73,9 @@ class ReplayBuffer:
         self.pos = (i + 1) % self.size
         self.full = self.full or self.pos == 0
 
-    def sample(self, n: int) -> tuple[torch.Tensor, ...]:
+    def sample(self, n: int, device: torch.device) -> tuple[torch.Tensor, ...]:
         idx = self.rng.integers(0, self.size if self.full else self.pos, size=n)
-        return tuple(torch.from_numpy(a[idx]) for a in (self.obs, self.actions, self.next_obs, self.rewards, self.dones))
+        return tuple(torch.from_numpy(a[idx]).to(device) for a in (self.obs, self.actions, self.next_obs, self.rewards, self.dones))
 
 
 def linear_schedule(start_e: float, end_e: float, duration: int, t: int) -> float:
@@ -92,9 +93,10 @@ def train(args: Args) -> tuple[QNetwork, dict[str, Any]]:
     env = gym.make(args.env_id)
     env.action_space.seed(args.seed)
     obs_dim = int(np.prod(env.observation_space.shape))
-    q_network = QNetwork(obs_dim, int(env.action_space.n), args.hidden)
+    device = torch.device(args.device)
+    q_network = QNetwork(obs_dim, int(env.action_space.n), args.hidden).to(device)
     optimizer = torch.optim.Adam(q_network.parameters(), lr=args.learning_rate)
-    target_network = QNetwork(obs_dim, int(env.action_space.n), args.hidden)
+    target_network = QNetwork(obs_dim, int(env.action_space.n), args.hidden).to(device)
     target_network.load_state_dict(q_network.state_dict())
     rb = ReplayBuffer(args.buffer_size, obs_dim, rng)
 
@@ -107,14 +109,14 @@ def train(args: Args) -> tuple[QNetwork, dict[str, Any]]:
             action = int(env.action_space.sample())
         else:
             with torch.no_grad():
-                action = int(q_network(torch.from_numpy(obs[None])).argmax(dim=1)[0])
+                action = int(q_network(torch.from_numpy(obs[None]).to(device)).argmax(dim=1)[0])
         next_obs, reward, terminated, truncated, _ = env.step(action)
         next_obs = np.asarray(next_obs, dtype=np.float32)
         rb.add(obs, next_obs, action, float(reward), bool(terminated))  # truncation still bootstraps
         obs = np.asarray(env.reset()[0], dtype=np.float32) if terminated or truncated else next_obs
 
         if global_step > args.learning_starts and global_step % args.train_frequency == 0:
-            b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size)
+            b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size, device)
             with torch.no_grad():
                 target_max = target_network(b_next_obs).max(dim=1).values
                 td_target = b_rewards + args.gamma * target_max * (1 - b_dones)

@@ -150,17 +150,22 @@ def ddpg_update_flops(obs_dim: int, act_dim: int, settings: DDPGSettings) -> int
     return 4 * actor + 7 * critic
 
 
-def matmul_peak(sizes: tuple[int, ...], repeats: int = 3) -> dict[str, float]:
-    """Best fp32 GFLOP/s of ``torch.mm`` of square matrices, at the current torch thread count."""
+def matmul_peak(sizes: tuple[int, ...], repeats: int = 3, device: str = "cpu") -> dict[str, float]:
+    """Best fp32 GFLOP/s of ``torch.mm`` of square matrices on ``device`` (on the CPU, at the current
+    torch thread count; on CUDA, TF32 off, timed between synchronisations)."""
     best: dict[str, float] = {}
     gen = torch.Generator().manual_seed(0)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 on both kinds of device
     for n in sizes:
-        a, b = torch.randn(n, n, generator=gen), torch.randn(n, n, generator=gen)
+        a, b = torch.randn(n, n, generator=gen).to(device), torch.randn(n, n, generator=gen).to(device)
         torch.mm(a, b)  # warm-up
+        sync()
         fastest = float("inf")
         for _ in range(repeats):
             start = time.perf_counter()
             torch.mm(a, b)
+            sync()
             fastest = min(fastest, time.perf_counter() - start)
         best[str(n)] = 2 * n**3 / fastest / 1e9
     return best
@@ -178,12 +183,18 @@ def library_version(lib: str) -> str:
 
 
 
-def _torch_act(fn: Callable[[torch.Tensor], torch.Tensor]) -> Act:
-    """A numpy-in, numpy-out policy from a torch function of a float32 batch."""
+def _torch_act(fn: Callable[[torch.Tensor], torch.Tensor], device: str = "cpu") -> Act:
+    """A numpy-in, numpy-out policy from a torch function of a float32 batch on ``device``."""
     def act(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return fn(torch.as_tensor(obs, dtype=torch.float32)).cpu().numpy()
+            return fn(torch.as_tensor(obs, dtype=torch.float32, device=device)).cpu().numpy()
     return act
+
+
+def _cpu_only(lib: str, device: str) -> None:
+    """Refuse a device this benchmark has not wired ``lib`` to (its run is reported as not measured)."""
+    if device != "cpu":
+        raise RuntimeError(f"this benchmark runs {lib} on the CPU only (its {device} wiring is not written)")
 
 
 def _parameters(cls: type) -> set[str]:
@@ -197,8 +208,11 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 # --- hetrl -----------------------------------------------------------------------------------
-def run_hetrl(w: Workload, steps: int, seed: int, threads: int, executor: str = "inline") -> Trained:
+def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, executor: str = "inline") -> Trained:
     """hetrl's own session (what ``hetrl.train`` runs), built first and then timed in ``train``.
+
+    ``executor="inline"`` pins the learner to ``device``, as the peers are pinned; ``"auto"`` lets
+    the plan choose the executor and, on a machine with a GPU, the learner's device too.
 
     The timed call includes what hetrl always does at the end of a run: one checkpoint, a one-episode
     evaluation, the returns plot and summary.json. The loop alone is reported as ``loop_seconds``.
@@ -218,6 +232,7 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, executor: str = 
         "steps": steps, "seed": seed, "threads": threads, "eval_every": 0, "eval_episodes": 1,
         "checkpoint_every": steps + 1,  # no checkpoint inside the loop (the final one is always written)
         "executor": executor,  # inline: one process, as every peer; auto: the plan picks (actor processes too)
+        "device": device if executor == "inline" else "auto",
         "hidden": s.hidden, "batch_size": s.batch_size, "buffer_size": s.buffer_size, "lr": s.lr,
         "gamma": s.gamma, "learning_starts": s.learning_starts, "train_every": s.train_every,
         "replay_ratio": s.updates_per_env_step,  # a burst of train_every * replay_ratio = 1 update
@@ -245,13 +260,13 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, executor: str = 
                    {"loop_seconds": result.wall_s, "plan": f"{plan}; {how}", "placement": result.placement})
 
 
-def run_hetrl_auto(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+def run_hetrl_auto(w: Workload, steps: int, seed: int, threads: int, device: str) -> Trained:
     """hetrl with ``executor=auto``: the plan may run actors in their own processes."""
-    return run_hetrl(w, steps, seed, threads, executor="auto")
+    return run_hetrl(w, steps, seed, threads, device, executor="auto")
 
 
 # --- Stable-Baselines3 -----------------------------------------------------------------------
-def run_sb3(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+def run_sb3(w: Workload, steps: int, seed: int, threads: int, device: str) -> Trained:
     import stable_baselines3 as sb3
 
     s = w.settings
@@ -263,7 +278,7 @@ def run_sb3(w: Workload, steps: int, seed: int, threads: int) -> Trained:
             batch_size=s.batch_size, tau=1.0, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
             target_update_interval=s.target_every, exploration_fraction=s.eps_fraction,
             exploration_initial_eps=s.eps_start, exploration_final_eps=s.eps_end, max_grad_norm=s.max_grad_norm,
-            policy_kwargs=arch, seed=seed, device="cpu", verbose=0,
+            policy_kwargs=arch, seed=seed, device=device, verbose=0,
         )
     else:
         from stable_baselines3.common.noise import NormalActionNoise
@@ -273,7 +288,7 @@ def run_sb3(w: Workload, steps: int, seed: int, threads: int) -> Trained:
             "MlpPolicy", env, learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
             batch_size=s.batch_size, tau=s.tau, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
             action_noise=NormalActionNoise(np.zeros(dim), s.action_noise * np.ones(dim)),
-            policy_kwargs=arch, seed=seed, device="cpu", verbose=0,
+            policy_kwargs=arch, seed=seed, device=device, verbose=0,
         )
     _, seconds = _timed(lambda: model.learn(total_timesteps=steps))
 
@@ -284,7 +299,7 @@ def run_sb3(w: Workload, steps: int, seed: int, threads: int) -> Trained:
 
 
 # --- CleanRL-style single-file scripts -------------------------------------------------------
-def run_cleanrl(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+def run_cleanrl(w: Workload, steps: int, seed: int, threads: int, device: str) -> Trained:
     s = w.settings
     if isinstance(s, DQNSettings):
         import cleanrl_dqn as script
@@ -294,26 +309,28 @@ def run_cleanrl(w: Workload, steps: int, seed: int, threads: int) -> Trained:
             buffer_size=s.buffer_size, gamma=s.gamma, target_network_frequency=s.target_every,
             batch_size=s.batch_size, start_e=s.eps_start, end_e=s.eps_end, exploration_fraction=s.eps_fraction,
             learning_starts=s.learning_starts, train_frequency=s.train_every, max_grad_norm=s.max_grad_norm,
+            device=device,
         )
         (net, stats), seconds = _timed(lambda: script.train(args))
-        act = _torch_act(lambda x: net(x).argmax(dim=1))
+        act = _torch_act(lambda x: net(x).argmax(dim=1), device)
     else:
         import cleanrl_ddpg as script
 
         args = script.Args(
             env_id=s.env_id, seed=seed, total_timesteps=steps, hidden=s.hidden, learning_rate=s.lr,
             buffer_size=s.buffer_size, gamma=s.gamma, tau=s.tau, batch_size=s.batch_size,
-            exploration_noise=s.action_noise, learning_starts=s.learning_starts, policy_frequency=1,
+            exploration_noise=s.action_noise, learning_starts=s.learning_starts, policy_frequency=1, device=device,
         )
         (net, stats), seconds = _timed(lambda: script.train(args))
-        act = _torch_act(net)
+        act = _torch_act(net, device)
     return Trained(stats["env_steps"], stats["updates"], seconds, act, library_version("cleanrl"))
 
 
 # --- Tianshou --------------------------------------------------------------------------------
-def run_tianshou(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+def run_tianshou(w: Workload, steps: int, seed: int, threads: int, device: str) -> Trained:
     """Tianshou's off-policy trainer (no test collector), after ``learning_starts`` random steps
     collected by its collector: the trainer itself has no warm-up setting."""
+    _cpu_only("Tianshou", device)
     import tianshou
     from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.data import Collector, VectorReplayBuffer
@@ -389,9 +406,10 @@ def run_tianshou(w: Workload, steps: int, seed: int, threads: int) -> Trained:
 
 
 # --- TorchRL ---------------------------------------------------------------------------------
-def run_torchrl(w: Workload, steps: int, seed: int, threads: int) -> Trained:
+def run_torchrl(w: Workload, steps: int, seed: int, threads: int, device: str) -> Trained:
     """TorchRL's collector, replay buffer, loss module and target updater, in the loop of its own
     examples (sota-implementations), with ``train_every`` frames per collector batch."""
+    _cpu_only("TorchRL", device)
     import torchrl
     from tensordict import TensorDict
     from torchrl.collectors import Collector
@@ -503,7 +521,7 @@ def run_torchrl(w: Workload, steps: int, seed: int, threads: int) -> Trained:
     return Trained(frames, updates, seconds, act, torchrl.__version__)
 
 
-RUNNERS: dict[str, Callable[[Workload, int, int, int], Trained]] = {
+RUNNERS: dict[str, Callable[[Workload, int, int, int, str], Trained]] = {
     "hetrl": run_hetrl,
     "hetrl-auto": run_hetrl_auto,
     "sb3": run_sb3,

@@ -29,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,13 @@ def _set_threads(threads: int) -> None:
     torch.set_num_threads(threads)
 
 
+def torch_device_name(device: str) -> str:
+    """``cpu``, or the GPU's name beside its torch device (``cuda (NVIDIA H100 80GB HBM3)``)."""
+    import torch
+
+    return f"{device} ({torch.cuda.get_device_name(0)})" if device == "cuda" else device
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """Run one job in this process and return its JSON-able result."""
     _set_threads(args.threads)
@@ -64,10 +71,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         from hetrl.hardware import read_cpu
 
         sizes = QUICK_MATMUL_SIZES if args.quick else MATMUL_SIZES
-        return {"gflops": pr.matmul_peak(sizes), "cpu": read_cpu().model, "threads": args.threads}
+        name = torch_device_name(args.device)
+        return {"gflops": pr.matmul_peak(sizes, device=args.device), "cpu": read_cpu().model, "threads": args.threads,
+                "device": name}
     lib, workload_name = args.worker
     w = pr.WORKLOADS[workload_name]
-    trained = pr.RUNNERS[lib](w, args.steps, args.seed, args.threads)
+    trained = pr.RUNNERS[lib](w, args.steps, args.seed, args.threads, args.device)
     returns = pr.evaluate(trained.act, w.settings.env_id, args.eval_episodes)
     result = {
         "lib": lib, "workload": workload_name, "seed": args.seed, "threads": args.threads,
@@ -100,7 +109,7 @@ def run_job(job: list[str], args: argparse.Namespace) -> dict[str, Any]:
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *job, "--threads", str(args.threads),
-           "--eval-episodes", str(args.eval_episodes)] + (["--quick"] if args.quick else [])
+           "--device", args.device, "--eval-episodes", str(args.eval_episodes)] + (["--quick"] if args.quick else [])
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -128,9 +137,12 @@ def steps_for(workload: str, args: argparse.Namespace) -> int:
     return args.ddpg_steps if workload.startswith("ddpg") else args.dqn_steps
 
 
-def run_all(libs: list[str], args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[Failure]]:
-    """Every run, repeats outermost; within a repeat and workload the library order rotates."""
-    results, failures = [], []
+def run_all(libs: list[str], args: argparse.Namespace, save: Callable[[list[dict[str, Any]], list[Failure]], None]
+            ) -> tuple[list[dict[str, Any]], list[Failure]]:
+    """Every run, repeats outermost; within a repeat and workload the library order rotates.
+    ``save`` gets the runs so far after each one, so a benchmark cut short keeps what it measured."""
+    results: list[dict[str, Any]] = []
+    failures: list[Failure] = []
     total = args.repeats * len(args.workloads) * len(libs)
     done = 0
     for repeat in range(args.repeats):
@@ -146,8 +158,10 @@ def run_all(libs: list[str], args: argparse.Namespace) -> tuple[list[dict[str, A
                 except RuntimeError as exc:
                     print(f"FAILED:\n{exc}", flush=True)
                     failures.append(Failure(lib, workload, seed, str(exc).strip().splitlines()[-1]))
+                    save(results, failures)
                     continue
                 results.append(r)
+                save(results, failures)
                 print(f"{r['env_steps'] / r['seconds']:,.0f} env steps/s, {r['updates'] / r['seconds']:,.0f} updates/s, "
                       f"eval {r['eval_return_mean']:.1f}", flush=True)
     return results, failures
@@ -246,6 +260,8 @@ def report(results: list[dict[str, Any]], failures: list[Failure], matmul: dict[
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     command = " ".join(["python bench/peers.py", *args.argv])
     machine = matmul["cpu"] if matmul else platform.processor() or platform.machine()
+    if args.device != "cpu":
+        machine += f", networks on {matmul['device'] if matmul else args.device}"
     how = (f"`{command}` on {datetime.date.today()}, {machine}, {args.threads} torch thread(s) for every library, "
            f"Python {platform.python_version()}; {args.repeats} repeat(s) per library and workload "
            f"(seeds {args.seed}..{args.seed + args.repeats - 1}), {args.dqn_steps:,} DQN and {args.ddpg_steps:,} DDPG "
@@ -262,7 +278,8 @@ def report(results: list[dict[str, Any]], failures: list[Failure], matmul: dict[
             lines += workload_table(titles[w], summaries[w], peak, args.eval_episodes)
     if matmul:
         sizes = ", ".join(f"{n}: {g:,.1f}" for n, g in matmul["gflops"].items())
-        lines += [(f"**fp32 matmul peak** (torch.mm of square matrices, {matmul['threads']} thread(s), best of 3): "
+        where = f"on {matmul['device']}" if args.device != "cpu" else f"{matmul['threads']} thread(s)"
+        lines += [(f"**fp32 matmul peak** (torch.mm of square matrices, {where}, best of 3): "
                    f"{peak:,.1f} GFLOP/s (by size, GFLOP/s: {sizes})."), ""]
         ddpg = summaries.get("ddpg", {})
         if ddpg:
@@ -311,13 +328,17 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--dqn-steps", type=int, default=50_000, help="env steps per DQN run (default 50000)")
     parser.add_argument("--ddpg-steps", type=int, default=20_000, help="env steps per DDPG run (default 20000)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of every library (default 1)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where every library's networks live (default cpu); with cuda, hetrl pins its learner "
+                             "there and 'hetrl-auto' lets its plan choose; Tianshou and TorchRL run on the CPU only")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat (repeat r uses seed + r)")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke test: 1 repeat, {QUICK_STEPS['dqn']} DQN and {QUICK_STEPS['ddpg']} DDPG env steps")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
                         help="markdown file to write the section into (default docs/benchmarks.md); "
-                             "the chart goes beside it as <stem>_peers.png and the raw runs as <stem>_peers.json")
+                             "the chart goes beside it as <stem>_peers.png and the raw runs as <stem>_peers.json "
+                             "(rewritten after every run, so a run cut short keeps what it measured)")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -355,15 +376,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except RuntimeError as exc:
         print(f"matmul peak not measured: {exc}", flush=True)
         matmul = None
-    results, run_failures = run_all(libs, args)
-    failures += run_failures
     out = args.out.resolve()
     png = out.with_name(f"{out.stem}_peers.png")
     raw = out.with_name(f"{out.stem}_peers.json")
+
+    def save(results: list[dict[str, Any]], run_failures: list[Failure], complete: bool = False) -> None:
+        raw.parent.mkdir(parents=True, exist_ok=True)
+        raw.write_text(json.dumps({"complete": complete, "matmul": matmul, "versions": versions, "results": results,
+                                   "failures": [f.__dict__ for f in failures + run_failures]}, indent=1) + "\n")
+
+    results, run_failures = run_all(libs, args, save)
+    failures += run_failures
     section = report(results, failures, matmul, versions, libs, args, out, png, time.perf_counter() - started)
     write_section(out, section)
-    raw.write_text(json.dumps({"matmul": matmul, "versions": versions, "results": results,
-                               "failures": [f.__dict__ for f in failures]}, indent=1) + "\n")
+    save(results, [], complete=True)
     print(f"\nwrote {out}, {png} and {raw}\n")
     print(section)
     return 0 if not failures else 2
