@@ -3,7 +3,9 @@
 For each workload (the default configs of DQN on CartPole-v1 and DDPG on Pendulum-v1) this script
 profiles the machine (or reuses its cached profile), asks the planner for its choice among the
 inline and local executors, and then measures every candidate of a small grid — inline, and local
-with 1 or 2 actor processes, each with 1 or 2 learner threads — by running `hetrl train` with that
+with 1 or 2 actor processes, each with every host learner the profile measured at 1 or 2 threads
+(torch at 1 and 2, the one-threaded numba learner where the algorithm has one), acting with numpy
+— and the planner's own choice where it lies outside that grid, by running `hetrl train` with that
 plan, one run at a time. It reports, per workload:
 
 - the model's error on the chosen plan: predicted / measured learning-phase env steps/s - 1;
@@ -28,6 +30,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from hetrl.config import default_config
+from hetrl.errors import HetrlError
 from hetrl.plan import Candidate, Plan, make_plan, predict, predict_parallel
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.hardware import describe_machine
@@ -48,14 +51,17 @@ def measure(algo: str, env: str, steps: int, plan: Plan, root: Path, tag: str) -
     return json.loads((run / "summary.json").read_text())
 
 
-def grid(plan: Plan) -> list[Candidate]:
-    """inline and local (1, 2 actors) x learner threads 1, 2, around the chosen host placement."""
+def grid(plan: Plan, profile: Profile) -> list[Candidate]:
+    """inline and local (1, 2 actors) x every host learner the profile measured at 1 or 2 threads
+    (Learn/torch at 1 and 2; Learn/numba, one-threaded, at 1), around the chosen host placement."""
     host = plan.placement
     if host.learn.device != "cpu":
         return []
+    learners = sorted({(t.backend, t.threads) for t in profile.timings
+                       if t.primitive == "Learn" and t.device == "cpu" and t.threads in (1, 2)}, key=lambda bt: (bt[1], bt[0]))
     out = []
-    for threads in (1, 2):
-        placement = replace(host, act=Slot("numpy", "cpu"), learn=replace(host.learn, threads=threads))
+    for backend, threads in learners:
+        placement = replace(host, act=Slot("numpy", "cpu"), learn=Slot(backend, "cpu", threads))
         out += [Candidate("inline", 0, placement), Candidate("local", 1, placement), Candidate("local", 2, placement)]
     return out
 
@@ -76,23 +82,26 @@ def main() -> None:
             cfg = default_config(algo, env)
             steps = args.dqn_steps if algo == "dqn" else args.ddpg_steps
             path = default_path(machine, algo, env, cfg.agent)
-            profile = Profile.load(path) if path.exists() else profile_workload(algo, env, cfg.agent, machine=machine)
-            profile.save(path)
+            try:
+                profile = Profile.load(path) if path.exists() else None
+            except HetrlError:  # an older profile format: measured again
+                profile = None
+            if profile is None:
+                profile = profile_workload(algo, env, cfg.agent, machine=machine)
+                profile.save(path)
             chosen = make_plan(profile, cfg.agent, 1, executors=("inline", "local"), cores=cores, learn_device="cpu")
             rows = []
-            for cand in grid(chosen):
+            for cand in grid(chosen, profile):
                 if cand.executor == "inline":
                     pred = predict(cand.placement, profile, cfg.agent, 1)
                 else:
                     pred = predict_parallel(cand.placement, profile, cfg.agent, 1, cand.actors, cores)
                 plan = Plan(algo, env, 1, "throughput", profile.fingerprint, cand.placement, pred, [], cand.executor, cand.actors)
-                summary = measure(algo, env, steps, plan, root, f"{algo}_{cand.executor}{cand.actors}_t{cand.placement.learn.threads}")
+                summary = measure(algo, env, steps, plan, root, f"{algo}_{cand.executor}{cand.actors}_{cand.placement.learn.backend}_t{cand.placement.learn.threads}")
                 rows.append((cand, pred.env_steps_per_s, summary["learning_env_steps_per_s"]))
-                print(f"{algo}: {cand} threads {cand.placement.learn.threads}: predicted {pred.env_steps_per_s:,.0f}, "
+                print(f"{algo}: {cand}, learner {cand.placement.learn}: predicted {pred.env_steps_per_s:,.0f}, "
                       f"measured {summary['learning_env_steps_per_s']:,.0f} env steps/s", file=sys.stderr, flush=True)
-            key = (chosen.executor, chosen.actors, chosen.placement.learn.threads)
-            match = [r for r in rows if (r[0].executor, r[0].actors, r[0].placement.learn.threads) == key
-                     and r[0].placement == replace(chosen.placement, act=Slot("numpy", "cpu"))]
+            match = [r for r in rows if (r[0].executor, r[0].actors, r[0].placement) == (chosen.executor, chosen.actors, chosen.placement)]
             if match:
                 chosen_measured = match[0][2]
             else:  # the planner chose outside the grid (e.g. a torch acting copy): measure it too
@@ -103,15 +112,15 @@ def main() -> None:
     for algo, env, chosen, measured, best, rows in report:
         predicted = chosen.prediction.env_steps_per_s
         print(f"### {algo} {env}\n")
-        print("| executor | learner threads | predicted | measured | model error |")
+        print("| executor | learner | predicted | measured | model error |")
         print("| --- | --- | --- | --- | --- |")
         for cand, pred, meas in rows:
-            print(f"| {cand} | {cand.placement.learn.threads} | {pred:,.0f} | {meas:,.0f} | {100 * (pred / meas - 1):+.0f}% |")
+            print(f"| {cand} | {cand.placement.learn} | {pred:,.0f} | {meas:,.0f} | {100 * (pred / meas - 1):+.0f}% |")
         how = "inline" if chosen.executor == "inline" else f"local, {chosen.actors} actors"
-        print(f"\nplanner's choice: {how}, {chosen.placement.learn.threads} learner thread(s), act {chosen.placement.act}: "
+        print(f"\nplanner's choice: {how}, learner {chosen.placement.learn}, act {chosen.placement.act}: "
               f"predicted {predicted:,.0f}, measured {measured:,.0f} env steps/s "
-              f"(model error {100 * (predicted / measured - 1):+.0f}%); best measured: {best[0]} with "
-              f"{best[0].placement.learn.threads} thread(s) at {best[2]:,.0f} (regret {100 * (1 - measured / best[2]):.0f}%)\n")
+              f"(model error {100 * (predicted / measured - 1):+.0f}%); best measured: {best[0]}, learner "
+              f"{best[0].placement.learn}, at {best[2]:,.0f} (regret {100 * (1 - measured / best[2]):.0f}%)\n")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,31 @@ def test_prediction_is_the_hand_computed_pipeline():
     assert p.bottleneck == "Learn" and p.per_call_s["Transfer"] == pytest.approx(6 * US)
 
 
+def test_in_run_costs_scale_every_host_backend_of_their_primitive():
+    """InRun rows (the profile's loop job) make a host primitive dearer by in-run / alone cost:
+    EnvStep 20 alone and 30 in the loop costs 30 at 1 env and 120 at 4; the ratio measured for
+    Act/numpy applies to Act/numba too; a plan with a GPU learner gets none (the ratios were measured
+    beside a host learner); a ratio outside 1-4 is clipped."""
+    in_run = [("InRun", "EnvStep:gymnasium", "cpu", 1, None, 30), ("InRun", "Act:numpy", "cpu", 1, None, 60),
+              ("InRun", "Learn:torch", "cpu", 64, 1, 100_000), ("InRun", "ReplayAdd:numpy", "cpu", 1, None, 5)]
+    numba = [("Act", "numba", "cpu", 1, None, 10), ("WeightSync", "numba<-cuda", "cpu", 1, None, 40),
+             ("WeightSync", "numba", "cpu", 1, None, 100)]
+    profile = synthetic(GPU + numba + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)] + in_run)
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    p = predict(CPU_PLAN, profile, agent, num_envs=1)
+    assert p.per_call_s["EnvStep"] == pytest.approx(30 * US) and p.per_call_s["Act"] == pytest.approx(60 * US)
+    assert p.per_call_s["Learn"] == pytest.approx(4 * 1000 * US)  # 100x measured: clipped to the bound, 4x
+    assert p.per_call_s["ReplayAdd"] == pytest.approx(10 * US)  # cheaper in the run than alone: noise, taken as 1x
+    assert p.per_call_s["ReplaySample"] == pytest.approx(50 * US)  # no InRun row: as measured alone
+    assert predict(CPU_PLAN, profile, agent, num_envs=4).per_call_s["EnvStep"] == pytest.approx(120 * US)
+    numba_on_gpu = Placement(Slot("gymnasium"), Slot("numba"), Slot("numpy"), Slot("torch", "cuda"))
+    q = predict(numba_on_gpu, profile, agent, num_envs=1)
+    assert q.per_call_s["Act"] == pytest.approx(10 * US)  # as alone: the ratio was measured beside a host learner
+    assert q.per_call_s["Learn"] == pytest.approx(200 * US) and q.per_call_s["WeightSync"] == pytest.approx(40 * US)
+    numba_on_host = replace(numba_on_gpu, learn=Slot("torch", "cpu", 1))
+    assert predict(numba_on_host, profile, agent, num_envs=1).per_call_s["Act"] == pytest.approx(20 * US)  # 10 x (60 / 30)
+
+
 def test_vector_envs_and_bursty_updates():
     agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=8)
     p = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=4)

@@ -42,6 +42,17 @@ def test_every_implementation_on_every_device_is_measured(dqn_profile):
         assert 0 < t.p10_s <= t.median_s <= t.p90_s and (t.calls >= 7 or t.primitive == "ActorStart")
 
 
+def test_the_loop_job_times_each_primitive_of_its_placement_in_the_run(dqn_profile):
+    """InRun rows name the primitive and the backend the loop ran, and match a row measured alone
+    (the model divides one by the other)."""
+    in_run = {t.backend.split(":")[0]: t for t in dqn_profile.timings if t.primitive == "InRun"}
+    assert {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync", "PriorityUpdate"} <= set(in_run)
+    for name, t in in_run.items():
+        backend = t.backend.split(":", 1)[1]
+        assert dqn_profile.lookup(name, backend, t.device, t.size, threads=t.threads) is not None, t
+        assert t.calls >= 100 and t.median_s > 0
+
+
 def test_stepping_more_envs_costs_more(dqn_profile):
     one = dqn_profile.lookup("EnvStep", "gymnasium", "cpu", 1).median_s
     sixteen = dqn_profile.lookup("EnvStep", "gymnasium", "cpu", 16).median_s
@@ -121,7 +132,7 @@ def test_profiles_carry_energy_per_call_where_a_meter_works(monkeypatch):
     monkeypatch.setattr(profile_module, "ENERGY_SECONDS", 0.02)
     agent = DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000)
     profile = profile_workload("dqn", "CartPole-v1", agent, devices=["cpu"], threads=[1], meters=MeterReport([_FakeMeter()], []))
-    measured = [t for t in profile.timings if t.primitive not in ("Loop", "ActorStart")]  # neither runs alone
+    measured = [t for t in profile.timings if t.primitive not in ("Loop", "InRun", "ActorStart")]  # none runs alone
     assert measured and all(t.joules_per_call is not None and t.energy_meters == "fake:host" for t in measured)
     for t in measured:  # 50 W for as long as a call takes, within the noise of two separate timings
         assert 0.2 < t.joules_per_call / (50.0 * t.median_s) < 5, t

@@ -18,7 +18,9 @@ import itertools
 import json
 import os
 import time
+from collections import defaultdict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +41,7 @@ from hetrl.runtime.learner_role import to_device
 from hetrl.runtime.placement import default_placement
 from hetrl.runtime.startup import actor_start_seconds
 
-PROFILE_FORMAT = "hetrl-profile-v5"  # v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
+PROFILE_FORMAT = "hetrl-profile-v6"  # v6: InRun costs; v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
@@ -171,6 +173,18 @@ def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str,
     }
 
 
+@contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``n`` (unchanged for None) inside the block, restored after."""
+    previous = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
 def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any = None) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
     """(label, measure) pairs, one per thing to time; building happens inside measure."""
     cfg, spec = algo.config, algo.spec
@@ -241,16 +255,11 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         for device in _devices_of(impl, devices):
             for n_threads in (impl.host_threads(threads) if device == "cpu" else [None]):
                 def learn(impl=impl, device=device, backend=backend, n_threads=n_threads):
-                    previous = torch.get_num_threads()
-                    if n_threads:
-                        torch.set_num_threads(n_threads)
-                    try:
+                    with torch_threads(n_threads):
                         learner = impl.cls(algo, device, seed=0)
                         # as a run feeds it from a host replay: its own arrays, or tensors on its device
                         batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
                         return [timing("Learn", backend, device, B, lambda: learner.learn(**batch), n_threads)]
-                    finally:
-                        torch.set_num_threads(previous)
                 yield f"Learn {backend} on {device}" + (f" ({n_threads} threads)" if n_threads else ""), learn
 
     for source in ["numpy", *devices]:
@@ -272,21 +281,41 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
 
     def loop():
         """The inline executor's own work per env step (draws, n-step assembly, bookkeeping), that
-        is wall time minus the time of its timed primitives, over a short run past warm-up."""
+        is wall time minus the time of its timed primitives, over a short run past warm-up; and
+        each timed primitive's cost per call in that run (``InRun`` rows), which the model sets
+        against its cost measured alone: in a loop, caches and branch predictors are shared."""
         fast = type(algo)(spec, replace(cfg, learning_starts=B, train_every=1))
-        executor = InlineExecutor(fast, default_placement(torch.device("cpu"), (1, 1)), 1, seed=0)
-        while executor.env_steps < B + 10:
-            executor.iteration()
-        per_step = []
-        for _ in range(7):
-            timed, steps, start = sum(executor.timers.seconds.values()), executor.env_steps, time.perf_counter()
-            for _ in range(100):
+        placement = default_placement(torch.device("cpu"), (1, 1))
+        executor = InlineExecutor(fast, placement, 1, seed=0)
+        timers = executor.timers
+        per_step, per_call = [], defaultdict(list)
+        with torch_threads(placement.learn.threads):  # as a run sets them, and as its InRun row says
+            while executor.env_steps < B + 10:
                 executor.iteration()
-            untimed = time.perf_counter() - start - (sum(executor.timers.seconds.values()) - timed)
-            per_step.append(untimed / (executor.env_steps - steps))
+            for _ in range(7):
+                before = timers.totals()
+                timed, steps, start = sum(timers.seconds.values()), executor.env_steps, time.perf_counter()
+                for _ in range(100):
+                    executor.iteration()
+                untimed = time.perf_counter() - start - (sum(timers.seconds.values()) - timed)
+                per_step.append(untimed / (executor.env_steps - steps))
+                for name, (seconds, calls) in timers.totals().items():
+                    s0, c0 = before.get(name, (0.0, 0))
+                    if calls > c0:
+                        per_call[name].append((seconds - s0) / (calls - c0))
         executor.close()
         p10, median, p90 = np.percentile(per_step, [10, 50, 90])
-        return [Timing("Loop", "inline", "cpu", 1, None, float(median), float(p10), float(p90), 700)]
+        rows = [Timing("Loop", "inline", "cpu", 1, None, float(median), float(p10), float(p90), 700)]
+        for name, costs in sorted(per_call.items()):
+            slot = placement.slot_of(name)
+            if slot is None:
+                continue
+            size = B if name in ("ReplaySample", "PriorityUpdate", "Learn") else 1
+            threads = slot.threads if name == "Learn" else None
+            p10, median, p90 = np.percentile(costs, [10, 50, 90])
+            rows.append(Timing("InRun", f"{name}:{slot.backend}", slot.device, size, threads,
+                               float(median), float(p10), float(p90), timers.calls[name]))
+        return rows
     yield "Loop inline", loop
 
 

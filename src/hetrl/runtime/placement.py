@@ -49,6 +49,11 @@ class Placement:
             "Learn": str(self.learn),
         }
 
+    def slot_of(self, primitive: str) -> Slot | None:
+        """The slot that runs ``primitive`` (WeightSync: the acting copy's); None for work no slot owns."""
+        return {"EnvStep": self.env, "Act": self.act, "WeightSync": self.act, "ReplayAdd": self.replay,
+                "ReplaySample": self.replay, "PriorityUpdate": self.replay, "Learn": self.learn}.get(primitive)
+
     def validate(self) -> None:
         """Every backend registered, every device present, host-only backends on the host."""
         from hetrl.devices import resolve_device
