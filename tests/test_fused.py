@@ -124,6 +124,12 @@ def test_numba_policy_matches_the_numpy_policy(algo_name):
         np.testing.assert_allclose(fast.forward(obs), plain.forward(obs), rtol=1e-5, atol=1e-6)
         explore, random_actions = algo.draw_exploration(rng, n)
         np.testing.assert_allclose(fast.act(obs, explore, random_actions, 0.1), plain.act(obs, explore, random_actions, 0.1), atol=1e-5)
+    if algo_name == "dqn":  # epsilon-greedy runs inside the kernel: the same actions at every level
+        assert fast._fused_rule
+        obs = rng.standard_normal((64,) + spec.obs_shape).astype(np.float32)
+        explore, random_actions = algo.draw_exploration(rng, 64)
+        for level in (0.0, 0.5, 1.0):
+            np.testing.assert_array_equal(fast.act(obs, explore, random_actions, level), plain.act(obs, explore, random_actions, level))
     with torch.no_grad():  # a learner change reaches the copy at sync, not before
         for p in learn.learner.policy_network.parameters():
             p.add_(0.1)
@@ -157,9 +163,9 @@ def test_act_checkpoints_move_between_backends(algo_name):
 
 def test_the_numba_policy_is_compiled_before_its_first_act():
     """numba's start-up lands in construction, not in the first timed Act."""
-    from hetrl.nets.fused_mlp import forward
+    from hetrl.nets.fused_mlp import epsilon_greedy, forward
     from hetrl.runtime.acting import NumbaPolicy
 
     algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,)))
     policy = NumbaPolicy(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
-    assert forward.signatures and policy._scratch_for == 1
+    assert forward.signatures and epsilon_greedy.signatures and policy._scratch_for == 1

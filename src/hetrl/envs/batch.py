@@ -22,6 +22,7 @@ class EnvBatch:
         self.episode_returns = np.zeros(num_envs, dtype=np.float64)
         self.episode_lengths = np.zeros(num_envs, dtype=np.int64)
         self._is_discrete = hasattr(self.envs[0].action_space, "n")
+        self._obs_shape = (num_envs, *self.envs[0].observation_space.shape)  # a wrapper chain to walk: once
 
     def reset(self) -> np.ndarray:
         """First observations; env i is seeded with ``seed + i``."""
@@ -32,23 +33,24 @@ class EnvBatch:
 
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
         n = self.num_envs
-        next_obs = np.empty((n,) + self.envs[0].observation_space.shape, dtype=np.float32)
-        final_obs = np.empty_like(next_obs)
+        next_obs = np.empty(self._obs_shape, dtype=np.float32)
+        final_obs = np.empty(self._obs_shape, dtype=np.float32)
         rewards = np.empty(n, dtype=np.float32)
         terminated = np.empty(n, dtype=bool)
         truncated = np.empty(n, dtype=bool)
+        returns, lengths = self.episode_returns, self.episode_lengths
         self.finished: list[tuple[float, int]] = []  # (return, length) of episodes ended this step
-        for i, env in enumerate(self.envs):
-            action = int(actions[i]) if self._is_discrete else actions[i]
+        for i, action in enumerate(actions.tolist() if self._is_discrete else actions):  # tolist: Python ints
+            env = self.envs[i]
             obs, reward, term, trunc, _ = env.step(action)
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
             final_obs[i] = obs
-            self.episode_returns[i] += reward
-            self.episode_lengths[i] += 1
+            returns[i] += reward
+            lengths[i] += 1
             if term or trunc:
-                self.finished.append((float(self.episode_returns[i]), int(self.episode_lengths[i])))
-                self.episode_returns[i] = 0
-                self.episode_lengths[i] = 0
+                self.finished.append((float(returns[i]), int(lengths[i])))
+                returns[i] = 0
+                lengths[i] = 0
                 obs, _ = env.reset()
             next_obs[i] = obs
         return {

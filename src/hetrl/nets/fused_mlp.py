@@ -96,6 +96,25 @@ def forward(params, dims, w_off, b_off, x, acts, a_off, batch):  # pragma: no co
 
 
 @numba.njit(cache=True, fastmath=True)
+def epsilon_greedy(params, dims, w_off, b_off, x, acts, a_off, batch, explore, random_actions, level, actions):  # pragma: no cover - compiled
+    """Q-values of ``batch`` observations, then per row the random action where ``explore < level``
+    and else the first arg-max (as ``np.where(explore < level, random_actions, q.argmax(1))``),
+    into ``actions``: one call for a whole Act."""
+    out = forward(params, dims, w_off, b_off, x, acts, a_off, batch)
+    k = dims[len(dims) - 1]
+    for b in range(batch):
+        if explore[b] < level:
+            actions[b] = random_actions[b]
+        else:
+            row = out + b * k
+            best = 0
+            for a in range(1, k):
+                if acts[row + a] > acts[row + best]:
+                    best = a
+            actions[b] = best
+
+
+@numba.njit(cache=True, fastmath=True)
 def backward(params, grads, dims, w_off, b_off, acts, a_off, g_out, g_a, g_b, batch):  # pragma: no cover - compiled
     """Accumulate parameter gradients into ``grads`` given dLoss/dOutput ``g_out`` (flat, batch x dims[-1]).
 

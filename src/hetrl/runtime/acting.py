@@ -15,7 +15,7 @@ from torch import nn
 
 from hetrl.errors import HetrlError
 from hetrl.nets import numpy_params
-from hetrl.nets.fused_mlp import FlatMLP, forward
+from hetrl.nets.fused_mlp import FlatMLP, epsilon_greedy, forward
 from hetrl.nets.host_mirror import HostMirror
 from hetrl.nets.mlp import Actor, QNetwork
 from hetrl.protocol import implements
@@ -109,10 +109,16 @@ class NumbaPolicy(NumpyPolicy):
         self.layout = FlatMLP(body)
         self.flat = np.zeros(self.layout.size, np.float32)
         self._scratch_for = -1
+        # An epsilon-greedy rule (DQN's) runs inside the kernel: the numpy glue of a separate
+        # argmax and np.where cost more than the 1-env forward itself.
+        self._fused_rule = not self._squash and getattr(rule, "epsilon_greedy", False)
         super().__init__(network, rule, device)
         # The process's first numba call pays numba's own start-up (~250 ms here, cached kernels or
         # not): pay it now, not inside the first timed Act, where it would inflate Act's µs per call.
-        self.forward(np.zeros((1, self.layout.dims[0]), np.float32))
+        one = np.zeros((1, self.layout.dims[0]), np.float32)
+        self.forward(one)
+        if self._fused_rule:
+            self.act(one, np.ones(1, np.float32), np.zeros(1, np.int64), 0.0)
 
     @staticmethod
     def unsupported(algorithm: object) -> str | None:
@@ -127,11 +133,24 @@ class NumbaPolicy(NumpyPolicy):
             params[name] = view
         return params
 
-    def forward(self, obs: np.ndarray) -> np.ndarray:
-        n = len(obs)
+    def _scratch(self, n: int) -> None:
         if n != self._scratch_for:  # the env count of a run is fixed: allocated once
             self._scratch_for, self.a_off = n, self.layout.activation_offsets(n)
             self.acts = np.zeros(self.a_off[-1], np.float32)
+
+    def act(self, obs: np.ndarray, explore: np.ndarray, random_actions: np.ndarray, level: float = 0.0) -> np.ndarray:
+        if not self._fused_rule:
+            return self.rule(self.forward(obs), explore, random_actions, level)
+        n = len(obs)
+        self._scratch(n)
+        layout, actions = self.layout, np.empty(n, np.int64)
+        epsilon_greedy(self.flat, layout.dims, layout.w_off, layout.b_off, np.ascontiguousarray(obs, dtype=np.float32).reshape(-1),
+                       self.acts, self.a_off, n, explore, random_actions, level, actions)
+        return actions
+
+    def forward(self, obs: np.ndarray) -> np.ndarray:
+        n = len(obs)
+        self._scratch(n)
         layout = self.layout
         out = forward(self.flat, layout.dims, layout.w_off, layout.b_off,
                       np.ascontiguousarray(obs, dtype=np.float32).reshape(-1), self.acts, self.a_off, n)
