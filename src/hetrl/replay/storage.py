@@ -52,6 +52,7 @@ class _Replay:
             "next_obs": (self.obs_shape, "float32"),
             "discounts": ((), "float32"),
         }
+        self._spec_list = [self._specs[name] for name in _FIELDS]  # add's argument order
         self._data = {name: ops.zeros((self.capacity, *shape), dtype) for name, (shape, dtype) in self._specs.items()}
         self._position = 0  # the slot the next item goes to
         self._size = 0
@@ -68,19 +69,19 @@ class _Replay:
         ``capacity`` items are kept, in the slots they would have had if added one by one.
         New items get the maximum priority set so far (1.0 before any update).
         """
-        values = (obs, actions, rewards, next_obs, discounts)
-        batch = {name: self._ops.asarray(value, self._specs[name][1]) for name, value in zip(_FIELDS, values)}
-        n = len(batch["obs"])
-        for name, value in batch.items():
-            if tuple(value.shape) != (n, *self._specs[name][0]):
-                raise ValueError(f"add: {name} has shape {tuple(value.shape)}, expected {(n, *self._specs[name][0])}")
+        asarray, n = self._ops.asarray, len(obs)
+        batch = [asarray(value, dtype) for value, (_, dtype) in zip((obs, actions, rewards, next_obs, discounts), self._spec_list)]
+        for value, (name, (shape, _)) in zip(batch, self._specs.items()):
+            if len(value) != n or tuple(value.shape[1:]) != shape:
+                raise ValueError(f"add: {name} has shape {tuple(value.shape)}, expected {(n, *shape)}")
         skip = max(0, n - self.capacity)
         if skip == 0 and self._position + n <= self.capacity:  # no wrap: a slice, cheaper than indexing
             slots = slice(self._position, self._position + n)
         else:
             slots = (self._position + skip + self._ops.arange(n - skip)) % self.capacity
-        for name, value in batch.items():
-            self._data[name][slots] = value[skip:]
+        data = self._data
+        for name, value in zip(_FIELDS, batch):
+            data[name][slots] = value[skip:] if skip else value
         if self.tree is not None:
             leaves = slots if not isinstance(slots, slice) else self._position + self._ops.arange(n)
             self.tree.update(leaves, self._max_priority.repeat(n - skip))

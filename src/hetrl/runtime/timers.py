@@ -3,42 +3,54 @@
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 
 
 class _Span:
-    """One timed block: a plain context manager (a @contextmanager generator costs ~1.4 us a use,
-    and the inline loop times some eight blocks per env step)."""
+    """One name's timer: a plain context manager that keeps its own totals. One per name, reused
+    (timed blocks of a name never nest): the inline loop times some six blocks per env step, and
+    a fresh object and two dict updates per block cost ~4% of a 64x64 DQN loop at ratio 0.25
+    (a @contextmanager generator cost ~1.4 us a use)."""
 
-    __slots__ = ("timers", "name", "start")
+    __slots__ = ("start", "seconds", "calls")
 
-    def __init__(self, timers: "Timers", name: str) -> None:
-        self.timers, self.name = timers, name
+    def __init__(self) -> None:
+        self.start, self.seconds, self.calls = 0.0, 0.0, 0
 
     def __enter__(self) -> None:
         self.start = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
-        self.timers.seconds[self.name] += time.perf_counter() - self.start
-        self.timers.calls[self.name] += 1
+        self.seconds += time.perf_counter() - self.start
+        self.calls += 1
 
 
 class Timers:
     def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-        self.calls: dict[str, int] = defaultdict(int)
+        self._spans: dict[str, _Span] = {}
 
     def time(self, name: str) -> _Span:
-        return _Span(self, name)
+        span = self._spans.get(name)
+        if span is None:
+            span = self._spans[name] = _Span()
+        return span
 
     def add(self, name: str, seconds: float, calls: int = 1) -> None:
         """Time measured elsewhere (an actor's own clock)."""
-        self.seconds[name] += seconds
-        self.calls[name] += calls
+        span = self.time(name)
+        span.seconds += seconds
+        span.calls += calls
+
+    @property
+    def seconds(self) -> dict[str, float]:
+        return {name: span.seconds for name, span in self._spans.items()}
+
+    @property
+    def calls(self) -> dict[str, int]:
+        return {name: span.calls for name, span in self._spans.items()}
 
     def totals(self) -> dict[str, tuple[float, int]]:
         """name -> (seconds, calls)."""
-        return {name: (seconds, self.calls[name]) for name, seconds in self.seconds.items()}
+        return {name: (span.seconds, span.calls) for name, span in self._spans.items()}
 
 
 def merge_timers(own: dict[str, tuple[float, int]], actors: list[dict[str, tuple[float, int]]]) -> dict[str, tuple[float, int, int]]:
