@@ -117,7 +117,8 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
         # for it at every barrier, so the extra threads buy little (DDPG 400x300, 2 threads beside
         # an actor on 2 cores: 98 env steps/s against 122 alone). Predict the 1-thread cost.
         try:
-            single = _cost(profile, "Learn", placement.learn.backend, "cpu", agent.batch_size, 1) * in_run_factor(profile, "Learn", placement)
+            single = _cost(profile, "Learn", placement.learn.backend, "cpu", agent.batch_size, 1)
+            single *= in_run_factor(profile, "Learn", placement)
         except HetrlError:
             single = call["Learn"]
         call["Learn"] = max(call["Learn"], single)
@@ -210,8 +211,8 @@ def in_run_factor(profile: Profile, name: str, placement: Placement) -> float:
     where the profile has no ``InRun`` row for it).
 
     Primitives profiled alone run with hot caches and predictors; in the loop, the env, the policy,
-    the replay and the learner evict each other, and a small primitive measured 1.5-2.5x its alone
-    cost on the 2-core machine (EnvStep 27 µs against 16). The profile's loop job times every
+    the replay and the learner evict each other, and a small primitive measured 2-4x its alone
+    cost on the 2-core machine (DQN's EnvStep 38 µs against 17). The profile's loop job times every
     primitive of one host placement in a short run; that ratio is applied to every host backend of
     the primitive (the eviction comes from the rest of the loop, not from the backend), in plans
     whose learner is on the host as it was there. A GPU learner evicts nothing on the host: on an

@@ -145,7 +145,7 @@ class NumbaPolicy(NumpyPolicy):
         self._scratch(n)
         layout, actions = self.layout, np.empty(n, np.int64)
         epsilon_greedy(self.flat, layout.dims, layout.w_off, layout.b_off, np.ascontiguousarray(obs, dtype=np.float32).reshape(-1),
-                       self.acts, self.a_off, n, explore, random_actions, level, actions)
+                       self.acts, self.a_off, n, explore, random_actions, np.float32(level), actions)  # compared as numpy does
         return actions
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
