@@ -30,6 +30,9 @@ class Slot:
         return f"{self.backend} on {self.device}{threads}"
 
 
+PRIMITIVE_ORDER = ("EnvStep", "Act", "WeightSync", "ReplayAdd", "ReplaySample", "PriorityUpdate", "Learn")
+
+
 @dataclass(frozen=True)
 class Placement:
     env: Slot  # EnvStep
@@ -37,22 +40,16 @@ class Placement:
     replay: Slot  # ReplayAdd, ReplaySample, PriorityUpdate
     learn: Slot  # Learn
 
-    def by_primitive(self) -> dict[str, str]:
-        """A readable row per primitive, for summaries and run files."""
-        return {
-            "EnvStep": str(self.env),
-            "Act": str(self.act),
-            "WeightSync": f"{self.learn.device} -> {self.act}",
-            "ReplayAdd": str(self.replay),
-            "ReplaySample": str(self.replay),
-            "PriorityUpdate": str(self.replay),
-            "Learn": str(self.learn),
-        }
-
     def slot_of(self, primitive: str) -> Slot | None:
         """The slot that runs ``primitive`` (WeightSync: the acting copy's); None for work no slot owns."""
         return {"EnvStep": self.env, "Act": self.act, "WeightSync": self.act, "ReplayAdd": self.replay,
                 "ReplaySample": self.replay, "PriorityUpdate": self.replay, "Learn": self.learn}.get(primitive)
+
+    def by_primitive(self) -> dict[str, str]:
+        """A readable row per primitive, for summaries and run files (WeightSync: from where to where)."""
+        rows = {name: str(self.slot_of(name)) for name in PRIMITIVE_ORDER}
+        rows["WeightSync"] = f"{self.learn.device} -> {self.act}"
+        return rows
 
     def validate(self) -> None:
         """Every backend registered, every device present, host-only backends on the host."""
