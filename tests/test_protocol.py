@@ -256,3 +256,19 @@ def test_graph_inputs_pack_into_one_aligned_buffer():
     again.copy_(buffer)  # one copy moves every input
     for i, (key, twin) in enumerate(twins.items()):
         assert torch.equal(twin, torch.full_like(like[key], i + 1)), key  # and no two inputs overlap
+
+
+def test_the_actor_step_takes_no_critic_weight_gradients():
+    """DDPG's actor loss backpropagates through the critic for the action's gradient only: the
+    critic's weight gradients (which its next step would discard) are not computed, and its
+    parameters take gradients again afterwards."""
+    algo = make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(16, 16), batch_size=8))
+    learner = TorchLearn(algo, "cpu", seed=0).learner
+    rng = np.random.default_rng(0)
+    batch = {"obs": torch.as_tensor(rng.standard_normal((8, 3)), dtype=torch.float32)}
+    learner.critic.zero_grad(set_to_none=True)
+    before = [p.detach().clone() for p in learner.actor.parameters()]
+    learner.periodic(batch)
+    assert all(p.grad is None and p.requires_grad for p in learner.critic.parameters())
+    assert all(p.grad is not None for p in learner.actor.parameters())
+    assert any(not torch.equal(b, p) for b, p in zip(before, learner.actor.parameters()))  # the actor stepped

@@ -9,6 +9,8 @@ names a device.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -190,6 +192,20 @@ def adam(params, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except RuntimeError:  # no fused Adam for this device type
         return torch.optim.Adam(params, lr=lr)
+
+
+@contextmanager
+def frozen(module: nn.Module) -> Iterator[None]:
+    """``module``'s parameters take no gradient inside the block: a backward pass through it still
+    computes gradients for its inputs, but not the weight gradients nobody will use."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
 
 
 def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, polyak_, seeded_init
+from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, frozen, polyak_, seeded_init
 from hetrl.nets import Actor, Critic
 
 
@@ -120,9 +120,10 @@ class DDPGLearner(TorchLearner):
     def periodic(self, batch: dict[str, torch.Tensor]) -> None:
         """The actor's update (delayed in TD3), then both targets' Polyak averaging."""
         cfg, obs = self.cfg, batch["obs"]
-        actor_loss = -self.critic(obs, self.actor(obs))[0].mean()
-        self.actor_optimizer.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        with frozen(self.critic):  # the critic's weight gradients here would be thrown away at its next step
+            actor_loss = -self.critic(obs, self.actor(obs))[0].mean()
+            self.actor_optimizer.zero_grad(set_to_none=True)
+            actor_loss.backward()
         if cfg.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(self.actor.parameters(), cfg.max_grad_norm)
         self.actor_optimizer.step()
