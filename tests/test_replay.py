@@ -402,3 +402,10 @@ def test_devices():
     with pytest.raises(ValueError, match="device"):
         TorchReplay(4, (2,), (), "int64", device="not-a-device")
     assert TorchReplay(4, (2,), (), "int64", device=torch.device("cpu")).device == torch.device("cpu")
+
+
+def test_a_field_of_the_wrong_shape_is_named():
+    """A scalar where a batch is due gets the field and the shape expected, not a bare TypeError."""
+    replay = NumpyReplay(10, (4,), (), "int64")
+    with pytest.raises(ValueError, match=r"rewards has shape \(\), expected \(1,\)"):
+        replay.add(np.zeros((1, 4)), np.zeros(1), 0.0, np.zeros((1, 4)), np.ones(1))

@@ -293,13 +293,13 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             while executor.env_steps < B + 10:
                 executor.iteration()
             for _ in range(7):
-                before = timers.totals()
-                timed, steps, start = sum(timers.seconds.values()), executor.env_steps, time.perf_counter()
+                before, steps, start = timers.totals(), executor.env_steps, time.perf_counter()
                 for _ in range(100):
                     executor.iteration()
-                untimed = time.perf_counter() - start - (sum(timers.seconds.values()) - timed)
-                per_step.append(untimed / (executor.env_steps - steps))
-                for name, (seconds, calls) in timers.totals().items():
+                wall, after = time.perf_counter() - start, timers.totals()
+                timed = sum(s for s, _ in after.values()) - sum(s for s, _ in before.values())
+                per_step.append((wall - timed) / (executor.env_steps - steps))
+                for name, (seconds, calls) in after.items():
                     s0, c0 = before.get(name, (0.0, 0))
                     if calls > c0:
                         per_call[name].append((seconds - s0) / (calls - c0))

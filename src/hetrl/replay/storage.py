@@ -52,7 +52,6 @@ class _Replay:
             "next_obs": (self.obs_shape, "float32"),
             "discounts": ((), "float32"),
         }
-        self._spec_list = [self._specs[name] for name in _FIELDS]  # add's argument order
         self._data = {name: ops.zeros((self.capacity, *shape), dtype) for name, (shape, dtype) in self._specs.items()}
         self._position = 0  # the slot the next item goes to
         self._size = 0
@@ -69,10 +68,11 @@ class _Replay:
         ``capacity`` items are kept, in the slots they would have had if added one by one.
         New items get the maximum priority set so far (1.0 before any update).
         """
-        asarray, n = self._ops.asarray, len(obs)
-        batch = [asarray(value, dtype) for value, (_, dtype) in zip((obs, actions, rewards, next_obs, discounts), self._spec_list)]
+        asarray = self._ops.asarray  # the specs are in _FIELDS order, which is add's argument order
+        batch = [asarray(value, dtype) for value, (_, dtype) in zip((obs, actions, rewards, next_obs, discounts), self._specs.values())]
+        n = len(batch[0])
         for value, (name, (shape, _)) in zip(batch, self._specs.items()):
-            if len(value) != n or tuple(value.shape[1:]) != shape:
+            if tuple(value.shape) != (n, *shape):
                 raise ValueError(f"add: {name} has shape {tuple(value.shape)}, expected {(n, *shape)}")
         skip = max(0, n - self.capacity)
         if skip == 0 and self._position + n <= self.capacity:  # no wrap: a slice, cheaper than indexing
