@@ -7,7 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,8 +18,10 @@ import torch
 from hetrl.algos import make_algorithm
 from hetrl.config import make_config
 from hetrl.envs import env_spec
+from hetrl.errors import HetrlError
+from hetrl.runtime.inference import InferenceClient, InferenceServer, InferenceStopped, inference_layout
 from hetrl.runtime.local import LocalExecutor
-from hetrl.runtime.placement import default_placement
+from hetrl.runtime.placement import Slot, default_placement
 from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
 from hetrl.runtime.shared import SHM_PREFIX, SharedArrays, SharedWeights, TransitionRing, ring_layout
 from hetrl.training import Session
@@ -37,14 +41,15 @@ def alive(pid):
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-def executor(ratio=1.0, actors=2, prefetch=False, **agent):
+def executor(ratio=1.0, actors=2, prefetch=False, inference="actor", act="numpy", num_envs=1, **agent):
     cfg = make_config("dqn", "CartPole-v1", overrides=["hidden=32,32", "batch_size=32", "learning_starts=500",
                                                          f"replay_ratio={ratio}", "train_every=1"])
     for key, value in agent.items():
         setattr(cfg.agent, key, value)
     algo = make_algorithm("dqn", env_spec("CartPole-v1"), cfg.agent)
-    return LocalExecutor(algo, default_placement(torch.device("cpu"), (1, 1), threads=1), 1, seed=0, actors=actors,
-                         prefetch=prefetch, log=lambda m: None)
+    placement = replace(default_placement(torch.device("cpu"), (1, 1), threads=1), act=Slot(act, "cpu"))
+    return LocalExecutor(algo, placement, num_envs, seed=0, actors=actors, prefetch=prefetch, log=lambda m: None,
+                         inference=inference)
 
 
 def run_to(ex, steps, timeout=120):
@@ -140,6 +145,95 @@ def test_local_executor_learns_at_the_configured_ratio(ratio, prefetch):
     time.sleep(0.2)
     assert not any(alive(p) for p in pids)
     assert segments(os.getpid()) == []
+
+
+# --- central inference ---------------------------------------------------------------------------
+@pytest.mark.parametrize("act, num_envs", [("numpy", 1), ("numba", 3)])
+def test_central_inference_acts_for_every_actor_in_the_learner(act, num_envs):
+    ex = executor(1.0, inference="central", act=act, num_envs=num_envs)
+    try:
+        run_to(ex, 3_000)
+        error = ex.ratio_error()
+        assert error is not None and error <= 0.05, error
+        ex.drain_staleness()
+        assert 0 <= ex.staleness_max <= 1 + default_lead(2, num_envs) + 2 * num_envs
+        totals = ex.timer_totals()
+        assert totals["Act"][2] == 1 and totals["Act"][1] > 0  # acted in the learner's process...
+        assert totals["InferenceWait"][2] == 2 and totals["InferenceWait"][1] >= totals["Act"][1]  # ...for both actors
+        assert totals["InferenceServe"][1] == totals["Act"][1] and totals["WeightSync"][1] > 0
+        assert totals.get("WeightFetch", (0, 0, 0))[1] == 0  # no weights copied to the actors
+        assert len(ex.drain_episodes()) > 0
+        pids = ex.actor_pids()
+    finally:
+        ex.close()
+    time.sleep(0.2)
+    assert not any(alive(p) for p in pids) and segments(os.getpid()) == []
+
+
+def test_central_inference_answers_with_the_policys_actions():
+    """The transport alone, an actor on a thread: every answer is the act function's output for
+    that actor's observations and draws, batched over whoever asked."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    layout = inference_layout(2, 3, (4,), (), "int64", np.zeros(3, np.float32), np.zeros(3, np.int64))
+    server = InferenceServer(layout, lambda: ctx.Pipe(duplex=False))
+    batches = []
+
+    def act(obs, explore, random_actions):  # a rule the test can recompute: argmax of obs, or the random action
+        batches.append(len(obs))
+        return np.where(explore < 0.5, random_actions, obs.argmax(axis=1))
+
+    clients = [InferenceClient(*server.client_args(i), should_stop=lambda: False) for i in range(2)]
+    rng = np.random.default_rng(0)
+    asks = [(rng.standard_normal((3, 4)).astype(np.float32), rng.random(3).astype(np.float32), rng.integers(0, 9, 3))
+            for _ in range(2)]
+    answers = [None, None]
+
+    def ask(i):
+        answers[i] = clients[i].act(*asks[i])
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    deadline = time.perf_counter() + 10
+    while any(a is None for a in answers) and time.perf_counter() < deadline:
+        server.wait(0.01)
+        server.serve(act, version=7)
+    for t in threads:
+        t.join(5)
+    for (obs, explore, random_actions), answer in zip(asks, answers):
+        np.testing.assert_array_equal(answer, np.where(explore < 0.5, random_actions, obs.argmax(axis=1)))
+    assert sum(batches) == 6 and clients[0].version == 7 and not server.pending()
+    # an actor told to stop while it waits gives up instead of hanging
+    stopping = InferenceClient(*server.client_args(0), should_stop=lambda: True)
+    with pytest.raises(InferenceStopped):
+        stopping.act(*asks[0])
+    assert server.pending()
+    server.forget(0)  # as a restart does: the dead actor's question is dropped
+    assert not server.pending()
+    for c in [*clients, stopping]:
+        c.close()
+    server.close()
+
+
+def test_central_inference_survives_a_killed_actor():
+    ex = executor(0.25, inference="central")
+    try:
+        run_to(ex, 1_500)
+        os.kill(ex.actor_pids()[0], signal.SIGKILL)
+        run_to(ex, 3_500)
+        assert ex.restarts == 1 and all(alive(p) for p in ex.actor_pids())
+        pids = ex.actor_pids()
+    finally:
+        ex.close()
+    time.sleep(0.2)
+    assert not any(alive(p) for p in pids) and segments(os.getpid()) == []
+
+
+def test_central_inference_is_checked():
+    with pytest.raises(HetrlError, match="inference must be one of actor, central"):
+        executor(inference="centre")
 
 
 def test_a_killed_actor_is_restarted_and_the_run_goes_on():

@@ -5,6 +5,7 @@ into n-step ones. Transport-free, so the local executor (shared memory) and the 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,8 +38,15 @@ class ActorSpec:
         return self.seed + 10_007 * (index + 1) + 1_000_003 * incarnation
 
 
+# Central inference: (obs, explore, random_actions) -> actions, answered by the learner's process
+RemoteAct = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
 class ActorLoop:
-    def __init__(self, spec: ActorSpec, seed: int, timers: TimerSink) -> None:
+    """``remote``: act through central inference (its round trip timed as ``InferenceWait``)
+    instead of with the actor's own numpy copy of the policy."""
+
+    def __init__(self, spec: ActorSpec, seed: int, timers: TimerSink, remote: RemoteAct | None = None) -> None:
         torch.set_num_threads(1)  # an actor acts with numpy; torch only builds the network's shape
         self.algo = make_algorithm(spec.algo, env_spec(spec.env), spec.agent)
         self.num_envs, self.timers = spec.num_envs, timers
@@ -47,6 +55,7 @@ class ActorLoop:
         self.params, self._forward = numpy_params(network), network.forward_numpy
         self.nstep = NStepAssembler(spec.num_envs, spec.agent.n_step, spec.agent.gamma)
         self.rng = np.random.default_rng(seed)
+        self.remote = remote
         self.obs = self.env.reset()
 
     def max_rows_per_step(self) -> int:
@@ -62,8 +71,12 @@ class ActorLoop:
         else:
             explore, random_actions = algo.draw_exploration(self.rng, n)
             start = time.perf_counter()
-            actions = algo.action_rule(self._forward(self.params, self.obs), explore, random_actions, algo.exploration(env_steps))
-            self.timers.add("Act", time.perf_counter() - start)
+            if self.remote is not None:
+                actions = self.remote(self.obs, explore, random_actions)
+                self.timers.add("InferenceWait", time.perf_counter() - start)
+            else:
+                actions = algo.action_rule(self._forward(self.params, self.obs), explore, random_actions, algo.exploration(env_steps))
+                self.timers.add("Act", time.perf_counter() - start)
         start = time.perf_counter()
         out = self.env.step(actions)
         self.timers.add("EnvStep", time.perf_counter() - start)

@@ -1,6 +1,8 @@
 """The local executor: actors in worker processes, the learner in this one, joined by shared memory.
 
-Each actor steps its own vector of envs with a numpy copy of the policy and writes n-step
+Each actor steps its own vector of envs with a numpy copy of the policy (``inference="actor"``),
+or with actions the learner's process computes for every actor in one batched call on the Act
+slot's backend and device (``inference="central"``, ``runtime/inference.py``), and writes n-step
 transitions into its shared-memory ring; the learner drains the rings into the replay (ReplayAdd),
 runs the updates the rate limiter allows (with ``prefetch``, sampling the next batch in a thread
 while it learns on the current one: off by default, since on a 2-core host the sampling thread's
@@ -27,7 +29,9 @@ import torch
 from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
 from hetrl.nets.host_mirror import HostMirror
+from hetrl.protocol import get
 from hetrl.runtime.actor import ActorLoop, ActorSpec
+from hetrl.runtime.inference import InferenceClient, InferenceServer, InferenceStopped, inference_layout
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.placement import Placement
 from hetrl.runtime.parallel import ParallelBookkeeping
@@ -48,6 +52,8 @@ MAX_BURST = 64  # updates per iteration at most, so that rings are drained and a
 # cores than processes, frequent wake-ups of idle actors preempt the learner (2 actors waking every
 # 0.2 ms halved the learner's rate on 2 cores). The limiter's lead keeps the learner fed meanwhile.
 WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
+IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
+INFERENCE = ("actor", "central")  # where the actors' policy runs: in each actor, or batched in the learner's process
 
 
 def _stderr(message: str) -> None:
@@ -58,10 +64,13 @@ class LocalExecutor(ParallelBookkeeping):
     name = "local"
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
-                 weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr) -> None:
+                 weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr,
+                 inference: str = "actor") -> None:
         placement.validate()
         if actors < 1:
             raise HetrlError(f"the local executor needs at least 1 actor (got {actors})")
+        if inference not in INFERENCE:
+            raise HetrlError(f"inference must be one of {', '.join(INFERENCE)}, got {inference!r}")
         cfg = algo.config
         self.algo, self.placement, self.seed, self.log = algo, placement, seed, log
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
@@ -70,6 +79,12 @@ class LocalExecutor(ParallelBookkeeping):
         self.rng = np.random.default_rng(seed)
         self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
         self.learner, self.replay = self.learning.learner, self.learning.replay
+        self.inference = inference
+        # central inference: the acting copy lives here, on the placement's Act slot, synced as inline does
+        self.policy = (get("Act", placement.act.backend).cls(self.learner.policy_network, algo.action_rule, placement.act.device)
+                       if inference == "central" else None)
+        self.synced_at = -1  # learner.updates at the acting copy's last sync (central inference)
+        self.server: InferenceServer | None = None
         self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, default_lead(actors, num_envs))
         self.env_steps = 0
         self._init_bookkeeping()
@@ -102,6 +117,11 @@ class LocalExecutor(ParallelBookkeeping):
         self._publish()
         self._ctx = mp.get_context("forkserver")
         self._ctx.set_forkserver_preload(["hetrl.runtime.local"])
+        if self.inference == "central":
+            explore, random_actions = self.algo.draw_exploration(np.random.default_rng(0), self.num_envs)
+            layout = inference_layout(self.actors, self.num_envs, spec.obs_shape, spec.action_shape, spec.action_dtype,
+                                      explore, random_actions)
+            self.server = InferenceServer(layout, lambda: self._ctx.Pipe(duplex=False))
         self._errors = self._ctx.SimpleQueue()
         self._procs: list[Any] = [None] * self.actors
         self._incarnations = [0] * self.actors
@@ -113,10 +133,14 @@ class LocalExecutor(ParallelBookkeeping):
         self._last_watch = time.perf_counter()
 
     def _spawn(self, index: int) -> None:
+        inference = None
+        if self.server is not None:
+            self.server.forget(index)  # a request its predecessor left unanswered
+            inference = self.server.client_args(index)
         proc = self._ctx.Process(
             target=actor_process, name=f"hetrl-actor-{index}", daemon=True,
             args=(self.spec, index, self._incarnations[index], self.rings[index].block.handle, self.control.handle,
-                  self.weights.block.handle, os.getpid(), self._errors),
+                  self.weights.block.handle, os.getpid(), self._errors, inference),
         )
         proc.start()
         self._procs[index] = proc
@@ -169,6 +193,8 @@ class LocalExecutor(ParallelBookkeeping):
                 proc.join(1.0)
         for block in [self.control, self.weights.block, *(r.block for r in self.rings)]:
             block.close()
+        if self.server is not None:
+            self.server.close()
 
     # --- the learner's loop --------------------------------------------------------------------
     def iteration(self) -> None:
@@ -181,6 +207,8 @@ class LocalExecutor(ParallelBookkeeping):
             self._last_watch = now
         flags = self.control["flags"]
         steps = int(flags[BASE_ENV_STEPS] + self.control["actor_steps"].sum())
+        self.env_steps = max(self.env_steps, steps)
+        served = self._serve()
         drained = False
         for ring in self.rings:
             chunk = ring.pop()
@@ -190,15 +218,17 @@ class LocalExecutor(ParallelBookkeeping):
                 lag = max(0, self.updates - int(ring.header[ACTING_VERSION]))
                 self._interval_staleness.append(lag)
             self.finished.extend(ring.pop_episodes())
-        self.env_steps = max(self.env_steps, steps)
         owed = self.limiter.updates_owed(self.env_steps, self.updates) if self.learning.can_sample() else 0
         if owed:
             self._learn(min(owed, MAX_BURST))
             flags[ALLOWED_ENV_STEPS] = self.limiter.allowed_env_steps(self.updates)
             self.trace.append((self.env_steps, self.updates))
-        elif not drained:
+        elif not drained and not served:
             with self.timers.time("LearnerWait"):
-                time.sleep(0.0002)
+                if self.server is not None:
+                    self.server.wait(IDLE_WAIT_S)
+                else:
+                    time.sleep(IDLE_WAIT_S)
 
     def _learn(self, count: int) -> None:
         """``count`` updates. A prefetched batch never outlives this call (none is fetched after the
@@ -212,12 +242,37 @@ class LocalExecutor(ParallelBookkeeping):
             out = learning.learn_on(on_device)
             self._wait_prefetch()  # the replay is touched by one thread at a time
             learning.update_priorities(batch, out)
-            if self.updates % self.weight_sync_every == 0:
+            if self.server is not None:
+                self._serve()  # actors wait on every update: answer them between updates, not after the burst
+            elif self.updates % self.weight_sync_every == 0:
                 self._publish()
 
     def _wait_prefetch(self) -> None:
         if self._prefetched is not None:
             self._prefetched.exception()  # waits; the result stays in the future
+
+    def _serve(self) -> int:
+        """Central inference: act for every actor waiting, in one call (after WeightSync, when the
+        learner moved ``weight_sync_every`` updates since the acting copy's last sync)."""
+        server = self.server
+        if server is None or not server.pending():
+            return 0
+        if self.synced_at < 0 or self.updates - self.synced_at >= self.weight_sync_every:
+            with self.timers.time("WeightSync"):
+                self.policy.sync()
+            self.synced_at = self.updates
+        start = time.perf_counter()
+        act_span = self.timers.time("Act")
+        level, policy = self.algo.exploration(self.env_steps), self.policy
+
+        def act(obs: np.ndarray, explore: np.ndarray, random_actions: np.ndarray) -> np.ndarray:
+            with act_span:
+                return policy.act(obs, explore, random_actions, level)
+
+        before = act_span.seconds
+        served = server.serve(act, self.synced_at)
+        self.timers.add("InferenceServe", time.perf_counter() - start - (act_span.seconds - before))
+        return served
 
     def _publish(self) -> None:
         with self.timers.time("WeightSync"):
@@ -254,21 +309,25 @@ class LocalExecutor(ParallelBookkeeping):
 
 
 def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: SharedHandle, control_handle: SharedHandle,
-                  weights_handle: SharedHandle, parent_pid: int, errors: Any) -> None:
+                  weights_handle: SharedHandle, parent_pid: int, errors: Any, inference: tuple[Any, ...] | None = None) -> None:
     """An actor's main: step, publish transitions, stay within the limiter; exit when told to or
-    when the learner's process is gone."""
+    when the learner's process is gone. ``inference``: the learner's central inference to act
+    through (``InferenceServer.client_args``); None to act with the actor's own copy."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
     blocks: list[SharedArrays] = []
+    client = None
     try:
         ring_block, control, weights_block = (SharedArrays(handle=h) for h in (ring_handle, control_handle, weights_handle))
         blocks = [ring_block, control, weights_block]
         ring, weights = TransitionRing(ring_block), SharedWeights(weights_block)
         timers = SharedTimers(ring_block["timer_seconds"], ring_block["timer_calls"])
         flags, actor_steps = control["flags"], control["actor_steps"]
-        loop = ActorLoop(spec, spec.actor_seed(index, incarnation), timers)
+        if inference is not None:
+            client = InferenceClient(*inference, should_stop=lambda: bool(flags[STOP]) or not _alive(parent_pid))
+        loop = ActorLoop(spec, spec.actor_seed(index, incarnation), timers, client.act if client else None)
         n, room, version, steps, nap = spec.num_envs, loop.max_rows_per_step(), -1, 0, WAIT_MIN_S
         while not flags[STOP]:
-            if weights.version() != version:
+            if client is None and weights.version() != version:
                 start = time.perf_counter()
                 version = weights.read_into(loop.params)
                 ring.header[ACTING_VERSION] = version
@@ -284,7 +343,12 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
                     break
                 continue
             nap = WAIT_MIN_S
-            ready, episodes = loop.step(env_steps)
+            try:
+                ready, episodes = loop.step(env_steps)
+            except InferenceStopped:
+                break
+            if client is not None:
+                ring.header[ACTING_VERSION] = client.version
             if ready is not None:
                 ring.push(ready)
             if episodes:
@@ -298,6 +362,8 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
         errors.put((index, traceback.format_exc()))
         raise SystemExit(1) from None
     finally:
+        if client is not None:
+            client.close()
         for block in blocks:
             block.close()
 

@@ -97,7 +97,7 @@ TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 # header slots of a ring
 WRITTEN, READ, EPISODES_WRITTEN, EPISODES_READ, ACTING_VERSION = range(5)
 # actor-side timers: seconds and calls
-ACTOR_TIMERS = ("EnvStep", "Act", "WeightFetch", "ActorWait")
+ACTOR_TIMERS = ("EnvStep", "Act", "WeightFetch", "ActorWait", "InferenceWait")
 
 
 def ring_layout(capacity: int, episode_capacity: int, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
@@ -228,4 +228,6 @@ class SharedTimers:
         self.calls_array[i] += calls
 
     def totals(self) -> dict[str, tuple[float, int]]:
-        return {name: (float(self.seconds_array[i]), int(self.calls_array[i])) for name, i in self.index.items()}
+        """The stages this actor did (with central inference an actor never runs Act, for one)."""
+        return {name: (float(self.seconds_array[i]), int(self.calls_array[i])) for name, i in self.index.items()
+                if self.calls_array[i]}
