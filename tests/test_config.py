@@ -55,3 +55,15 @@ def test_bad_config_files(tmp_path):
         config_from_dict({"algo": "dqn", "env": "CartPole-v1", "steps": "many"})
     (tmp_path / "typed.json").write_text(json.dumps({"algo": "dqn", "env": "CartPole-v1", "agent": {"hidden": [8, 8]}}))
     assert load_config(tmp_path / "typed.json").agent.hidden == (8, 8)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["inference=centre"], "inference 'centre' is unknown.*did you mean 'central'"),
+    (["inference=central", "executor=inline"], "central inference runs with the local executor, not inline"),
+    (["inference=central", "executor=ray"], "central inference runs with the local executor, not ray"),
+])
+def test_inference_is_validated_with_the_fix(overrides, message):
+    cfg = apply_overrides(default_config("dqn", "CartPole-v1"), overrides)
+    with pytest.raises(HetrlError, match=message):
+        cfg.validate()
+    apply_overrides(cfg, ["inference=central", "executor=local"]).validate()

@@ -8,7 +8,7 @@ import pytest
 from hetrl.algos import DQNConfig
 from hetrl.cli import main
 from hetrl.errors import HetrlError
-from hetrl.plan import Plan, candidates, make_plan, plan_tables, predict, predict_parallel
+from hetrl.plan import Plan, candidates, make_plan, plan_tables, predict, predict_central, predict_parallel
 from hetrl.profile import Profile, Timing
 from hetrl.runtime.placement import Placement, Slot
 
@@ -291,6 +291,73 @@ def test_oversubscribed_learner_threads_are_costed_as_one():
     plan = make_plan(synthetic(fast_two), agent, 1, executors=("inline", "local"), cores=2)
     assert not (plan.executor == "local" and plan.placement.learn.threads == 2)
 
+
+
+# --- central inference: a cycle of answers, steps and lumps of updates -----------------------------
+TRANSPORT = [("InferenceTrip", "pipe", "cpu", 1, None, 30), ("InferenceServe", "pipe", "cpu", 1, None, 5)]
+
+
+def test_central_inference_prediction_is_the_hand_computed_cycle():
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    p = predict_parallel(CPU_PLAN, synthetic(HOST + TRANSPORT), agent, num_envs=1, actors=2, cores=4, inference="central")
+    # a cycle answers 2 actors: Act at 2 envs (30 + 10/3, between 1 and 4) + 2 x serve 5 + sync 100 x 0.5 updates
+    answer = 30 + 10 / 3 + 10 + 50
+    a = 20 + 8 + 30  # an actor: env, loop, round trip
+    d, u = 2 * 10, 50 + 6 + 1000  # the learner: two ring drains; an update (sample, transfer, learn)
+    lumps = 0.5 * max(a, d) + 0.5 * max(a, d + u)  # 0.5 updates a cycle: every other one stalls on an update
+    assert p.stage_rates["actors"] == pytest.approx(2 / ((answer + a) * US))
+    assert p.stage_rates["learner"] == pytest.approx(2 / ((answer + d + 0.5 * u) * US))
+    assert p.stage_rates["lockstep"] == pytest.approx(2 / ((answer + lumps) * US))
+    assert p.stage_rates["cores"] == pytest.approx(4 * 2 / ((2 * 28 + answer + d + 0.5 * u) * US))
+    assert p.bottleneck == "lockstep" and p.env_steps_per_s == pytest.approx(2 / ((answer + lumps) * US))
+    assert p.per_call_s["Act"] == pytest.approx((30 + 10 / 3) * US) and p.per_env_step_s["Act"] == pytest.approx((30 + 10 / 3) / 2 * US)
+    # a whole update every cycle: no lumps, the learner's work sets the pace
+    steady = predict_central(CPU_PLAN, synthetic(HOST + TRANSPORT), replace(agent, replay_ratio=0.5), 1, 2, 4)
+    assert "lockstep" not in steady.stage_rates and steady.bottleneck == "learner"
+    # energy: the batched Act is costed at its batch size, answering at the host's power
+    metered = predict_central(CPU_PLAN, synthetic(HOST + TRANSPORT, watts={"cpu": 10.0}), agent, 1, 2, 4)
+    assert metered.joules_per_env_step == pytest.approx(10.0 * sum(metered.per_env_step_s.values()))
+
+
+def test_planner_batches_inference_centrally_where_acting_is_dear_in_each_actor():
+    # a policy of 300 µs a call on 1 env but 320 on 4 (batching is nearly free), a cheap learner
+    dear_act = [r if r[0] != "Act" else (*r[:5], r[5] + 290 - (20 if r[3] == 4 else 0)) for r in HOST]
+    cheap_learner = [r if r[0] != "Learn" else (*r[:5], 40) for r in dear_act]
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    plan = make_plan(synthetic(cheap_learner + TRANSPORT), agent, 4, executors=("inline", "local"), cores=4)
+    assert (plan.executor, plan.inference) == ("local", "central") and plan.actors >= 2
+    assert "central inference" in plan_tables(plan)[0].title
+    # acting as cheap as the default: every actor keeps its own policy
+    plan = make_plan(synthetic(HOST + TRANSPORT), agent, 1, executors=("local",), cores=4)
+    assert plan.inference == "actor"
+    # asked for by name
+    plan = make_plan(synthetic(HOST + TRANSPORT), agent, 1, executors=("local",), cores=4, inference=("central",))
+    assert plan.inference == "central"
+    # a profile without the round trip cannot cost central inference: not offered, not an error
+    assert make_plan(synthetic(HOST), agent, 1, executors=("local",), cores=4).inference == "actor"
+
+
+def test_plan_files_carry_inference(tmp_path):
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    plan = make_plan(synthetic(HOST + TRANSPORT), agent, 1, executors=("local",), actors=2, cores=2, inference=("central",))
+    path = plan.save(tmp_path / "plan.json")
+    loaded = Plan.load(path)
+    assert loaded.inference == "central" and loaded.prediction is not None
+    assert loaded.prediction.env_steps_per_s == pytest.approx(plan.prediction.env_steps_per_s, rel=1e-4)
+    data = json.loads(path.read_text())
+    data["inference"] = "actor"  # a hand edit of the choice drops the prediction made for the other one
+    path.write_text(json.dumps(data))
+    assert Plan.load(path).prediction is None
+    for inference, executor, message in (("centre", "local", "inference must be one of actor, central"),
+                                         ("central", "inline", "central inference runs with the local executor")):
+        data["inference"], data["executor"] = inference, executor
+        path.write_text(json.dumps(data))
+        with pytest.raises(HetrlError, match=message):
+            Plan.load(path)
+    old = json.loads(make_plan(synthetic(HOST), agent, 1).save(tmp_path / "old.json").read_text())
+    old.pop("inference")  # a plan written before central inference: acts in the actors, prediction kept
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert Plan.load(tmp_path / "old.json").inference == "actor" and Plan.load(tmp_path / "old.json").prediction is not None
 
 
 def test_energy_per_env_step_is_the_hand_computed_sum():

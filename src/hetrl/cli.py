@@ -182,7 +182,7 @@ def _plan(args: argparse.Namespace) -> int:
     from hetrl.config import make_config
     from hetrl.devices import resolve_device
     from hetrl.envs import env_spec
-    from hetrl.plan import make_plan, plan_for_run, plan_tables
+    from hetrl.plan import make_plan, plan_for_run, plan_tables, search_space
     from hetrl.profile import Profile
 
     cfg = make_config(args.algo, args.env, args.config,
@@ -191,9 +191,10 @@ def _plan(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
-        executors = ("inline", "local") if args.executor == "auto" else (args.executor,)
+        executors, inference = search_space(cfg)
         plan = make_plan(Profile.load(args.profile), cfg.agent, cfg.num_envs, args.objective, learn_device=device,
-                         executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every, steps=cfg.steps)
+                         executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every, steps=cfg.steps,
+                         inference=inference)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
         plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env), cfg.agent), console.print, args.objective)

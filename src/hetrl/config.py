@@ -20,6 +20,7 @@ from hetrl.files import read_json, write_json
 
 
 EXECUTORS = ("inline", "local", "ray", "auto")
+INFERENCE = ("actor", "central", "auto")
 
 
 @dataclass
@@ -34,7 +35,8 @@ class TrainConfig:
     plan: str = "auto"  # auto: planned from this machine's measured profile; rule: a fixed rule; or a plan.json
     executor: str = "inline"  # inline (one process), local (actor processes + learner), ray, or auto (the plan decides)
     actors: int = 0  # actor processes of the local/ray executors; 0: the plan decides (rule: one per core beside the learner)
-    weight_sync_every: int = 1  # learner updates between weight pushes to the actors (local/ray)
+    weight_sync_every: int = 1  # learner updates between weight pushes to the actors (local/ray; central inference: between syncs of its copy)
+    inference: str = "auto"  # local executor: the policy in each actor (actor), batched in the learner's process (central), or auto (the plan decides)
     prefetch: bool = False  # local: sample the next batch in a thread during Learn (pays off when Learn leaves the CPU idle, e.g. on a GPU)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
     log_every: int = 1_000  # env steps between metric rows
@@ -56,6 +58,10 @@ class TrainConfig:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
         if self.executor not in EXECUTORS:
             problems.append(f"executor {self.executor!r} is unknown{did_you_mean(self.executor, EXECUTORS)}; use one of {', '.join(EXECUTORS)}")
+        if self.inference not in INFERENCE:
+            problems.append(f"inference {self.inference!r} is unknown{did_you_mean(self.inference, INFERENCE)}; use one of {', '.join(INFERENCE)}")
+        elif self.inference == "central" and self.executor not in ("local", "auto"):
+            problems.append(f"central inference runs with the local executor, not {self.executor}; set executor=local or inference=auto")
         if problems:
             raise HetrlError("invalid run config: " + "; ".join(problems))
 

@@ -88,8 +88,9 @@ ACTOR_WORK = ("EnvStep", "Act", "WeightFetch", "Loop")  # done in the actor proc
 
 
 def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int, actors: int,
-                     cores: int, weight_sync_every: int = 1) -> Prediction:
-    """The local executor as a pipeline of concurrent stages, each with its sustainable env steps/s:
+                     cores: int, weight_sync_every: int = 1, inference: str = "actor") -> Prediction:
+    """The local executor as a pipeline of concurrent stages, each with its sustainable env steps/s
+    (``inference="central"``: see :func:`predict_central`):
 
     - ``actors``: each actor process does EnvStep, Act (numpy), its loop work and weight fetches
       for its own envs, so ``actors`` of them sustain ``actors / actor_work`` env steps/s;
@@ -101,6 +102,8 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     The replay ratio ties the stages together (the limiter holds it), so the run goes at the pace
     of the slowest stage.
     """
+    if inference == "central":
+        return predict_central(placement, profile, agent, num_envs, actors, cores, weight_sync_every)
     serial = predict(placement, profile, agent, num_envs)
     call, n, ratio = dict(serial.per_call_s), num_envs, agent.replay_ratio
     sync = call["WeightSync"]  # the learner publishes: a copy of the policy's parameters from its device
@@ -110,26 +113,79 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     learner = {name: serial.per_env_step_s[name] for name in ("ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate")
                if name in serial.per_env_step_s}
     learner["WeightSync"] = sync * ratio / weight_sync_every
-    threads = placement.learn.threads or 1
-    extra_threads = threads - 1 if placement.learn.device == "cpu" else 0
-    if extra_threads and actors + threads > cores:
-        # Oversubscribed: an actor preempts one of the learner's OpenMP threads and the others wait
-        # for it at every barrier, so the extra threads buy little (DDPG 400x300, 2 threads beside
-        # an actor on 2 cores: 98 env steps/s against 122 alone). Predict the 1-thread cost.
-        try:
-            single = _cost(profile, "Learn", placement.learn.backend, "cpu", agent.batch_size, 1)
-            single *= in_run_factor(profile, "Learn", placement)
-        except HetrlError:
-            single = call["Learn"]
-        call["Learn"] = max(call["Learn"], single)
-        learner["Learn"] = ratio * call["Learn"]
-        extra_threads = 0
+    extra_threads = _learner_threads_beside(actors, cores, placement, profile, agent, call)
+    learner["Learn"] = ratio * call["Learn"]
     actor_s, learner_s = sum(actor.values()), sum(learner.values())
     host_s = actor_s + learner_s + extra_threads * learner.get("Learn", 0.0)
     call["WeightFetch"] = fetch
     rates = {"actors": actors / actor_s, "learner": 1.0 / learner_s if learner_s else float("inf"), "cores": cores / host_s}
     per_step = {**actor, **learner}
     return Prediction(call, per_step, rates, _energy_per_env_step(profile, placement, agent, n, call, per_step),
+                      _actor_start_s(profile, actors))
+
+
+def _learner_threads_beside(actors: int, cores: int, placement: Placement, profile: Profile, agent: AgentConfig,
+                            call: dict[str, float]) -> int:
+    """The host learner's extra threads that run beside ``actors`` actor processes (0 where they
+    would oversubscribe the cores; ``call["Learn"]`` is then raised to the 1-thread cost).
+
+    Oversubscribed, an actor preempts one of the learner's OpenMP threads and the others wait for
+    it at every barrier, so the extra threads buy little (DDPG 400x300, 2 threads beside an actor
+    on 2 cores: 98 env steps/s against 122 alone)."""
+    threads = placement.learn.threads or 1
+    extra = threads - 1 if placement.learn.device == "cpu" else 0
+    if extra and actors + threads > cores:
+        try:
+            single = _cost(profile, "Learn", placement.learn.backend, "cpu", agent.batch_size, 1)
+            single *= in_run_factor(profile, "Learn", placement)
+        except HetrlError:
+            single = call["Learn"]
+        call["Learn"] = max(call["Learn"], single)
+        return 0
+    return extra
+
+
+def predict_central(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int, actors: int,
+                    cores: int, weight_sync_every: int = 1) -> Prediction:
+    """The local executor with central inference (runtime/inference.py), as a cycle: the learner
+    answers every actor at once (Act on ``actors x num_envs`` observations on the Act slot, its
+    share of each answer ``InferenceServe``, a WeightSync when due); then the actors step their
+    envs and ask again (EnvStep, loop work, and the round trip ``InferenceTrip``: a = actor path)
+    while the learner drains the rings (d) and runs the updates that cycle owes (K of cost u, with
+    K = ratio x actors x num_envs on average). A learner inside an update answers nobody, so a
+    cycle lasts ``answer + E[max(a, d + K u)]`` over the whole numbers K takes: updates come in
+    lumps, and the actors stall behind every lump. Every process shares the cores, too.
+
+    Stages: ``actors`` (answers without updates), ``learner`` (its work alone), ``lockstep`` (the
+    cycle, where the lumps make it slower than both) and ``cores``.
+    """
+    serial = predict(placement, profile, agent, num_envs)
+    call, n, ratio = dict(serial.per_call_s), num_envs, agent.replay_ratio
+    batch = actors * n
+    act, env, repl = placement.act, placement.env, placement.replay
+    call["Act"] = _cost(profile, "Act", act.backend, act.device, batch) * in_run_factor(profile, "Act", placement)
+    call["InferenceTrip"] = trip = _cost(profile, "InferenceTrip", "pipe", "cpu", 1)
+    call["InferenceServe"] = serve = _cost(profile, "InferenceServe", "pipe", "cpu", 1)
+    extra_threads = _learner_threads_beside(actors, cores, placement, profile, agent, call)
+    update = sum(call.get(name, 0.0) for name in ("ReplaySample", "Transfer", "Learn", "PriorityUpdate"))
+    updates = ratio * batch  # per cycle, on average
+    syncs = min(1.0, updates / weight_sync_every)  # WeightSync per cycle: when the learner moved enough
+    answer = call["Act"] + actors * serve + syncs * call["WeightSync"]
+    env_and_loop = call["EnvStep"] + call.get("Loop", 0.0)  # an actor's iteration of n envs
+    a = env_and_loop + trip
+    d = actors * call["ReplayAdd"]
+    whole, frac = divmod(updates, 1.0)
+    lumps = (1 - frac) * max(a, d + whole * update) + frac * max(a, d + (whole + 1) * update)
+    host = actors * env_and_loop + answer + d + updates * (update + extra_threads * call["Learn"])
+    rates = {"actors": batch / (answer + a), "learner": batch / (answer + d + updates * update), "cores": cores * batch / host}
+    if lumps > max(a, d + updates * update) * (1 + 1e-9):
+        rates["lockstep"] = batch / (answer + lumps)
+    per_step = {"EnvStep": call["EnvStep"] / n, "Act": call["Act"] / batch, "InferenceServe": serve / n,
+                "WeightSync": syncs * call["WeightSync"] / batch, "ReplayAdd": call["ReplayAdd"] / n,
+                **{name: ratio * call[name] for name in ("ReplaySample", "Transfer", "Learn", "PriorityUpdate") if name in call}}
+    if "Loop" in call:
+        per_step["Loop"] = call["Loop"] / n
+    return Prediction(call, per_step, rates, _energy_per_env_step(profile, placement, agent, n, call, per_step, {"Act": batch}),
                       _actor_start_s(profile, actors))
 
 
@@ -181,20 +237,23 @@ def _measured_as(name: str, placement: Placement, agent: AgentConfig, num_envs: 
 
 
 def _energy_per_env_step(profile: Profile, placement: Placement, agent: AgentConfig, num_envs: int,
-                         per_call_s: dict[str, float], per_env_step_s: dict[str, float]) -> float | None:
+                         per_call_s: dict[str, float], per_env_step_s: dict[str, float],
+                         sizes: dict[str, int] | None = None) -> float | None:
     """Sum over primitives of calls per env step x measured joules per call (the whole machine's
     energy while that primitive ran); None unless every primitive's energy was measured. The
-    executor's own loop work, which cannot be run alone, is costed at the host primitives' mean power."""
+    executor's own work (its loop, answering central inference), which is not run alone under the
+    meters, is costed at the host primitives' median power. ``sizes``: a primitive called at
+    another size than ``num_envs`` (central inference's batched Act)."""
     total = 0.0
     for name, seconds in per_env_step_s.items():
-        if name == "Loop":
+        if name in ("Loop", "InferenceServe"):
             watts_host = [t.joules_per_call / t.median_s for t in profile.timings
                           if t.joules_per_call and t.device == "cpu" and t.median_s > 0]
             if not watts_host:
                 return None
             total += seconds * float(np.median(watts_host))
             continue
-        joules = _cost(profile, *_measured_as(name, placement, agent, num_envs), attr="joules_per_call")
+        joules = _cost(profile, *_measured_as(name, placement, agent, (sizes or {}).get(name, num_envs)), attr="joules_per_call")
         if joules is None:
             return None
         total += (seconds / per_call_s[name] if per_call_s.get(name) else 0.0) * joules
@@ -269,16 +328,24 @@ def candidates(profile: Profile, learn_device: str | None = None, learn_threads:
             for replay in slots("ReplayAdd") for learn in learn_slots]
 
 
+INFERENCE = ("actor", "central")  # a parallel executor's acting: in each actor, or batched centrally (runtime/inference.py)
+
+
 @dataclass(frozen=True)
 class Candidate:
-    """One way to run: an executor, its actor processes (0 for inline) and a placement."""
+    """One way to run: an executor, its actor processes (0 for inline), a placement, and where
+    the actors' policy runs (``inference``; the inline executor acts in its own loop)."""
 
     executor: str
     actors: int
     placement: Placement
+    inference: str = "actor"
 
     def __str__(self) -> str:
-        return "inline" if self.executor == "inline" else f"{self.executor}, {self.actors} actor{'s' if self.actors != 1 else ''}"
+        if self.executor == "inline":
+            return "inline"
+        central = ", central inference" if self.inference == "central" else ""
+        return f"{self.executor}, {self.actors} actor{'s' if self.actors != 1 else ''}{central}"
 
 
 @dataclass
@@ -295,6 +362,7 @@ class Plan:
     actors: int = 0  # actor processes of a parallel executor
     meters: list[str] = field(default_factory=list)  # what measured the profile's energy (shown with the prediction)
     steps: int | None = None  # the run length it was ranked for (start-up included); None: learning-phase rate
+    inference: str = "actor"  # local executor: the actors' policy in each actor, or batched centrally on the Act slot
 
     def to_dict(self) -> dict[str, Any]:
         def predicted(p: Prediction) -> dict[str, Any]:
@@ -316,15 +384,17 @@ class Plan:
         return {
             "format": PLAN_FORMAT, "algo": self.algo, "env": self.env, "num_envs": self.num_envs,
             "objective": self.objective, "machine": self.fingerprint,
-            "executor": self.executor, "actors": self.actors, "placement": self.placement.to_dict(),
+            "executor": self.executor, "actors": self.actors, "inference": self.inference, "placement": self.placement.to_dict(),
             "predicted": chosen, "energy_meters": self.meters, "run_steps": self.steps,
-            "runner_ups": [{"executor": c.executor, "actors": c.actors, "placement": c.placement.to_dict(),
+            "runner_ups": [{"executor": c.executor, "actors": c.actors, "inference": c.inference, "placement": c.placement.to_dict(),
                             "predicted": predicted(pr)} for c, pr in self.runner_ups],
         }
 
     def _choice_digest(self) -> str:
         choice = {"executor": self.executor, "actors": self.actors, "num_envs": self.num_envs,
                   "placement": self.placement.to_dict()}
+        if self.inference != "actor":  # plans written before central inference keep their digest
+            choice["inference"] = self.inference
         return hashlib.sha256(json.dumps(choice, sort_keys=True).encode()).hexdigest()[:12]
 
     def save(self, path: str | Path) -> Path:
@@ -346,13 +416,18 @@ class Plan:
             placement.validate()
         except HetrlError as exc:
             raise HetrlError(f"plan {path}: {exc}") from None
-        executor, actors = data.get("executor", "inline"), data.get("actors", 0)
+        executor, actors, inference = data.get("executor", "inline"), data.get("actors", 0), data.get("inference", "actor")
         if executor not in PLAN_EXECUTORS:
             raise HetrlError(f"plan {path}: executor must be one of {', '.join(PLAN_EXECUTORS)}, got {executor!r}")
+        if inference not in INFERENCE:
+            raise HetrlError(f"plan {path}: inference must be one of {', '.join(INFERENCE)}, got {inference!r}")
+        if inference == "central" and executor != "local":
+            raise HetrlError(f"plan {path}: central inference runs with the local executor, not {executor}; "
+                             "set executor to local, or inference to actor")
         if not isinstance(actors, int) or isinstance(actors, bool) or actors < 0 or (executor != "inline" and actors < 1):
             raise HetrlError(f"plan {path}: actors must be a whole number, at least 1 for the {executor} executor, got {actors!r}")
         plan = cls(data["algo"], data["env"], int(data.get("num_envs", 1)), data.get("objective", "throughput"),
-                   data.get("machine", "unknown"), placement, None, [], executor, actors)
+                   data.get("machine", "unknown"), placement, None, [], executor, actors, inference=inference)
         plan.prediction = _saved_prediction(data.get("predicted"), plan._choice_digest())
         meters, steps = data.get("energy_meters"), data.get("run_steps")
         plan.meters = [str(m) for m in meters] if isinstance(meters, list) else []
@@ -379,9 +454,11 @@ def _saved_prediction(saved: Any, digest: str) -> Prediction | None:
 
 def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
               learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
-              actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None) -> Plan:
+              actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None,
+              inference: tuple[str, ...] = INFERENCE) -> Plan:
     """The best way to run for ``objective`` among every placement the profile can cost, under each
-    of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``). With
+    of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``, acting
+    in each actor (numpy) or centrally (any Act slot), as ``inference`` allows). With
     ``steps`` (the run's length), throughput is the rate over the whole run, actor start-up included:
     a short run may not win back what starting actor processes costs."""
     if objective not in OBJECTIVES:
@@ -392,12 +469,18 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
         try:
             if "inline" in executors:
                 costed.append((Candidate("inline", 0, placement), predict(placement, profile, agent, num_envs)))
-            if "local" in executors and placement.act == Slot("numpy", "cpu"):  # actors act with numpy
-                for count in [actors] if actors else range(1, cores + 1):
-                    costed.append((Candidate("local", count, placement),
-                                   predict_parallel(placement, profile, agent, num_envs, count, cores, weight_sync_every)))
         except HetrlError:  # a combination the profile cannot cost (e.g. an unmeasured transfer) is passed over
             continue
+        if "local" not in executors:
+            continue
+        ways = [w for w in INFERENCE if w in inference and (w == "central" or placement.act == Slot("numpy", "cpu"))]  # actors act with numpy
+        for way in ways:
+            for count in [actors] if actors else range(1, cores + 1):
+                try:
+                    costed.append((Candidate("local", count, placement, way),
+                                   predict_parallel(placement, profile, agent, num_envs, count, cores, weight_sync_every, way)))
+                except HetrlError:  # e.g. a profile without central inference's round trip
+                    continue
     if not costed:
         raise HetrlError("the profile has no learner measurement for the requested device; profile on this device first")
     if objective == "efficiency":
@@ -415,7 +498,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
         ranked = sorted(costed, key=lambda pair: -pair[1].run_env_steps_per_s(steps))
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best.placement, prediction,
-                runner_ups, best.executor, best.actors, profile_meters(profile), steps)
+                runner_ups, best.executor, best.actors, profile_meters(profile), steps, best.inference)
 
 
 def profile_meters(profile: Profile) -> list[str]:
@@ -426,6 +509,7 @@ def profile_meters(profile: Profile) -> list[str]:
 def plan_tables(plan: Plan) -> list[Table]:
     """The chosen plan (placement and predicted cost per env step) and its runner-ups."""
     how = "inline" if plan.executor == "inline" else f"{plan.executor} executor, {plan.actors} actor processes"
+    how += ", central inference" if plan.inference == "central" else ""
     chosen = Table(title=f"plan for {plan.algo} on {plan.env}: {how} ({plan.objective}; machine {plan.fingerprint})",
                    title_justify="left")
     for col in ("primitive", "placement", "predicted µs/call", "predicted µs/env step"):
@@ -439,9 +523,11 @@ def plan_tables(plan: Plan) -> list[Table]:
         mark = " (bottleneck)" if pred and primitive == pred.bottleneck else ""
         chosen.add_row(primitive + mark, where, call, step)
     for extra, where in (("Transfer", "replay -> learner"), ("Loop", "executor's own work"),
-                         ("WeightFetch", "shared copy -> actors")):
+                         ("WeightFetch", "shared copy -> actors"), ("InferenceServe", "learner answers an actor"),
+                         ("InferenceTrip", "an actor's round trip")):
         if pred is not None and extra in pred.per_call_s:
-            chosen.add_row(extra, where, f"{1e6 * pred.per_call_s[extra]:,.1f}", f"{1e6 * pred.per_env_step_s[extra]:,.1f}")
+            step = pred.per_env_step_s.get(extra)  # none for a wait (InferenceTrip)
+            chosen.add_row(extra, where, f"{1e6 * pred.per_call_s[extra]:,.1f}", "-" if step is None else f"{1e6 * step:,.1f}")
     if pred is not None:
         chosen.caption = f"predicted: {pred.env_steps_per_s:,.0f} env steps/s in the learning phase (a model's prediction)"
         meters = ", ".join(plan.meters) or "the profile's meters"
@@ -488,6 +574,15 @@ def _cached_profile(path: Path, algorithm: Algorithm) -> Profile | None:
     return profile if _covers_the_registry(profile, algorithm) else None
 
 
+def search_space(config: TrainConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The executors and inference ways a plan for ``config`` chooses among (the ray executor is
+    placed by the inline model; central inference, asked for by name, exists in the local executor only)."""
+    executors = {"auto": ("inline", "local"), "ray": ("inline",)}.get(config.executor, (config.executor,))
+    if config.inference == "auto":
+        return executors, INFERENCE
+    return (("local",) if config.inference == "central" else executors), (config.inference,)
+
+
 def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
                  objective: str = "throughput") -> Plan:
     """The plan a run uses: ``auto`` (planned from this machine's profile, measured once and
@@ -508,9 +603,10 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
             announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
             profile = profile_workload(config.algo, config.env, config.agent, machine=machine)
             profile.save(path)
-        executors = {"auto": ("inline", "local"), "ray": ("inline",)}.get(config.executor, (config.executor,))
+        executors, inference = search_space(config)
         plan = make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
-                         executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps)
+                         executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps,
+                         inference=inference)
         if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
             plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
         return plan

@@ -4,7 +4,8 @@ For an algorithm and env, it times every registered implementation of every prim
 algorithm uses, on every device that implementation runs on, at the sizes the algorithm uses
 (N envs for EnvStep, Act and ReplayAdd; the batch size B for ReplaySample, Learn and
 PriorityUpdate; each thread count for a host learner), plus host-device transfers, the inline
-loop's own work and the local executor's actor start-up (ActorStart). Each figure is
+loop's own work, the local executor's actor start-up (ActorStart) and central inference's round
+trip (InferenceTrip, InferenceServe). Each figure is
 the median of repeated blocks of calls after a warm-up, with the 10th and 90th percentiles as
 spread; asynchronous devices are synchronised at the end of every block. Saved as JSON with the
 machine's description and fingerprint, so a plan can be made again without profiling.
@@ -36,12 +37,13 @@ from hetrl.errors import HetrlError
 from hetrl.files import read_json, write_json
 from hetrl.hardware import Machine, describe_machine
 from hetrl.protocol import implementations
+from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.learner_role import to_device
 from hetrl.runtime.placement import default_placement
 from hetrl.runtime.startup import actor_start_seconds
 
-PROFILE_FORMAT = "hetrl-profile-v6"  # v6: InRun costs; v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
+PROFILE_FORMAT = "hetrl-profile-v7"  # v7: InferenceTrip/InferenceServe; v6: InRun costs; v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
@@ -278,6 +280,19 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         seconds = actor_start_seconds(algo.name, spec.env_id, cfg, actors)
         return [Timing("ActorStart", "local", "cpu", actors, None, seconds, seconds, seconds, 1)]
     yield "ActorStart local", actor_start
+
+    def inference_trip():
+        """Central inference's transport, one actor's round trip (``InferenceTrip``) and the
+        learner's share of an answer (``InferenceServe``), with Act itself left out (profiled
+        above at each batch size): runtime/inference.py."""
+        explore, random_actions = algo.draw_exploration(rng, 1)
+        layout = inference_layout(1, 1, spec.obs_shape, spec.action_shape, spec.action_dtype, explore, random_actions)
+        rows = []
+        for name, samples in zip(("InferenceTrip", "InferenceServe"), measure_round_trip(layout)):
+            p10, median, p90 = np.percentile(samples, [10, 50, 90])
+            rows.append(Timing(name, "pipe", "cpu", 1, None, float(median), float(p10), float(p90), TRIP_ROUNDS * len(samples)))
+        return rows
+    yield "InferenceTrip pipe", inference_trip
 
     def loop():
         """The inline executor's own work per env step (draws, n-step assembly, bookkeeping), that

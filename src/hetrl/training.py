@@ -91,7 +91,13 @@ class Session:
             self.actors = 0
         else:
             self.actors = config.actors or (self.plan.actors if self.plan.executor == self.executor_kind else 0) or default_actors()
-        self.executor = make_executor(self.executor_kind, self.actors, config, self.algo, self.placement, self.console.print)
+        # the actors' policy: the config's, else the plan's where it was made for this executor, else in each actor
+        self.inference = "actor"
+        if self.executor_kind == "local":
+            planned = self.plan.inference if self.plan.executor == "local" else "actor"
+            self.inference = planned if config.inference == "auto" else config.inference
+        self.executor = make_executor(self.executor_kind, self.actors, config, self.algo, self.placement, self.console.print,
+                                      self.inference)
         self.resumed_from: int | None = None
 
     @classmethod
@@ -212,7 +218,7 @@ class Session:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
         self.save_checkpoint()
         # a prediction is shown only for the executor and actor count it was made for
-        same = (self.plan.executor, self.plan.actors) == (self.executor_kind, self.actors)
+        same = (self.plan.executor, self.plan.actors, self.plan.inference) == (self.executor_kind, self.actors, self.inference)
         prediction = self.plan.prediction if same else None
         learning_updates = ex.updates - start_updates
         learning_steps = ex.env_steps - max(start_steps, cfg.agent.learning_starts)
@@ -253,9 +259,14 @@ class Session:
             actors = f"{n} actor{'s' if n != 1 else ''}"
             channel = "shared memory" if self.executor_kind == "local" else "Ray object store"
             where["EnvStep"] = f"{where['EnvStep']}, {actors}"
-            where["Act"] = f"numpy on cpu, {actors}"
-            where["WeightSync"] = f"{self.placement.learn.device} -> {channel}"
-            where["WeightFetch"] = f"{channel} -> {actors}"
+            if self.inference == "central":
+                where["Act"] = f"{self.placement.act}, learner's process, batched over {actors}"
+                where["InferenceServe"] = "learner, answering the actors (Act excluded)"
+                where["InferenceWait"] = f"{actors}, waiting for actions"
+            else:
+                where["Act"] = f"numpy on cpu, {actors}"
+                where["WeightSync"] = f"{self.placement.learn.device} -> {channel}"
+                where["WeightFetch"] = f"{channel} -> {actors}"
             where["ActorWait"] = "actors, held by the limiter"
             where["LearnerWait"] = "learner, waiting for data"
             if self.executor_kind == "ray":

@@ -24,13 +24,15 @@ def default_actors() -> int:
 
 
 def make_executor(kind: str, actors: int, config: "TrainConfig", algo: Algorithm, placement: Placement,
-                  log: Callable[[str], None]) -> Any:
-    """The ``kind`` executor (inline, local or ray) with ``actors`` actor processes."""
+                  log: Callable[[str], None], inference: str = "actor") -> Any:
+    """The ``kind`` executor (inline, local or ray) with ``actors`` actor processes; ``inference``
+    (local): the actors' policy in each actor, or batched centrally in the learner's process."""
     if kind == "local":
         from hetrl.runtime.local import LocalExecutor
 
         return LocalExecutor(algo, placement, config.num_envs, config.seed, actors,
-                             weight_sync_every=config.weight_sync_every, prefetch=config.prefetch, log=log)
+                             weight_sync_every=config.weight_sync_every, prefetch=config.prefetch, log=log,
+                             inference=inference)
     if kind == "ray":
         from hetrl.runtime.ray_executor import RayExecutor
 
