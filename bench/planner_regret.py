@@ -3,16 +3,14 @@
 For each workload (the default configs of DQN on CartPole-v1 and DDPG on Pendulum-v1) this script
 profiles the machine (or reuses its cached profile), asks the planner for its choice among the
 inline and local executors, and then measures every candidate of a small grid — inline, and local
-with 1 or 2 actor processes, each with every host learner the profile measured at 1 or 2 threads
-(torch at 1 and 2, the one-threaded numba learner where the algorithm has one), acting with numpy
-— and the planner's own choice where it lies outside that grid, by running `hetrl train` with that
-plan, one run at a time. It reports, per workload:
+with 1 or 2 actor processes acting in each actor (numpy) or centrally in the learner's process
+(batched, with the fastest host Act backend the profile measured), each with every host learner
+the profile measured at 1 or 2 threads (torch at 1 and 2, the one-threaded numba learner where
+the algorithm has one) — and the planner's own choice where it lies outside that grid, by running
+`hetrl train` with that plan, one run at a time. It reports, per workload:
 
 - the model's error on the chosen plan: predicted / measured learning-phase env steps/s - 1;
 - the regret: how much slower the chosen plan measured than the best candidate measured.
-
-Inference on a central server (batched over actors) is not implemented yet, so that half of the
-issue's grid is not measured.
 
     python bench/planner_regret.py                    # both workloads
     python bench/planner_regret.py --algos dqn --dqn-steps 20000
@@ -52,17 +50,22 @@ def measure(algo: str, env: str, steps: int, plan: Plan, root: Path, tag: str) -
 
 
 def grid(plan: Plan, profile: Profile) -> list[Candidate]:
-    """inline and local (1, 2 actors) x every host learner the profile measured at 1 or 2 threads
-    (Learn/torch at 1 and 2; Learn/numba, one-threaded, at 1), around the chosen host placement."""
+    """inline, local (1, 2 actors) acting in the actors, and local (1, 2 actors) acting centrally,
+    x every host learner the profile measured at 1 or 2 threads (Learn/torch at 1 and 2;
+    Learn/numba, one-threaded, at 1), around the chosen host placement."""
     host = plan.placement
     if host.learn.device != "cpu":
         return []
     learners = sorted({(t.backend, t.threads) for t in profile.timings
                        if t.primitive == "Learn" and t.device == "cpu" and t.threads in (1, 2)}, key=lambda bt: (bt[1], bt[0]))
+    acts = {t.backend: t.median_s for t in profile.timings if t.primitive == "Act" and t.device == "cpu" and t.size == 1}
+    central_act = Slot(min(acts, key=acts.get), "cpu")  # the fastest host acting copy, batched in the learner
     out = []
     for backend, threads in learners:
         placement = replace(host, act=Slot("numpy", "cpu"), learn=Slot(backend, "cpu", threads))
-        out += [Candidate("inline", 0, placement), Candidate("local", 1, placement), Candidate("local", 2, placement)]
+        central = replace(placement, act=central_act)
+        out += [Candidate("inline", 0, placement), Candidate("local", 1, placement), Candidate("local", 2, placement),
+                Candidate("local", 1, central, "central"), Candidate("local", 2, central, "central")]
     return out
 
 
@@ -95,13 +98,16 @@ def main() -> None:
                 if cand.executor == "inline":
                     pred = predict(cand.placement, profile, cfg.agent, 1)
                 else:
-                    pred = predict_parallel(cand.placement, profile, cfg.agent, 1, cand.actors, cores)
-                plan = Plan(algo, env, 1, "throughput", profile.fingerprint, cand.placement, pred, [], cand.executor, cand.actors)
-                summary = measure(algo, env, steps, plan, root, f"{algo}_{cand.executor}{cand.actors}_{cand.placement.learn.backend}_t{cand.placement.learn.threads}")
+                    pred = predict_parallel(cand.placement, profile, cfg.agent, 1, cand.actors, cores, inference=cand.inference)
+                plan = Plan(algo, env, 1, "throughput", profile.fingerprint, cand.placement, pred, [], cand.executor, cand.actors,
+                            inference=cand.inference)
+                tag = f"{algo}_{cand.executor}{cand.actors}_{cand.inference}_{cand.placement.learn.backend}_t{cand.placement.learn.threads}"
+                summary = measure(algo, env, steps, plan, root, tag)
                 rows.append((cand, pred.env_steps_per_s, summary["learning_env_steps_per_s"]))
                 print(f"{algo}: {cand}, learner {cand.placement.learn}: predicted {pred.env_steps_per_s:,.0f}, "
                       f"measured {summary['learning_env_steps_per_s']:,.0f} env steps/s", file=sys.stderr, flush=True)
-            match = [r for r in rows if (r[0].executor, r[0].actors, r[0].placement) == (chosen.executor, chosen.actors, chosen.placement)]
+            match = [r for r in rows if (r[0].executor, r[0].actors, r[0].placement, r[0].inference)
+                     == (chosen.executor, chosen.actors, chosen.placement, chosen.inference)]
             if match:
                 chosen_measured = match[0][2]
             else:  # the planner chose outside the grid (e.g. a torch acting copy): measure it too
@@ -112,11 +118,11 @@ def main() -> None:
     for algo, env, chosen, measured, best, rows in report:
         predicted = chosen.prediction.env_steps_per_s
         print(f"### {algo} {env}\n")
-        print("| executor | learner | predicted | measured | model error |")
-        print("| --- | --- | --- | --- | --- |")
+        print("| executor | act | learner | predicted | measured | model error |")
+        print("| --- | --- | --- | --- | --- | --- |")
         for cand, pred, meas in rows:
-            print(f"| {cand} | {cand.placement.learn} | {pred:,.0f} | {meas:,.0f} | {100 * (pred / meas - 1):+.0f}% |")
-        how = "inline" if chosen.executor == "inline" else f"local, {chosen.actors} actors"
+            print(f"| {cand} | {cand.placement.act} | {cand.placement.learn} | {pred:,.0f} | {meas:,.0f} | {100 * (pred / meas - 1):+.0f}% |")
+        how = str(Candidate(chosen.executor, chosen.actors, chosen.placement, chosen.inference))
         print(f"\nplanner's choice: {how}, learner {chosen.placement.learn}, act {chosen.placement.act}: "
               f"predicted {predicted:,.0f}, measured {measured:,.0f} env steps/s "
               f"(model error {100 * (predicted / measured - 1):+.0f}%); best measured: {best[0]}, learner "
