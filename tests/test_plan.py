@@ -360,6 +360,41 @@ def test_plan_files_carry_inference(tmp_path):
     assert Plan.load(tmp_path / "old.json").inference == "actor" and Plan.load(tmp_path / "old.json").prediction is not None
 
 
+def test_planner_chooses_envs_per_actor_where_the_run_leaves_it_open(tmp_path):
+    # stepping 4 envs costs 25 µs, not 4 x 20: more envs per iteration amortise the env and the policy
+    cheap_vector = [r if r[:2] != ("EnvStep", "gymnasium") or r[3] != 4 else (*r[:5], 25) for r in HOST]
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    profile = synthetic(cheap_vector + TRANSPORT)
+    assert make_plan(profile, agent, 1, executors=("inline", "local"), cores=2).num_envs == 1  # the run's own count
+    plan = make_plan(profile, agent, 0, executors=("inline", "local"), cores=2)
+    assert plan.num_envs > 1
+    assert plan.prediction.env_steps_per_s == pytest.approx(max(
+        (predict(plan.placement, profile, agent, n).env_steps_per_s if plan.executor == "inline" else
+         predict_parallel(plan.placement, profile, agent, n, plan.actors, 2, inference=plan.inference).env_steps_per_s)
+        for n in (1, 2, 4, 8, 16)))
+    assert f"{plan.num_envs} envs" in plan_tables(plan)[0].title
+    loaded = Plan.load(plan.save(tmp_path / "plan.json"))
+    assert loaded.num_envs == plan.num_envs and loaded.prediction is not None
+    data = json.loads((tmp_path / "plan.json").read_text())
+    data["num_envs"] = 0
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    with pytest.raises(HetrlError, match="num_envs must be a whole number, at least 1"):
+        Plan.load(tmp_path / "plan.json")
+
+
+def test_a_run_takes_the_plans_env_count_when_its_own_is_open(tmp_path):
+    plan = make_plan(synthetic(HOST), DQNConfig(batch_size=16), 1)
+    plan.num_envs = 3
+    path = plan.save(tmp_path / "plan.json")
+    common = ["--steps", "301", "--plan", str(path), "--no-progress", "--set", "hidden=8,8", "--set", "batch_size=16",
+              "--set", "learning_starts=100", "--set", "eval_episodes=2"]
+    assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "open"), "--set", "num_envs=0", *common]) == 0
+    assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "own"), *common]) == 0
+    steps = {run: json.loads((tmp_path / run / "summary.json").read_text())["env_steps"] for run in ("open", "own")}
+    assert steps["open"] == 303  # three envs a step
+    assert steps["own"] == 301  # the config's one env
+
+
 def test_energy_per_env_step_is_the_hand_computed_sum():
     agent = DQNConfig(batch_size=64, replay_ratio=0.5, train_every=1, prioritized=True)
     p = predict(CPU_PLAN, synthetic(HOST, watts={"cpu": 10.0}), agent, num_envs=1)

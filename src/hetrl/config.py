@@ -30,7 +30,7 @@ class TrainConfig:
     steps: int = 100_000  # total env steps (default: the algorithm's default_steps); resume continues to it
     seed: int = 0
     device: str = "auto"  # the learner's torch device: auto, cpu, cuda, cuda:N, mps
-    num_envs: int = 1
+    num_envs: int = 1  # envs stepped together by the inline loop or by each actor; 0: the plan decides (throughput only)
     threads: int = 0  # torch threads of a host learner; 0: the plan decides
     plan: str = "auto"  # auto: planned from this machine's measured profile; rule: a fixed rule; or a plan.json
     executor: str = "inline"  # inline (one process), local (actor processes + learner), ray, or auto (the plan decides)
@@ -48,12 +48,12 @@ class TrainConfig:
 
     def validate(self) -> None:
         problems = []
-        for name in ("steps", "num_envs", "log_every", "eval_episodes", "checkpoint_every"):
+        for name in ("steps", "log_every", "eval_episodes", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
         if self.weight_sync_every <= 0:
             problems.append(f"weight_sync_every must be > 0 (got {self.weight_sync_every})")
-        for name in ("eval_every", "threads", "actors"):
+        for name in ("eval_every", "threads", "actors", "num_envs"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
         if self.executor not in EXECUTORS:

@@ -24,6 +24,7 @@ is offered until profiles carry measured power per device.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -340,12 +341,14 @@ class Candidate:
     actors: int
     placement: Placement
     inference: str = "actor"
+    num_envs: int = 1  # envs per actor (inline: stepped together)
 
     def __str__(self) -> str:
+        envs = f", {self.num_envs} envs" if self.num_envs != 1 else ""
         if self.executor == "inline":
-            return "inline"
+            return "inline" + envs
         central = ", central inference" if self.inference == "central" else ""
-        return f"{self.executor}, {self.actors} actor{'s' if self.actors != 1 else ''}{central}"
+        return f"{self.executor}, {self.actors} actor{'s' if self.actors != 1 else ''}{envs}{central}"
 
 
 @dataclass
@@ -386,7 +389,8 @@ class Plan:
             "objective": self.objective, "machine": self.fingerprint,
             "executor": self.executor, "actors": self.actors, "inference": self.inference, "placement": self.placement.to_dict(),
             "predicted": chosen, "energy_meters": self.meters, "run_steps": self.steps,
-            "runner_ups": [{"executor": c.executor, "actors": c.actors, "inference": c.inference, "placement": c.placement.to_dict(),
+            "runner_ups": [{"executor": c.executor, "actors": c.actors, "inference": c.inference, "num_envs": c.num_envs,
+                            "placement": c.placement.to_dict(),
                             "predicted": predicted(pr)} for c, pr in self.runner_ups],
         }
 
@@ -417,6 +421,9 @@ class Plan:
         except HetrlError as exc:
             raise HetrlError(f"plan {path}: {exc}") from None
         executor, actors, inference = data.get("executor", "inline"), data.get("actors", 0), data.get("inference", "actor")
+        num_envs = data.get("num_envs", 1)
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs < 1:
+            raise HetrlError(f"plan {path}: num_envs must be a whole number, at least 1, got {num_envs!r}")
         if executor not in PLAN_EXECUTORS:
             raise HetrlError(f"plan {path}: executor must be one of {', '.join(PLAN_EXECUTORS)}, got {executor!r}")
         if inference not in INFERENCE:
@@ -426,7 +433,7 @@ class Plan:
                              "set executor to local, or inference to actor")
         if not isinstance(actors, int) or isinstance(actors, bool) or actors < 0 or (executor != "inline" and actors < 1):
             raise HetrlError(f"plan {path}: actors must be a whole number, at least 1 for the {executor} executor, got {actors!r}")
-        plan = cls(data["algo"], data["env"], int(data.get("num_envs", 1)), data.get("objective", "throughput"),
+        plan = cls(data["algo"], data["env"], num_envs, data.get("objective", "throughput"),
                    data.get("machine", "unknown"), placement, None, [], executor, actors, inference=inference)
         plan.prediction = _saved_prediction(data.get("predicted"), plan._choice_digest())
         meters, steps = data.get("energy_meters"), data.get("run_steps")
@@ -452,23 +459,28 @@ def _saved_prediction(saved: Any, digest: str) -> Prediction | None:
         return None
 
 
+ENV_CHOICES = (1, 2, 4, 8, 16)  # envs per actor (inline: per iteration) a plan chooses among when the run leaves it open
+
+
 def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
               learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
               actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None,
               inference: tuple[str, ...] = INFERENCE) -> Plan:
     """The best way to run for ``objective`` among every placement the profile can cost, under each
     of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``, acting
-    in each actor (numpy) or centrally (any Act slot), as ``inference`` allows). With
-    ``steps`` (the run's length), throughput is the rate over the whole run, actor start-up included:
-    a short run may not win back what starting actor processes costs."""
+    in each actor (numpy) or centrally (any Act slot), as ``inference`` allows), with ``num_envs``
+    envs per actor (0: each of :data:`ENV_CHOICES`; the model counts throughput only, not what
+    more envs per actor change in learning). With ``steps`` (the run's length), throughput is the
+    rate over the whole run, actor start-up included: a short run may not win back what starting
+    actor processes costs."""
     if objective not in OBJECTIVES:
         raise HetrlError(f"objective {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     cores = cores or os.cpu_count() or 1
     costed: list[tuple[Candidate, Prediction]] = []
-    for placement in candidates(profile, learn_device, learn_threads):
+    for placement, n in itertools.product(candidates(profile, learn_device, learn_threads), [num_envs] if num_envs else ENV_CHOICES):
         try:
             if "inline" in executors:
-                costed.append((Candidate("inline", 0, placement), predict(placement, profile, agent, num_envs)))
+                costed.append((Candidate("inline", 0, placement, num_envs=n), predict(placement, profile, agent, n)))
         except HetrlError:  # a combination the profile cannot cost (e.g. an unmeasured transfer) is passed over
             continue
         if "local" not in executors:
@@ -477,8 +489,8 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
         for way in ways:
             for count in [actors] if actors else range(1, cores + 1):
                 try:
-                    costed.append((Candidate("local", count, placement, way),
-                                   predict_parallel(placement, profile, agent, num_envs, count, cores, weight_sync_every, way)))
+                    costed.append((Candidate("local", count, placement, way, n),
+                                   predict_parallel(placement, profile, agent, n, count, cores, weight_sync_every, way)))
                 except HetrlError:  # e.g. a profile without central inference's round trip
                     continue
     if not costed:
@@ -497,7 +509,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
     else:
         ranked = sorted(costed, key=lambda pair: -pair[1].run_env_steps_per_s(steps))
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
-    return Plan(profile.algo, profile.env, num_envs, objective, profile.fingerprint, best.placement, prediction,
+    return Plan(profile.algo, profile.env, best.num_envs, objective, profile.fingerprint, best.placement, prediction,
                 runner_ups, best.executor, best.actors, profile_meters(profile), steps, best.inference)
 
 
@@ -509,6 +521,7 @@ def profile_meters(profile: Profile) -> list[str]:
 def plan_tables(plan: Plan) -> list[Table]:
     """The chosen plan (placement and predicted cost per env step) and its runner-ups."""
     how = "inline" if plan.executor == "inline" else f"{plan.executor} executor, {plan.actors} actor processes"
+    how += f", {plan.num_envs} envs {'each' if plan.executor != 'inline' else 'stepped together'}" if plan.num_envs != 1 else ""
     how += ", central inference" if plan.inference == "central" else ""
     chosen = Table(title=f"plan for {plan.algo} on {plan.env}: {how} ({plan.objective}; machine {plan.fingerprint})",
                    title_justify="left")
@@ -593,7 +606,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         placement = default_placement(resolve_device(config.device), work, threads)
         executor = "inline" if config.executor == "auto" else config.executor
         actors = 0 if executor == "inline" else (config.actors or default_actors())
-        return Plan(config.algo, config.env, config.num_envs, "rule", "-", placement, None, [], executor, actors)
+        return Plan(config.algo, config.env, config.num_envs or 1, "rule", "-", placement, None, [], executor, actors)
     if config.plan == "auto":
         learn_device = None if config.device == "auto" else str(resolve_device(config.device))
         machine = describe_machine()

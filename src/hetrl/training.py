@@ -96,8 +96,9 @@ class Session:
         if self.executor_kind == "local":
             planned = self.plan.inference if self.plan.executor == "local" else "actor"
             self.inference = planned if config.inference == "auto" else config.inference
+        self.num_envs = config.num_envs or self.plan.num_envs  # 0 in the config: the plan's
         self.executor = make_executor(self.executor_kind, self.actors, config, self.algo, self.placement, self.console.print,
-                                      self.inference)
+                                      self.inference, self.num_envs)
         self.resumed_from: int | None = None
 
     @classmethod
@@ -218,7 +219,8 @@ class Session:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
         self.save_checkpoint()
         # a prediction is shown only for the executor and actor count it was made for
-        same = (self.plan.executor, self.plan.actors, self.plan.inference) == (self.executor_kind, self.actors, self.inference)
+        same = ((self.plan.executor, self.plan.actors, self.plan.inference, self.plan.num_envs)
+                == (self.executor_kind, self.actors, self.inference, self.num_envs))
         prediction = self.plan.prediction if same else None
         learning_updates = ex.updates - start_updates
         learning_steps = ex.env_steps - max(start_steps, cfg.agent.learning_starts)

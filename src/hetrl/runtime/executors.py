@@ -24,20 +24,22 @@ def default_actors() -> int:
 
 
 def make_executor(kind: str, actors: int, config: "TrainConfig", algo: Algorithm, placement: Placement,
-                  log: Callable[[str], None], inference: str = "actor") -> Any:
-    """The ``kind`` executor (inline, local or ray) with ``actors`` actor processes; ``inference``
-    (local): the actors' policy in each actor, or batched centrally in the learner's process."""
+                  log: Callable[[str], None], inference: str = "actor", num_envs: int | None = None) -> Any:
+    """The ``kind`` executor (inline, local or ray) with ``actors`` actor processes of ``num_envs``
+    envs each (default: the config's); ``inference`` (local): the actors' policy in each actor, or
+    batched centrally in the learner's process."""
+    num_envs = num_envs or config.num_envs
     if kind == "local":
         from hetrl.runtime.local import LocalExecutor
 
-        return LocalExecutor(algo, placement, config.num_envs, config.seed, actors,
+        return LocalExecutor(algo, placement, num_envs, config.seed, actors,
                              weight_sync_every=config.weight_sync_every, prefetch=config.prefetch, log=log,
                              inference=inference)
     if kind == "ray":
         from hetrl.runtime.ray_executor import RayExecutor
 
-        return RayExecutor(algo, placement, config.num_envs, config.seed, actors,
+        return RayExecutor(algo, placement, num_envs, config.seed, actors,
                            weight_sync_every=config.weight_sync_every, address=config.ray_address, log=log)
     from hetrl.runtime.inline import InlineExecutor
 
-    return InlineExecutor(algo, placement, config.num_envs, config.seed)
+    return InlineExecutor(algo, placement, num_envs, config.seed)
