@@ -38,6 +38,8 @@ def test_every_implementation_on_every_device_is_measured(dqn_profile):
     assert dqn_profile.lookup("Loop", "inline", "cpu", 1).median_s > 0
     start = [t for t in dqn_profile.timings if t.primitive == "ActorStart"]
     assert len(start) == 1 and 0.05 < start[0].median_s < 120  # a cold fork server, measured in a fresh process
+    trip, serve = (dqn_profile.lookup(name, "pipe", "cpu", 1) for name in ("InferenceTrip", "InferenceServe"))
+    assert 0 < serve.median_s < trip.median_s < 0.05  # the learner's share of an answer is part of the round trip
     for t in dqn_profile.timings:
         assert 0 < t.p10_s <= t.median_s <= t.p90_s and (t.calls >= 7 or t.primitive == "ActorStart")
 
@@ -132,7 +134,8 @@ def test_profiles_carry_energy_per_call_where_a_meter_works(monkeypatch):
     monkeypatch.setattr(profile_module, "ENERGY_SECONDS", 0.02)
     agent = DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000)
     profile = profile_workload("dqn", "CartPole-v1", agent, devices=["cpu"], threads=[1], meters=MeterReport([_FakeMeter()], []))
-    measured = [t for t in profile.timings if t.primitive not in ("Loop", "InRun", "ActorStart")]  # none runs alone
+    # none of these runs alone under the meters
+    measured = [t for t in profile.timings if t.primitive not in ("Loop", "InRun", "ActorStart", "InferenceTrip", "InferenceServe")]
     assert measured and all(t.joules_per_call is not None and t.energy_meters == "fake:host" for t in measured)
     for t in measured:  # 50 W for as long as a call takes, within the noise of two separate timings
         assert 0.2 < t.joules_per_call / (50.0 * t.median_s) < 5, t
