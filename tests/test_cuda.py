@@ -14,8 +14,9 @@ import torch
 
 import hetrl
 from hetrl.algos import DQNConfig
-from hetrl.plan import make_plan
+from hetrl.plan import Plan, make_plan
 from hetrl.profile import profile_workload
+from hetrl.runtime.placement import Placement, Slot
 
 pytestmark = pytest.mark.gpu
 
@@ -48,6 +49,20 @@ def test_actor_processes_feed_a_cuda_learner(tmp_path):
     assert result.executor == "local" and result.actors == 1
     assert result.env_steps >= 1_500 and result.updates > 0
     assert result.placement["Learn"].startswith("torch on cuda")
+
+
+def test_central_inference_acts_on_the_gpu_beside_the_learner(tmp_path):
+    """The actors never touch CUDA: the learner's process acts for both on the GPU."""
+    gpu = Slot("torch", "cuda:0")
+    placement = Placement(Slot("gymnasium"), gpu, gpu, Slot("torch", "cuda:0"))
+    path = Plan("dqn", "CartPole-v1", 1, "throughput", "-", placement, None, [], "local", 2,
+                inference="central").save(tmp_path / "plan.json")
+    result = hetrl.train("dqn", "CartPole-v1", steps=1_500, seed=0, plan=str(path), executor="auto",
+                         run_dir=tmp_path / "run", **SMALL)
+    assert (result.executor, result.actors) == ("local", 2) and result.updates > 0
+    assert "torch on cuda:0, learner's process" in result.placement["Act"]
+    timers = {row[0]: row[1] for row in result.timers}  # name -> calls
+    assert timers["Act"] > 0 and timers["InferenceWait"] >= timers["Act"] and "WeightFetch" not in timers
 
 
 def test_the_profile_costs_the_gpu_and_the_planner_can_place_on_it():
