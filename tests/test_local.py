@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -50,6 +51,19 @@ def executor(ratio=1.0, actors=2, prefetch=False, inference="actor", act="numpy"
     placement = replace(default_placement(torch.device("cpu"), (1, 1), threads=1), act=Slot(act, "cpu"))
     return LocalExecutor(algo, placement, num_envs, seed=0, actors=actors, prefetch=prefetch, log=lambda m: None,
                          inference=inference)
+
+
+@contextmanager
+def closed_cleanly(ex):
+    """Run the body, then close ``ex``: none of its actor processes and no segment may be left."""
+    try:
+        yield ex
+    finally:
+        pids = ex.actor_pids()
+        ex.close()
+    time.sleep(0.2)
+    assert not any(alive(p) for p in pids)
+    assert segments(os.getpid()) == []
 
 
 def run_to(ex, steps, timeout=120):
@@ -125,8 +139,7 @@ def test_weights_are_read_whole():
 # --- the executor -------------------------------------------------------------------------------
 @pytest.mark.parametrize("ratio, prefetch", [(1.0, False), (0.25, False), (1.0, True)])
 def test_local_executor_learns_at_the_configured_ratio(ratio, prefetch):
-    ex = executor(ratio, prefetch=prefetch, prioritized=prefetch)  # prefetching beside priority updates
-    try:
+    with closed_cleanly(executor(ratio, prefetch=prefetch, prioritized=prefetch)) as ex:  # prefetching beside priority updates
         run_to(ex, 4_000)
         pids = ex.actor_pids()
         assert len(pids) == 2 and all(alive(p) for p in pids)
@@ -140,18 +153,12 @@ def test_local_executor_learns_at_the_configured_ratio(ratio, prefetch):
             assert totals[name][1] > 0, name
         assert totals["EnvStep"][2] == 2  # two actor processes did it
         assert len(ex.drain_episodes()) > 0
-    finally:
-        ex.close()
-    time.sleep(0.2)
-    assert not any(alive(p) for p in pids)
-    assert segments(os.getpid()) == []
 
 
 # --- central inference ---------------------------------------------------------------------------
 @pytest.mark.parametrize("act, num_envs", [("numpy", 1), ("numba", 3)])
 def test_central_inference_acts_for_every_actor_in_the_learner(act, num_envs):
-    ex = executor(1.0, inference="central", act=act, num_envs=num_envs)
-    try:
+    with closed_cleanly(executor(1.0, inference="central", act=act, num_envs=num_envs)) as ex:
         run_to(ex, 3_000)
         error = ex.ratio_error()
         assert error is not None and error <= 0.05, error
@@ -163,11 +170,6 @@ def test_central_inference_acts_for_every_actor_in_the_learner(act, num_envs):
         assert totals["InferenceServe"][1] == totals["Act"][1] and totals["WeightSync"][1] > 0
         assert totals.get("WeightFetch", (0, 0, 0))[1] == 0  # no weights copied to the actors
         assert len(ex.drain_episodes()) > 0
-        pids = ex.actor_pids()
-    finally:
-        ex.close()
-    time.sleep(0.2)
-    assert not any(alive(p) for p in pids) and segments(os.getpid()) == []
 
 
 def test_central_inference_answers_with_the_policys_actions():
@@ -217,39 +219,20 @@ def test_central_inference_answers_with_the_policys_actions():
     server.close()
 
 
-def test_central_inference_survives_a_killed_actor():
-    ex = executor(0.25, inference="central")
-    try:
-        run_to(ex, 1_500)
-        os.kill(ex.actor_pids()[0], signal.SIGKILL)
-        run_to(ex, 3_500)
-        assert ex.restarts == 1 and all(alive(p) for p in ex.actor_pids())
-        pids = ex.actor_pids()
-    finally:
-        ex.close()
-    time.sleep(0.2)
-    assert not any(alive(p) for p in pids) and segments(os.getpid()) == []
-
-
 def test_central_inference_is_checked():
     with pytest.raises(HetrlError, match="inference must be one of actor, central"):
         executor(inference="centre")
 
 
-def test_a_killed_actor_is_restarted_and_the_run_goes_on():
-    ex = executor(0.25)
-    try:
+@pytest.mark.parametrize("inference", ["actor", "central"])  # central: the dead actor's unanswered request is dropped
+def test_a_killed_actor_is_restarted_and_the_run_goes_on(inference):
+    with closed_cleanly(executor(0.25, inference=inference)) as ex:
         run_to(ex, 1_500)
         victim = ex.actor_pids()[0]
         os.kill(victim, signal.SIGKILL)
         run_to(ex, 4_000)
         assert ex.restarts == 1
         assert victim not in ex.actor_pids() and all(alive(p) for p in ex.actor_pids())
-        pids = ex.actor_pids()
-    finally:
-        ex.close()
-    time.sleep(0.2)
-    assert not any(alive(p) for p in pids) and segments(os.getpid()) == []
 
 
 def test_an_exception_in_the_learner_stops_every_actor(tmp_path, monkeypatch):

@@ -17,10 +17,11 @@ from typing import Any
 from hetrl.algos import AgentConfig, algorithm_class
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_json, write_json
+from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
 
 
 EXECUTORS = ("inline", "local", "ray", "auto")
-INFERENCE = ("actor", "central", "auto")
+INFERENCE = (*INFERENCE_WAYS, "auto")  # the local executor's ways, or the plan decides
 
 
 @dataclass

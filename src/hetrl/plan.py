@@ -45,6 +45,7 @@ from hetrl.hardware import describe_machine
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.protocol import implementations
 from hetrl.runtime.executors import default_actors
+from hetrl.runtime.inference import INFERENCE
 from hetrl.runtime.learner_role import needs_transfer
 from hetrl.runtime.placement import Placement, Slot, default_placement
 
@@ -163,7 +164,7 @@ def predict_central(placement: Placement, profile: Profile, agent: AgentConfig, 
     serial = predict(placement, profile, agent, num_envs)
     call, n, ratio = dict(serial.per_call_s), num_envs, agent.replay_ratio
     batch = actors * n
-    act, env, repl = placement.act, placement.env, placement.replay
+    act = placement.act
     call["Act"] = _cost(profile, "Act", act.backend, act.device, batch) * in_run_factor(profile, "Act", placement)
     call["InferenceTrip"] = trip = _cost(profile, "InferenceTrip", "pipe", "cpu", 1)
     call["InferenceServe"] = serve = _cost(profile, "InferenceServe", "pipe", "cpu", 1)
@@ -327,9 +328,6 @@ def candidates(profile: Profile, learn_device: str | None = None, learn_threads:
                    and (learn_threads is None or device != "cpu" or threads == learn_threads)]
     return [Placement(env, act, replay, learn) for env in slots("EnvStep") for act in slots("Act")
             for replay in slots("ReplayAdd") for learn in learn_slots]
-
-
-INFERENCE = ("actor", "central")  # a parallel executor's acting: in each actor, or batched centrally (runtime/inference.py)
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ import numpy as np
 
 from hetrl.runtime.shared import Layout, SharedArrays, SharedHandle
 
+INFERENCE = ("actor", "central")  # where a local run's actors act: with their own copy, or through this module
 STOP_POLL_S = 0.1  # how often a waiting actor checks whether it should stop
 
 ActFn = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (obs, explore, random_actions) -> actions
@@ -180,10 +181,9 @@ def measure_round_trip(layout: Layout) -> tuple[list[float], list[float]]:
     process asks while this process answers with a free ``act`` (no policy: Act is profiled
     alone), so the figures are the transport's cost; the actor is started from the local
     executor's fork server, as a run's are."""
-    import multiprocessing as mp
+    from hetrl.runtime.local import actor_context  # the local executor imports this module
 
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["hetrl.runtime.local"])
+    ctx = actor_context()
     server = InferenceServer(layout, lambda: ctx.Pipe(duplex=False))
     results = ctx.SimpleQueue()
     proc = ctx.Process(target=_asking_actor, args=(server.client_args(0), results), daemon=True)

@@ -31,7 +31,7 @@ from hetrl.errors import HetrlError
 from hetrl.nets.host_mirror import HostMirror
 from hetrl.protocol import get
 from hetrl.runtime.actor import ActorLoop, ActorSpec
-from hetrl.runtime.inference import InferenceClient, InferenceServer, InferenceStopped, inference_layout
+from hetrl.runtime.inference import INFERENCE, InferenceClient, InferenceServer, InferenceStopped, inference_layout
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.placement import Placement
 from hetrl.runtime.parallel import ParallelBookkeeping
@@ -53,7 +53,14 @@ MAX_BURST = 64  # updates per iteration at most, so that rings are drained and a
 # 0.2 ms halved the learner's rate on 2 cores). The limiter's lead keeps the learner fed meanwhile.
 WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
 IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
-INFERENCE = ("actor", "central")  # where the actors' policy runs: in each actor, or batched in the learner's process
+
+
+def actor_context() -> Any:
+    """The multiprocessing context actor processes start from: a fork server with the actor code
+    imported, so restarts are quick and the learner's threads are never forked."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["hetrl.runtime.local"])
+    return ctx
 
 
 def _stderr(message: str) -> None:
@@ -115,8 +122,7 @@ class LocalExecutor(ParallelBookkeeping):
         flags[BASE_ENV_STEPS] = self.env_steps
         flags[ALLOWED_ENV_STEPS] = self.limiter.allowed_env_steps(self.updates)
         self._publish()
-        self._ctx = mp.get_context("forkserver")
-        self._ctx.set_forkserver_preload(["hetrl.runtime.local"])
+        self._ctx = actor_context()
         if self.inference == "central":
             explore, random_actions = self.algo.draw_exploration(np.random.default_rng(0), self.num_envs)
             layout = inference_layout(self.actors, self.num_envs, spec.obs_shape, spec.action_shape, spec.action_dtype,
