@@ -26,11 +26,9 @@ from hetrl.algos.base import Algorithm, Learner, seeded_init
 from hetrl.algos.dqn import DQN, DQNConfig
 from hetrl.errors import HetrlError
 from hetrl.nets import QNetwork
-from hetrl.nets.fused_mlp import FlatMLP, backward, clip_and_adam, forward
+from hetrl.nets.fused_mlp import BETAS, EPS, FlatAdam, FlatMLP, backward, clip_and_adam, forward
 from hetrl.protocol import implements
 from hetrl.runtime.learner_role import LEARN_INPUTS
-
-BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as hetrl.algos.base.adam uses them
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -98,8 +96,9 @@ class FusedDQNLearner(Learner):
         self.params, self.target = np.zeros(n, np.float32), np.zeros(n, np.float32)
         self.layout.adopt(self.params)
         FlatMLP(self.q_target.trunk).adopt(self.target)
-        self.grads, self.m, self.v = (np.zeros(n, np.float32) for _ in range(3))
-        self.cfg, self.updates, self.steps = cfg, 0, 0  # steps: Adam's step count
+        self.grads = np.zeros(n, np.float32)
+        self.adam = FlatAdam(n, self.layout.views, cfg.lr)  # its moments are updated inside dqn_update
+        self.cfg, self.updates = cfg, 0
         self._batch = -1
 
     @property
@@ -123,9 +122,10 @@ class FusedDQNLearner(Learner):
         size = len(host["actions"])
         self._scratch(size)
         td = np.empty(size, np.float32)
-        self.steps += 1
+        adam = self.adam
+        adam.steps += 1
         loss = dqn_update(
-            self.params, self.target, self.grads, self.m, self.v, self.steps,
+            self.params, self.target, self.grads, adam.m, adam.v, adam.steps,
             layout.dims, layout.w_off, layout.b_off, self.a_off,
             host["obs"].reshape(-1), host["actions"], host["rewards"], host["next_obs"].reshape(-1),
             host["discounts"], host["weights"], self.acts, self.next_acts, self.g_out, self.g_a, self.g_b, td,
@@ -140,27 +140,13 @@ class FusedDQNLearner(Learner):
 
     # --- checkpoints: the torch learner's format ----------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        views = zip(self.layout.views(self.m), self.layout.views(self.v))
-        state = {} if self.steps == 0 else {
-            i: {"step": torch.tensor(float(self.steps)), "exp_avg": torch.tensor(m), "exp_avg_sq": torch.tensor(v)}
-            for i, (m, v) in enumerate(views)
-        }
-        group = {"lr": self.cfg.lr, "betas": BETAS, "eps": EPS, "weight_decay": 0, "amsgrad": False,
-                 "maximize": False, "foreach": None, "capturable": False, "differentiable": False,
-                 "fused": True, "decoupled_weight_decay": False, "params": list(range(2 * (len(self.layout.dims) - 1)))}
         return {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
-                "optimizer": {"state": state, "param_groups": [group]}, "updates": self.updates}
+                "optimizer": self.adam.state_dict(), "updates": self.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.q.load_state_dict(state["q"])  # copies into the parameters, i.e. into the flat vectors
         self.q_target.load_state_dict(state["q_target"])
-        moments = state["optimizer"]["state"]
-        self.m[:], self.v[:], self.steps = 0.0, 0.0, 0
-        for i, (m, v) in enumerate(zip(self.layout.views(self.m), self.layout.views(self.v))):
-            if i in moments:
-                m[...] = moments[i]["exp_avg"].numpy()
-                v[...] = moments[i]["exp_avg_sq"].numpy()
-                self.steps = int(moments[i]["step"])
+        self.adam.load_state_dict(state["optimizer"])
         self.updates = state["updates"]
 
 
