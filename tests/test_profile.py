@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from hetrl.algos import DDPGConfig, DQNConfig
+from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
 from hetrl.cli import main
 from hetrl.devices import available_devices
+from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine
 from hetrl.profile import ENV_COUNTS, Profile, default_path, profile_workload, time_calls
@@ -24,8 +25,12 @@ def dqn_profile():
 
 def test_every_implementation_on_every_device_is_measured(dqn_profile):
     devices = available_devices()
+    dqn = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8, 8)))
     for primitive in ("Act", "WeightSync", "ReplayAdd", "ReplaySample", "PriorityUpdate", "Learn"):
         for backend, impl in implementations(primitive).items():
+            if impl.unsupported(dqn):  # Learn/blas: DDPG and TD3 only, measured in the DDPG profile below
+                assert not [t for t in dqn_profile.timings if (t.primitive, t.backend) == (primitive, backend)]
+                continue
             for device in [d for d in devices if impl.runs_on(d)]:
                 found = [t for t in dqn_profile.timings if (t.primitive, t.backend, t.device) == (primitive, backend, device)]
                 assert found, f"{primitive}/{backend} on {device} was not profiled"
@@ -65,6 +70,8 @@ def test_uniform_replay_has_no_priority_update():
     profile = profile_workload("ddpg", "Pendulum-v1", DDPGConfig(hidden=(8,), batch_size=8, buffer_size=1_000), threads=[1])
     assert not [t for t in profile.timings if t.primitive == "PriorityUpdate"]
     assert profile.lookup("Learn", "torch", "cpu", 8, threads=1) is not None
+    assert profile.lookup("Learn", "blas", "cpu", 8, threads=1) is not None  # DDPG's hand-written learner
+    assert not [t for t in profile.timings if (t.primitive, t.backend) == ("Learn", "numba")]  # DQN only
 
 
 def test_json_round_trip_and_errors(dqn_profile, tmp_path):

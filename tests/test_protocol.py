@@ -28,7 +28,7 @@ def test_every_primitive_has_an_implementation():
     expected = {
         "EnvStep": {"gymnasium"}, "Act": {"numpy", "torch", "numba"}, "WeightSync": {"numpy", "torch", "numba"},
         "ReplayAdd": {"numpy", "torch"}, "ReplaySample": {"numpy", "torch"}, "PriorityUpdate": {"numpy", "torch"},
-        "Learn": {"torch", "numba"}, "TabularLearn": {"numba-threads", "numba-processes", "torch", "ray"},
+        "Learn": {"torch", "numba", "blas"}, "TabularLearn": {"numba-threads", "numba-processes", "torch", "ray"},
     }
     assert set(PRIMITIVES) == set(expected)
     for name, backends in expected.items():

@@ -1,6 +1,7 @@
 """The library of primitive implementations: importing this module registers all of them."""
 
 import hetrl.algos.base  # noqa: F401  Learn/torch
+import hetrl.algos.blas  # noqa: F401  Learn/blas
 import hetrl.algos.fused  # noqa: F401  Learn/numba
 import hetrl.algos.graphed  # noqa: F401  Learn/cudagraph
 import hetrl.envs.batch  # noqa: F401  EnvStep/gymnasium

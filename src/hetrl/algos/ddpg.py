@@ -146,13 +146,18 @@ class DDPGLearner(TorchLearner):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         for name in ("actor", "critic", "actor_target", "critic_target", "actor_optimizer", "critic_optimizer"):
             getattr(self, name).load_state_dict(state[name])
-        saved = state["generator"]
-        if state.get("generator_device", self.generator.device.type) == self.generator.device.type:
-            self.generator.set_state(saved)
-        else:  # a CUDA generator's state means nothing to a CPU one (and back): reseed from it, deterministically
-            digest = hashlib.sha256(saved.numpy().tobytes()).digest()
-            self.generator.manual_seed(int.from_bytes(digest[:8], "little"))
+        load_generator(self.generator, state)
         self.updates = state["updates"]
+
+
+def load_generator(generator: torch.Generator, state: dict[str, Any]) -> None:
+    """Restore the target-noise generator of a DDPG checkpoint (``generator``, ``generator_device``)."""
+    saved = state["generator"]
+    if state.get("generator_device", generator.device.type) == generator.device.type:
+        generator.set_state(saved)
+    else:  # a CUDA generator's state means nothing to a CPU one (and back): reseed from it, deterministically
+        digest = hashlib.sha256(saved.numpy().tobytes()).digest()
+        generator.manual_seed(int.from_bytes(digest[:8], "little"))
 
 
 class DDPG(Algorithm):

@@ -1,0 +1,138 @@
+"""Learn/blas: DDPG's and TD3's hand-written update computes what the torch learner computes."""
+
+import numpy as np
+import pytest
+import torch
+
+from hetrl.algos import DDPGConfig, DQNConfig, TD3Config, TorchLearn, make_algorithm
+from hetrl.algos.blas import BlasLearn
+from hetrl.envs import env_spec
+from hetrl.envs.spec import EnvSpec
+from hetrl.errors import HetrlError
+from hetrl.nets import narrow
+from hetrl.protocol import get
+
+# A wide observation (a BLAS first layer) and three action dimensions, beside Pendulum's narrow one.
+WIDE = EnvSpec("Wide-v0", (24,), False, 0, (3,), (-1.0, -2.0, 0.0), (1.0, 2.0, 0.5), None, False)
+
+
+def _batch(rng, spec, b=40):
+    obs_dim, act_dim = spec.obs_shape[0], spec.action_shape[0]
+    low, high = np.array(spec.action_low), np.array(spec.action_high)
+    return {
+        "obs": rng.standard_normal((b, obs_dim)).astype(np.float32),
+        "actions": rng.uniform(low, high, (b, act_dim)).astype(np.float32),
+        "rewards": rng.standard_normal(b).astype(np.float32),
+        "next_obs": rng.standard_normal((b, obs_dim)).astype(np.float32),
+        "discounts": rng.choice([0.0, 0.98], b).astype(np.float32),
+        "weights": rng.uniform(0.2, 1.0, b).astype(np.float32),
+    }
+
+
+def _torch(batch):
+    return {k: torch.as_tensor(v) for k, v in batch.items()}
+
+
+def _assert_same(a, b, atol=3e-5):
+    for name in a:
+        np.testing.assert_allclose(a[name].numpy(), b[name].numpy(), rtol=1e-4, atol=atol, err_msg=name)
+
+
+CASES = {
+    "ddpg, Pendulum": ("ddpg", "Pendulum-v1", DDPGConfig(hidden=(64, 64), lr=3e-3)),
+    "td3, clipped, narrow hidden layer": ("td3", "Pendulum-v1", TD3Config(hidden=(8, 48, 16), lr=3e-3, max_grad_norm=0.5)),
+    "ddpg, wide obs, 3 actions, Polyak 1": ("ddpg", WIDE, DDPGConfig(hidden=(32,), lr=3e-3, tau=1.0)),
+    "td3, wide obs, 3 actions": ("td3", WIDE, TD3Config(hidden=(32, 32), lr=3e-3, target_noise=0.3, target_noise_clip=0.2)),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_blas_learner_matches_torch_update_by_update(case):
+    name, env, cfg = CASES[case]
+    spec = env_spec(env) if isinstance(env, str) else env
+    algo = make_algorithm(name, spec, cfg)
+    blas, plain = BlasLearn(algo, "cpu", seed=3), TorchLearn(algo, "cpu", seed=3)
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        batch = _batch(rng, spec)
+        a, b = blas.learn(**batch), plain.learn(**_torch(batch))
+        np.testing.assert_allclose(a["loss"].item(), b["loss"].item(), rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(a["td_errors"].numpy(), b["td_errors"].numpy(), rtol=1e-4, atol=1e-5)
+    assert blas.learner.updates == plain.learner.updates == 12
+    mine, theirs = blas.learner.state_dict(), plain.learner.state_dict()
+    for net in ("actor", "critic", "actor_target", "critic_target"):
+        _assert_same(mine[net], theirs[net])
+    start = {k: v.clone() for k, v in BlasLearn(algo, "cpu", seed=3).learner.actor.state_dict().items()}
+    assert not torch.allclose(mine["actor"]["net.0.weight"], start["net.0.weight"])  # the actor did move
+
+
+def test_gradient_clipping_is_exercised():
+    """A tiny max_grad_norm must change the result: the clip path is really taken."""
+    spec = env_spec("Pendulum-v1")
+    batch = _batch(np.random.default_rng(1), spec)
+    params = []
+    for norm in (1e-3, None):
+        learn = BlasLearn(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16,), max_grad_norm=norm)), "cpu", seed=0)
+        learn.learn(**batch)
+        params.append(learn.learner.critic_flat.params.copy())
+    assert not np.allclose(params[0], params[1])
+
+
+def test_checkpoints_move_between_backends():
+    """The blas learner's state dict is DDPGLearner's: either resumes the other's run."""
+    spec = env_spec("Pendulum-v1")
+    algo = make_algorithm("td3", spec, TD3Config(hidden=(32, 32)))
+    rng = np.random.default_rng(2)
+    batches = [_batch(rng, spec) for _ in range(10)]
+    blas = BlasLearn(algo, "cpu", seed=0)
+    for batch in batches[:5]:
+        blas.learn(**batch)
+    plain = TorchLearn(algo, "cpu", seed=1)  # other initial weights, overwritten by the checkpoint
+    plain.learner.load_state_dict(blas.learner.state_dict())
+    again = BlasLearn(algo, "cpu", seed=1)
+    again.learner.load_state_dict(plain.learner.state_dict())
+    for batch in batches[5:]:
+        a, b, c = blas.learn(**batch), plain.learn(**_torch(batch)), again.learn(**batch)
+        np.testing.assert_allclose(a["td_errors"].numpy(), b["td_errors"].numpy(), rtol=1e-4, atol=1e-5)
+        np.testing.assert_array_equal(a["td_errors"].numpy(), c["td_errors"].numpy())
+    _assert_same(blas.learner.actor.state_dict(), plain.learner.actor.state_dict())
+    assert blas.learner.updates == plain.learner.updates == again.learner.updates == 10
+
+
+def test_policy_network_shares_the_learners_parameters():
+    """Acting and evaluation read the torch actor; it must see every update the learner makes."""
+    spec = env_spec("Pendulum-v1")
+    learn = BlasLearn(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16, 16))), "cpu", seed=0)
+    obs = torch.ones(1, 3)
+    before = learn.learner.policy_network(obs).detach().clone()
+    learn.learn(**_batch(np.random.default_rng(3), spec))
+    assert not torch.equal(before, learn.learner.policy_network(obs).detach())
+
+
+def test_losses_are_new_tensors_each_update():
+    """The executor keeps every update's loss until it reports their mean: none may be overwritten."""
+    spec = env_spec("Pendulum-v1")
+    learn = BlasLearn(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16,))), "cpu", seed=0)
+    rng = np.random.default_rng(4)
+    first = learn.learn(**_batch(rng, spec))
+    kept = first["loss"].item(), first["td_errors"].clone()
+    learn.learn(**_batch(rng, spec))
+    assert first["loss"].item() == kept[0] and torch.equal(first["td_errors"], kept[1])
+
+
+def test_unsupported_algorithms_and_devices_are_refused_with_the_fix():
+    impl = get("Learn", "blas")
+    dqn = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig())
+    ddpg = make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig())
+    assert "DDPG and TD3 only" in impl.unsupported(dqn) and impl.unsupported(ddpg) is None
+    assert impl.takes_host_arrays and not impl.runs_on("cuda:0")
+    with pytest.raises(HetrlError, match="DDPG and TD3 only.*numba or torch learner"):
+        BlasLearn(dqn, "cpu", seed=0)
+    with pytest.raises(HetrlError, match="runs on the host"):
+        BlasLearn(ddpg, "cuda", seed=0)
+
+
+def test_narrow_kernels_are_compiled_before_the_first_update():
+    BlasLearn(make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(8,))), "cpu", seed=0)
+    for kernel in (narrow.forward_few_outputs, narrow.add_bias, narrow.relu_mask, narrow.column_sum):
+        assert kernel.signatures, kernel
