@@ -150,6 +150,22 @@ def ddpg_update_flops(obs_dim: int, act_dim: int, settings: DDPGSettings) -> int
     return 4 * actor + 7 * critic
 
 
+def ddpg_update_flops_performed(obs_dim: int, act_dim: int, settings: DDPGSettings) -> int:
+    """FLOPs of the linear layers that one DDPG update must compute, where :func:`ddpg_update_flops`
+    counts the usual ``backward = 2x forward``: the actor's step needs only the critic's gradient for
+    the action inputs (no critic weight gradient, which the next critic step would overwrite), and no
+    gradient for a network's observation inputs is needed anywhere. hetrl's Learn/blas computes this."""
+    h = list(settings.hidden)
+    actor, critic = [obs_dim, *h, act_dim], [obs_dim + act_dim, *h, 1]
+    b = settings.batch_size
+    fwd = mlp_forward_flops
+    no_first = lambda sizes: fwd(sizes[1:], b)  # noqa: E731  the input gradient of every layer but the first
+    critic_update = 3 * fwd(critic, b) - fwd(critic[:2], b)  # forward, weight gradients, input gradients above layer 0
+    actor_step = (fwd(actor, b) + fwd(critic, b) + no_first(critic) + 2 * b * act_dim * h[0]  # Q(s, mu(s)), dQ/da
+                  + 2 * fwd(actor, b) - fwd(actor[:2], b))  # the actor's weight gradients and input gradients above layer 0
+    return fwd(actor, b) + fwd(critic, b) + critic_update + actor_step
+
+
 def matmul_peak(sizes: tuple[int, ...], repeats: int = 3, device: str = "cpu") -> dict[str, float]:
     """Best fp32 GFLOP/s of ``torch.mm`` of square matrices on ``device`` (on the CPU, at the current
     torch thread count; on CUDA, TF32 off, timed between synchronisations)."""
@@ -256,8 +272,10 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, exe
         result, seconds = _timed(lambda: session.train(progress=False))
     policy = greedy_policy(session.algo, session.executor.policy_network)
     how = result.executor + (f", {result.actors} actor{'s' if result.actors != 1 else ''}" if result.actors else "")
+    learn = next(((calls, us) for name, calls, us, _ in result.timers if name == "Learn"), (0, 0.0))
     return Trained(result.env_steps, result.updates, seconds, policy, hetrl.__version__,
-                   {"loop_seconds": result.wall_s, "plan": f"{plan}; {how}", "placement": result.placement})
+                   {"loop_seconds": result.wall_s, "plan": f"{plan}; {how}", "placement": result.placement,
+                    "learn_seconds": learn[0] * learn[1] / 1e6, "learn_backend": session.placement.learn.backend})
 
 
 def run_hetrl_auto(w: Workload, steps: int, seed: int, threads: int, device: str) -> Trained:

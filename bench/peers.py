@@ -89,7 +89,9 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         import gymnasium as gym
 
         env = gym.make(w.settings.env_id)
-        result["flops_per_update"] = pr.ddpg_update_flops(env.observation_space.shape[0], env.action_space.shape[0], w.settings)
+        dims = env.observation_space.shape[0], env.action_space.shape[0]
+        result["flops_per_update"] = pr.ddpg_update_flops(*dims, w.settings)
+        result["flops_performed_per_update"] = pr.ddpg_update_flops_performed(*dims, w.settings)
         env.close()
     return result
 
@@ -216,7 +218,24 @@ def workload_table(title: str, summary: dict[str, dict[str, Any]], peak: float |
             where = ", ".join(f"{p} {placement[p]}" for p in ("Learn", "ReplaySample", "Act") if p in placement)
             lines += ["", f"{name}: its own loop timer (the same runs, without the end-of-run checkpoint, evaluation "
                           f"and plot): {_spread(loop)} env steps/s; plan: {'; '.join(plans)} ({where})."]
+            learner = learner_rates(variant["runs"], peak)
+            if learner:
+                lines[-1] += " " + learner
     return lines + [""]
+
+
+def learner_rates(runs: list[dict[str, Any]], peak: float | None) -> str:
+    """hetrl's learner alone: GFLOP/s over its Learn timer, counting the usual FLOPs and those it computes."""
+    if not runs or not all(r.get("learn_seconds") and "flops_per_update" in r for r in runs):
+        return ""
+    def rate(key: str) -> str:
+        g = statistics.median(r[key] * r["updates"] / r["learn_seconds"] / 1e9 for r in runs)
+        return f"{g:.1f} GFLOP/s" + (f" ({g / peak:.1%} of the matmul peak)" if peak else "")
+    backends = ", ".join(sorted({r["learn_backend"] for r in runs}))
+    return (f"Its Learn primitive alone (Learn/{backends}, its timer's seconds, median): {rate('flops_per_update')} "
+            f"counting {runs[0]['flops_per_update'] / 1e6:,.0f} MFLOP per update as for every library, "
+            f"{rate('flops_performed_per_update')} counting the {runs[0]['flops_performed_per_update'] / 1e6:,.0f} MFLOP "
+            "an update must compute (bench/peer_runners.py ddpg_update_flops_performed).")
 
 
 def plot(summaries: dict[str, dict[str, dict[str, Any]]], titles: dict[str, str], path: Path) -> None:
