@@ -1,7 +1,7 @@
-"""The fused numba primitives against the plain ones, in one run: Learn (numba vs torch) and Act
-(numba vs numpy) on the same inputs, as calls/s and ratios.
+"""The fused primitives against the plain ones, in one run: DQN's Learn (numba vs torch) and Act
+(numba vs numpy), and DDPG's Learn (blas vs torch), on the same inputs, as calls/s and ratios.
 
-    python bench/fused.py                       # DQN 4-64-64-2 at batch 64 and 256x256, 1 thread
+    python bench/fused.py                       # DQN 4-64-64-2 at batch 64 and 256x256; DDPG 256x256 at batch 256; 1 thread
     python bench/fused.py --hidden 64,64 --batch 64 --calls 3000
 """
 
@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from hetrl.algos import DQNConfig, make_algorithm
+from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
 from hetrl.envs import env_spec
 from hetrl.protocol import get
 
@@ -36,6 +36,8 @@ def main() -> None:
     parser.add_argument("--hidden", nargs="+", default=["64,64", "256,256"], help="Q-network widths to measure")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--ddpg-hidden", default="256,256", help="DDPG actor and critic widths (Pendulum-v1)")
+    parser.add_argument("--ddpg-batch", type=int, default=256)
     args = parser.parse_args()
     torch.set_num_threads(1)
     spec, rng = env_spec("CartPole-v1"), np.random.default_rng(0)
@@ -61,6 +63,21 @@ def main() -> None:
         print(f"| 4-{'-'.join(map(str, widths))}-2, batch {b} | {learn_rates['torch']:,.0f} | {learn_rates['numba']:,.0f} | "
               f"{learn_rates['numba'] / learn_rates['torch']:.2f}x | {act_rates['numpy']:,.0f} | {act_rates['numba']:,.0f} | "
               f"{act_rates['numba'] / act_rates['numpy']:.2f}x |")
+    ddpg_learn(tuple(int(w) for w in args.ddpg_hidden.split(",")), args.ddpg_batch, max(100, args.calls // 10), rng)
+
+
+def ddpg_learn(hidden: tuple[int, ...], b: int, calls: int, rng: np.random.Generator) -> None:
+    """DDPG's Learn on Pendulum-v1: the hand-written update (blas) against autograd's (torch)."""
+    algo = make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=hidden, batch_size=b))
+    batch = {"obs": rng.standard_normal((b, 3)).astype(np.float32), "actions": rng.uniform(-2, 2, (b, 1)).astype(np.float32),
+             "rewards": rng.standard_normal(b).astype(np.float32), "next_obs": rng.standard_normal((b, 3)).astype(np.float32),
+             "discounts": np.full(b, 0.98, np.float32), "weights": np.ones(b, np.float32)}
+    inputs = {"torch": {k: torch.as_tensor(v) for k, v in batch.items()}, "blas": batch}
+    rates = {name: rate(lambda impl=get("Learn", name).cls(algo, "cpu", seed=0), x=inputs[name]: impl.learn(**x), calls)
+             for name in ("torch", "blas")}
+    print("\n| DDPG network | Learn torch (updates/s) | Learn blas | ratio |\n|---|---:|---:|---:|")
+    print(f"| 3-{'-'.join(map(str, hidden))}-1 actor and 4-...-1 critic, batch {b} | {rates['torch']:,.0f} | "
+          f"{rates['blas']:,.0f} | {rates['blas'] / rates['torch']:.2f}x |")
 
 
 if __name__ == "__main__":
