@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from hetrl.envs.spec import EnvSpec
+from hetrl.errors import HetrlError
 from hetrl.protocol import implements
 
 
@@ -227,4 +228,34 @@ class TorchLearn:
         self.learner = algorithm.build_learner(self.device, seed)
 
     def learn(self, **batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.learner.update(batch)
+
+
+class HostLearn:
+    """Learn on the host by a learner of the backend's own (Learn/numba, Learn/blas), fed the
+    replay's numpy batch as it is. A subclass names itself (``backend``), says which algorithms it
+    serves (a static ``unsupported``) and builds its learner (``build``)."""
+
+    backend: ClassVar[str]
+    takes_host_arrays = True  # no Transfer to torch and back
+
+    def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
+        self.device = torch.device(device)
+        if self.device.type != "cpu":
+            raise HetrlError(f"the {self.backend} learner runs on the host, not on {device}; use device cpu or the torch learner")
+        reason = self.unsupported(algorithm)
+        if reason:
+            raise HetrlError(reason)
+        self.learner = self.build(algorithm, seed)
+
+    @staticmethod
+    def unsupported(algorithm: Algorithm) -> str | None:
+        """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
+        raise NotImplementedError
+
+    @staticmethod
+    def build(algorithm: Algorithm, seed: int) -> Learner:
+        raise NotImplementedError
+
+    def learn(self, **batch: Any) -> dict[str, torch.Tensor]:
         return self.learner.update(batch)

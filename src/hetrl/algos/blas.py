@@ -1,14 +1,15 @@
 """Learn/blas: DDPG's and TD3's update written out as matrix products into buffers made once.
 
 At DDPG's usual sizes (256x256 layers, batch 256) an update is ten 256^3 matrix products, which
-MKL runs on one core at about 90% of this CPU's fp32 peak (3.8 ms), and some 150 small operations,
+MKL runs on one core at about 90% of this CPU's fp32 peak (3.9 ms), and some 150 small operations,
 which in Learn/torch (autograd's graph, a new tensor for every result, two optimisers walking their
-per-tensor state) add some 2.7 ms more. Here:
+per-tensor state) make its update 6.2 ms in all (bench/fused.py; 4.8 ms here). Here:
 
 - the backward pass is written out, so no graph is built, and no gradient nobody reads is
   computed (the actor's step takes the critic's gradient for its action inputs only);
-- every intermediate lives in a buffer allocated at the first update of a batch size, and every
-  operation writes into one (``out=``, in place);
+- every intermediate lives in a buffer allocated at the first update of a batch size, written
+  with ``out=`` or in place (only the returned loss and TD errors are new tensors: the executor
+  keeps them);
 - each network's parameters, target, gradient and Adam moments are flat vectors in FlatMLP's layout
   (the torch modules' parameters are views of them, so acting, evaluation and state dicts work
   unchanged), and Adam is one compiled loop per network (:class:`hetrl.nets.fused_mlp.FlatAdam`).
@@ -28,15 +29,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetrl.algos.base import Algorithm, Learner, seeded_init
-from hetrl.algos.ddpg import DDPG, DDPGConfig, load_generator
-from hetrl.errors import HetrlError
-from hetrl.nets import Actor, Critic
-from hetrl.nets import narrow
+from hetrl.algos.base import Algorithm, HostLearn, Learner, seeded_init
+from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
+from hetrl.nets import Actor, Critic, narrow
 from hetrl.nets.fused_mlp import FlatAdam, FlatMLP
 from hetrl.nets.narrow import NARROW
 from hetrl.protocol import implements
 from hetrl.runtime.learner_role import LEARN_INPUTS
+
 
 @dataclass(frozen=True)
 class Dense:
@@ -157,8 +157,8 @@ class MLPPass:
         return torch.mm(g, layers[0].w[:, input_from:], out=self.g[0])
 
 
-class BlasDDPGLearner(Learner):
-    """DDPG's (or TD3's) learner with a hand-written update; its state dict is DDPGLearner's."""
+class BlasDDPGLearner(DDPGCheckpoint, Learner):
+    """DDPG's (or TD3's) learner with a hand-written update; its checkpoints are DDPGLearner's."""
 
     def __init__(self, algo: DDPG, seed: int) -> None:
         cfg: DDPGConfig = algo.config
@@ -170,6 +170,7 @@ class BlasDDPGLearner(Learner):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_flat = FlatNets([self.actor.net], [self.actor_target.net], cfg.lr)
         self.critic_flat = FlatNets(list(self.critic.heads), list(self.critic_target.heads), cfg.lr)
+        self.actor_optimizer, self.critic_optimizer = self.actor_flat.adam, self.critic_flat.adam  # as the checkpoint names them
         self.generator = torch.Generator()  # TD3's target smoothing noise, seeded as DDPGLearner's
         self.generator.manual_seed(seed + 1)
         self.obs_dim = self.actor_flat.layouts[0].dims[0]
@@ -209,11 +210,11 @@ class BlasDDPGLearner(Learner):
         b = {k: torch.as_tensor(batch[k], dtype=torch.float32) for k in LEARN_INPUTS}
         size = len(b["rewards"])
         self._scratch(size)
-        out = self._critic_step(b["obs"].reshape(size, -1), b["actions"], b["rewards"], b["next_obs"].reshape(size, -1),
-                                b["discounts"], b["weights"])
+        obs = b["obs"].reshape(size, -1)
+        out = self._critic_step(obs, b["actions"], b["rewards"], b["next_obs"].reshape(size, -1), b["discounts"], b["weights"])
         self.updates += 1
         if self.updates % self.cfg.policy_delay == 0:
-            self._actor_step(b["obs"].reshape(size, -1))
+            self._actor_step(obs)
         return out
 
     def _critic_step(self, obs, actions, rewards, next_obs, discounts, weights) -> dict[str, torch.Tensor]:
@@ -270,43 +271,12 @@ class BlasDDPGLearner(Learner):
         actor.polyak(cfg.tau)
         critic.polyak(cfg.tau)
 
-    # --- checkpoints: DDPGLearner's format --------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "actor_target": self.actor_target.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "actor_optimizer": self.actor_flat.adam.state_dict(),
-            "critic_optimizer": self.critic_flat.adam.state_dict(),
-            "generator": self.generator.get_state(),
-            "generator_device": "cpu",
-            "updates": self.updates,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("actor", "critic", "actor_target", "critic_target"):  # copies into the flat vectors
-            getattr(self, name).load_state_dict(state[name])
-        self.actor_flat.adam.load_state_dict(state["actor_optimizer"])
-        self.critic_flat.adam.load_state_dict(state["critic_optimizer"])
-        load_generator(self.generator, state)
-        self.updates = state["updates"]
-
 
 @implements("blas", Learn="learn")
-class BlasLearn:
+class BlasLearn(HostLearn):
     """Learn on the host with DDPG's (or TD3's) update written out as matrix products (MKL via torch)."""
 
-    takes_host_arrays = True  # the replay's numpy batch goes in as it is: no Transfer step
-
-    def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
-        self.device = torch.device(device)
-        if self.device.type != "cpu":
-            raise HetrlError(f"the blas learner runs on the host, not on {device}; use device cpu or the torch learner")
-        reason = self.unsupported(algorithm)
-        if reason:
-            raise HetrlError(reason)
-        self.learner = BlasDDPGLearner(algorithm, seed)  # type: ignore[arg-type]
+    backend = "blas"
 
     @staticmethod
     def unsupported(algorithm: Algorithm) -> str | None:
@@ -316,5 +286,6 @@ class BlasLearn:
                     "learner (plan=rule, or backend torch for learn in a plan.json)")
         return None
 
-    def learn(self, **batch: Any) -> dict[str, torch.Tensor]:
-        return self.learner.update(batch)
+    @staticmethod
+    def build(algorithm: Algorithm, seed: int) -> BlasDDPGLearner:
+        return BlasDDPGLearner(algorithm, seed)  # type: ignore[arg-type]

@@ -58,7 +58,46 @@ class TD3Config(DDPGConfig):
     policy_delay: int = 2
 
 
-class DDPGLearner(TorchLearner):
+class DDPGCheckpoint:
+    """DDPG's checkpoint format, written once for every DDPG learner (Learn/torch, Learn/blas), so a run
+    resumes on either. A learner has ``actor``, ``critic``, their targets, ``actor_optimizer`` and
+    ``critic_optimizer`` (anything with torch Adam's state dicts), ``generator`` and ``updates``."""
+
+    actor: torch.nn.Module
+    critic: torch.nn.Module
+    actor_target: torch.nn.Module
+    critic_target: torch.nn.Module
+    actor_optimizer: Any
+    critic_optimizer: Any
+    generator: torch.Generator
+    updates: int
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "actor_target": self.actor_target.state_dict(),
+            "critic_target": self.critic_target.state_dict(),
+            "actor_optimizer": self.actor_optimizer.state_dict(),
+            "critic_optimizer": self.critic_optimizer.state_dict(),
+            "generator": self.generator.get_state(),
+            "generator_device": self.generator.device.type,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name in ("actor", "critic", "actor_target", "critic_target", "actor_optimizer", "critic_optimizer"):
+            getattr(self, name).load_state_dict(state[name])
+        saved = state["generator"]
+        if state.get("generator_device", self.generator.device.type) == self.generator.device.type:
+            self.generator.set_state(saved)
+        else:  # a CUDA generator's state means nothing to a CPU one (and back): reseed from it, deterministically
+            digest = hashlib.sha256(saved.numpy().tobytes()).digest()
+            self.generator.manual_seed(int.from_bytes(digest[:8], "little"))
+        self.updates = state["updates"]
+
+
+class DDPGLearner(DDPGCheckpoint, TorchLearner):
     def __init__(self, algo: "DDPG", device: torch.device, seed: int) -> None:
         cfg = algo.config
         with seeded_init(seed):
@@ -129,35 +168,6 @@ class DDPGLearner(TorchLearner):
         self.actor_optimizer.step()
         polyak_(self.actor_target, self.actor, cfg.tau)
         polyak_(self.critic_target, self.critic, cfg.tau)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "actor_target": self.actor_target.state_dict(),
-            "critic_target": self.critic_target.state_dict(),
-            "actor_optimizer": self.actor_optimizer.state_dict(),
-            "critic_optimizer": self.critic_optimizer.state_dict(),
-            "generator": self.generator.get_state(),
-            "generator_device": self.generator.device.type,
-            "updates": self.updates,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        for name in ("actor", "critic", "actor_target", "critic_target", "actor_optimizer", "critic_optimizer"):
-            getattr(self, name).load_state_dict(state[name])
-        load_generator(self.generator, state)
-        self.updates = state["updates"]
-
-
-def load_generator(generator: torch.Generator, state: dict[str, Any]) -> None:
-    """Restore the target-noise generator of a DDPG checkpoint (``generator``, ``generator_device``)."""
-    saved = state["generator"]
-    if state.get("generator_device", generator.device.type) == generator.device.type:
-        generator.set_state(saved)
-    else:  # a CUDA generator's state means nothing to a CPU one (and back): reseed from it, deterministically
-        digest = hashlib.sha256(saved.numpy().tobytes()).digest()
-        generator.manual_seed(int.from_bytes(digest[:8], "little"))
 
 
 class DDPG(Algorithm):

@@ -22,9 +22,8 @@ import numba
 import numpy as np
 import torch
 
-from hetrl.algos.base import Algorithm, Learner, seeded_init
+from hetrl.algos.base import Algorithm, HostLearn, Learner, seeded_init
 from hetrl.algos.dqn import DQN, DQNConfig
-from hetrl.errors import HetrlError
 from hetrl.nets import QNetwork
 from hetrl.nets.fused_mlp import BETAS, EPS, FlatAdam, FlatMLP, backward, clip_and_adam, forward
 from hetrl.protocol import implements
@@ -151,20 +150,11 @@ class FusedDQNLearner(Learner):
 
 
 @implements("numba", Learn="learn")
-class NumbaLearn:
+class NumbaLearn(HostLearn):
     """Learn on the host with a fused, compiled update (DQN with an MLP Q-network)."""
 
+    backend = "numba"
     host_threads = (1,)  # one compiled loop nest on one core: the profiler measures it once
-    takes_host_arrays = True  # the replay's numpy batch goes in as it is: no Transfer to torch and back
-
-    def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
-        self.device = torch.device(device)
-        if self.device.type != "cpu":
-            raise HetrlError(f"the numba learner runs on the host, not on {device}; use device cpu or the torch learner")
-        reason = self.unsupported(algorithm)
-        if reason:
-            raise HetrlError(reason)
-        self.learner = FusedDQNLearner(algorithm, seed)  # type: ignore[arg-type]
 
     @staticmethod
     def unsupported(algorithm: Algorithm) -> str | None:
@@ -176,5 +166,6 @@ class NumbaLearn:
             return f"the numba learner has no dueling head; set dueling=false or {use_torch}"
         return None
 
-    def learn(self, **batch: Any) -> dict[str, torch.Tensor]:
-        return self.learner.update(batch)
+    @staticmethod
+    def build(algorithm: Algorithm, seed: int) -> FusedDQNLearner:
+        return FusedDQNLearner(algorithm, seed)  # type: ignore[arg-type]

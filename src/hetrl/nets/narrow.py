@@ -14,7 +14,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-NARROW = 16  # a layer with at most this many outputs is computed here as dot products, not by BLAS
+NARROW = 16  # at most this many outputs: a layer's product is forward_few_outputs's dot products, not BLAS
 
 # numpy's error model: no zero-division branch in the loops, which keeps them vectorised
 _jit = numba.njit(cache=True, fastmath=True, error_model="numpy")
