@@ -159,9 +159,8 @@ def ddpg_update_flops_performed(obs_dim: int, act_dim: int, settings: DDPGSettin
     actor, critic = [obs_dim, *h, act_dim], [obs_dim + act_dim, *h, 1]
     b = settings.batch_size
     fwd = mlp_forward_flops
-    no_first = lambda sizes: fwd(sizes[1:], b)  # noqa: E731  the input gradient of every layer but the first
     critic_update = 3 * fwd(critic, b) - fwd(critic[:2], b)  # forward, weight gradients, input gradients above layer 0
-    actor_step = (fwd(actor, b) + fwd(critic, b) + no_first(critic) + 2 * b * act_dim * h[0]  # Q(s, mu(s)), dQ/da
+    actor_step = (fwd(actor, b) + fwd(critic, b) + fwd(critic[1:], b) + 2 * b * act_dim * h[0]  # Q(s, mu(s)), dQ/da
                   + 2 * fwd(actor, b) - fwd(actor[:2], b))  # the actor's weight gradients and input gradients above layer 0
     return fwd(actor, b) + fwd(critic, b) + critic_update + actor_step
 
