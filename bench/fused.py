@@ -1,5 +1,6 @@
 """The fused primitives against the plain ones, in one run: DQN's Learn (numba vs torch) and Act
-(numba vs numpy), and DDPG's Learn (blas vs torch), on the same inputs, as calls/s and ratios.
+(numba vs numpy), and DDPG's Learn (blas vs torch), on the same inputs, as calls/s and ratios; and
+MKL's product on operands on and off a cache line.
 
     python bench/fused.py                       # DQN 4-64-64-2 at batch 64 and 256x256; DDPG 256x256 at batch 256; 1 thread
     python bench/fused.py --hidden 64,64 --batch 64 --calls 3000
@@ -15,6 +16,7 @@ import torch
 
 from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
 from hetrl.envs import env_spec
+from hetrl.nets.fused_mlp import aligned_zeros
 from hetrl.protocol import get
 
 
@@ -64,6 +66,19 @@ def main() -> None:
               f"{learn_rates['numba'] / learn_rates['torch']:.2f}x | {act_rates['numpy']:,.0f} | {act_rates['numba']:,.0f} | "
               f"{act_rates['numba'] / act_rates['numpy']:.2f}x |")
     ddpg_learn(tuple(int(w) for w in args.ddpg_hidden.split(",")), args.ddpg_batch, max(100, args.calls // 10), rng)
+    product_alignment(args.ddpg_batch, max(100, args.calls // 10))
+
+
+def product_alignment(n: int, calls: int) -> None:
+    """torch.mm of (n x n) operands that start 0, 16 and 32 bytes past a cache line: why Learn/blas
+    allocates with aligned_zeros (np.zeros starts arrays 16 bytes past one)."""
+    print(f"\n| {n}x{n} product, operands' offset from a cache line | 0 B | 16 B | 32 B |\n|---|---:|---:|---:|")
+    times = []
+    for offset in (0, 4, 8):  # floats
+        a, w, out = (torch.from_numpy(aligned_zeros(n * n + offset)[offset:].reshape(n, n)) for _ in range(3))
+        a.normal_(), w.normal_()
+        times.append(1e6 / rate(lambda a=a, w=w, out=out: torch.mm(a, w.t(), out=out), calls))
+    print(f"| torch.mm (us per call) | {times[0]:.0f} | {times[1]:.0f} | {times[2]:.0f} |")
 
 
 def ddpg_learn(hidden: tuple[int, ...], b: int, calls: int, rng: np.random.Generator) -> None:

@@ -1,18 +1,22 @@
 """Learn/blas: DDPG's and TD3's update written out as matrix products into buffers made once.
 
 At DDPG's usual sizes (256x256 layers, batch 256) an update is ten 256^3 matrix products, which
-MKL runs on one core at about 90% of this CPU's fp32 peak (3.9 ms), and some 150 small operations,
-which in Learn/torch (autograd's graph, a new tensor for every result, two optimisers walking their
-per-tensor state) make its update 6.2 ms in all (bench/fused.py; 4.8 ms here). Here:
+MKL runs on one core at about 90% of this CPU's fp32 peak (3.7-3.9 ms), and some 150 small
+operations, which in Learn/torch (autograd's graph, a new tensor for every result, two optimisers
+walking their per-tensor state) make its update 6.2 ms in all; here it is 4.1 ms (bench/fused.py).
+Here:
 
 - the backward pass is written out, so no graph is built, and no gradient nobody reads is
   computed (the actor's step takes the critic's gradient for its action inputs only);
-- every intermediate lives in a buffer allocated at the first update of a batch size, written
-  with ``out=`` or in place (only the returned loss and TD errors are new tensors: the executor
-  keeps them);
+- every intermediate lives in a buffer allocated at the first update of a batch size, on a cache
+  line (MKL is 4-5% slower on operands off one), written with ``out=`` or in place (only the
+  returned loss and TD errors are new tensors: the executor keeps them);
+- what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow and two here), and
+  neighbouring steps share a pass where they meet in one row;
 - each network's parameters, target, gradient and Adam moments are flat vectors in FlatMLP's layout
   (the torch modules' parameters are views of them, so acting, evaluation and state dicts work
-  unchanged), and Adam is one compiled loop per network (:class:`hetrl.nets.fused_mlp.FlatAdam`).
+  unchanged), and Adam and the Polyak average are one compiled loop per network
+  (:class:`hetrl.nets.fused_mlp.FlatAdam`).
 
 It computes what :class:`hetrl.algos.ddpg.DDPGLearner` computes, to float32 tolerance
 (tests/test_blas.py checks DDPG and TD3 update by update), and keeps its checkpoint format, so a
@@ -22,7 +26,7 @@ run resumes on either backend. The products are torch's (MKL), so torch's thread
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -32,29 +36,30 @@ from torch import nn
 from hetrl.algos.base import Algorithm, HostLearn, Learner, seeded_init
 from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
 from hetrl.nets import Actor, Critic, narrow
-from hetrl.nets.fused_mlp import FlatAdam, FlatMLP
-from hetrl.nets.narrow import NARROW
+from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
+from hetrl.nets.narrow import FOUR, NARROW
 from hetrl.protocol import implements
 from hetrl.runtime.learner_role import LEARN_INPUTS
 
 
 @dataclass(frozen=True)
 class Dense:
-    """One layer's weight (out x in) and bias in a flat vector: torch views, and numpy views for the kernels."""
+    """One layer's weight (out x in) and bias in a flat vector: torch views, and numpy views for the
+    kernels; and which kernels its shape calls for (read on every pass, so computed once)."""
 
     w: torch.Tensor
     b: torch.Tensor
     w_np: np.ndarray
     b_np: np.ndarray
+    few_outputs: bool = field(init=False)  # products as dot products by a compiled kernel (hetrl.nets.narrow), not BLAS
+    few_inputs: bool = field(init=False)
+    four_inputs: bool = field(init=False)  # forward and weight gradient by unrolled kernels, not BLAS
 
-    @property
-    def few_outputs(self) -> bool:
-        """Computed as dot products by a compiled kernel (hetrl.nets.narrow), not by BLAS."""
-        return self.w.shape[0] <= NARROW
-
-    @property
-    def few_inputs(self) -> bool:
-        return self.w.shape[1] <= NARROW
+    def __post_init__(self) -> None:
+        n_out, n_in = self.w_np.shape
+        object.__setattr__(self, "few_outputs", n_out <= NARROW)
+        object.__setattr__(self, "few_inputs", n_in <= NARROW)
+        object.__setattr__(self, "four_inputs", n_in <= FOUR)
 
 
 Layers = list[Dense]
@@ -62,20 +67,21 @@ Layers = list[Dense]
 
 class FlatNets:
     """Some MLPs (a critic's heads, an actor's trunk) in one flat vector, with a target copy, a
-    gradient and Adam's moments laid out alike: what one optimiser steps and one Polyak average moves.
+    gradient and Adam's moments laid out alike: what one optimiser steps and one Polyak average moves
+    (in the same compiled pass).
     The modules' parameters become views of the vectors."""
 
     def __init__(self, nets: list[nn.Sequential], targets: list[nn.Sequential], lr: float) -> None:
         self.layouts = [FlatMLP(net) for net in nets]
-        ends = np.cumsum([layout.size for layout in self.layouts])
-        self.spans = list(zip([0, *ends[:-1]], ends))
-        size = int(ends[-1])
-        self.params, self.target, self.grads = (np.zeros(size, np.float32) for _ in range(3))
+        line = CACHE_LINE // 4
+        starts = np.cumsum([0] + [-(-layout.size // line) * line for layout in self.layouts])  # each net on a cache line
+        self.spans = [(int(start), int(start) + layout.size) for start, layout in zip(starts, self.layouts)]
+        size = int(starts[-1])
+        self.params, self.target, self.grads = (aligned_zeros(size) for _ in range(3))
         for layout, target, (start, end) in zip(self.layouts, targets, self.spans):
             layout.adopt(self.params[start:end])
             FlatMLP(target).adopt(self.target[start:end])
         self.adam = FlatAdam(size, self.views, lr)
-        self._params_t, self._target_t = torch.from_numpy(self.params), torch.from_numpy(self.target)
         self.layers, self.target_layers, self.grad_layers = (
             [self._layers(layout, flat[start:end]) for layout, (start, end) in zip(self.layouts, self.spans)]
             for flat in (self.params, self.target, self.grads)
@@ -90,32 +96,60 @@ class FlatNets:
         """Per-tensor views of ``flat`` in the modules' parameter order (the torch optimiser's)."""
         return [view for layout, (start, end) in zip(self.layouts, self.spans) for view in layout.views(flat[start:end])]
 
-    def step(self, max_norm: float | None) -> None:
-        """Adam on the gradient the backward passes wrote (clipped over all of it first, if asked)."""
-        self.adam.step(self.params, self.grads, max_norm)
-
-    def polyak(self, tau: float) -> None:
-        """target <- (1 - tau) * target + tau * params, as hetrl.algos.base.polyak_ (one lerp)."""
-        if tau == 1.0:
-            self._target_t.copy_(self._params_t)
-        else:
-            self._target_t.lerp_(self._params_t, tau)
+    def step(self, max_norm: float | None, tau: float) -> None:
+        """Adam on the gradient the backward passes wrote (clipped over all of it first, if asked),
+        then target <- (1 - tau) * target + tau * params (hetrl.algos.base.polyak_), in one pass."""
+        self.adam.step(self.params, self.grads, max_norm, self.target, tau)
 
 
 def _buffer(*shape: int) -> tuple[np.ndarray, torch.Tensor]:
     """A float32 buffer seen by numpy (the kernels) and torch (BLAS) alike."""
-    array = np.zeros(shape, np.float32)
+    array = aligned_zeros(shape)
     return array, torch.from_numpy(array)
+
+
+@narrow.jit
+def td_loss(q, target, weights, q_grad, td_abs):  # pragma: no cover - compiled
+    """One critic head's loss, mean(w * (q - target)^2), returned; its gradient with respect to ``q``
+    into ``q_grad``; and |q - target| into ``td_abs`` (five numpy calls in one pass). ``q`` and
+    ``q_grad`` are (batch x 1)."""
+    n = target.shape[0]
+    loss = 0.0
+    two_n = np.float32(2.0 / n)
+    for r in range(n):
+        d = q[r, 0] - target[r]
+        wd = weights[r] * d
+        loss += wd * d
+        q_grad[r, 0] = wd * two_n
+        td_abs[r] = abs(d)
+    return loss / n
+
+
+@narrow.jit
+def squash_backward(g, scale, tanh, out):  # pragma: no cover - compiled
+    """out = g * scale * (1 - tanh^2): from d(action) to d(pre-activation) through the actor's
+    tanh(pre) * scale + center, as torch's tanh_backward."""
+    for r in range(g.shape[0]):
+        for c in range(g.shape[1]):
+            t = tanh[r, c]
+            out[r, c] = g[r, c] * scale[c] * (np.float32(1.0) - t * t)
+
+
+def _compile_now() -> None:
+    """This module's kernels, as hetrl.nets.narrow.compile_now."""
+    one, col = np.zeros(2, np.float32), np.zeros((2, 1), np.float32)
+    td_loss(col, one, one, col, one)
+    squash_backward(col, one, col, col)
 
 
 class MLPPass:
     """Forward and hand-written backward passes of a ReLU MLP at one batch size, into buffers.
 
-    ``h[0]`` is the input buffer (callers fill it), ``h[l]`` layer l's output (after its ReLU for
-    hidden layers, whose positive entries are where the ReLU passed); ``g[l]`` holds the gradient
-    with respect to ``h[l]`` on the way back. Products go to torch's BLAS, except a layer with few
-    outputs; what surrounds them to hetrl.nets.narrow's kernels. Each buffer is a numpy array
-    (``_np``, for the kernels) and a torch view of it.
+    ``h[0]`` is the input buffer (callers fill ``h_np[0]``), ``h[l]`` layer l's output (after its
+    ReLU for hidden layers, whose positive entries are where the ReLU passed); ``g[l]`` holds the
+    gradient with respect to ``h[l]`` on the way back. Hidden products go to torch's BLAS; a layer
+    with few outputs, or at most four inputs, and what surrounds the products, to
+    hetrl.nets.narrow's kernels. Each buffer is a numpy array (``_np``) and a torch view of it.
     """
 
     def __init__(self, dims: np.ndarray, batch: int, input_grad_columns: int = 0) -> None:
@@ -123,38 +157,76 @@ class MLPPass:
         self.g_np, self.g = (list(pair) for pair in zip(*(_buffer(batch, int(d)) for d in dims[:-1])))
         self.g_np[0], self.g[0] = _buffer(batch, input_grad_columns)  # only the input columns asked for
         self.transposed = {i: torch.empty(int(dims[i]), int(dims[i + 1])) for i in range(len(dims) - 1) if dims[i] <= NARROW}
+        self.input_w = np.zeros((input_grad_columns, int(dims[1])), np.float32)  # the input gradient's weights, transposed
+        # where weight and bias gradients nobody asked for are not written (the kernels take an array all the same)
+        self.unused_w, self.unused_b = np.zeros((1, 1), np.float32), np.zeros(1, np.float32)
+        self.unused_sums = [np.zeros(int(d), np.float32) for d in dims[:-1]]
 
-    def forward(self, layers: Layers) -> torch.Tensor:
+    def forward(self, layers: Layers) -> np.ndarray:
         last = len(layers) - 1
+        unfinished = None  # the bias of a BLAS product whose bias and ReLU the next layer's kernel adds
         for i, layer in enumerate(layers):
-            if layer.few_outputs:
-                narrow.forward_few_outputs(self.h_np[i], layer.w_np, layer.b_np, self.h_np[i + 1], i < last)
-            else:  # the product alone (addmm would first copy the bias into every row), then bias and ReLU in one pass
+            x, out, relu = self.h_np[i], self.h_np[i + 1], i < last
+            if layer.four_inputs:
+                narrow.forward_four_inputs(x, layer.w_np, layer.b_np, out, relu)
+            elif layer.few_outputs and unfinished is not None:
+                narrow.finish_then_few_outputs(x, unfinished, layer.w_np, layer.b_np, out, relu)
+            elif layer.few_outputs:
+                narrow.forward_few_outputs(x, layer.w_np, layer.b_np, out, relu)
+            else:  # the product alone (addmm would first copy the bias into every row)
                 torch.mm(self.h[i], layer.w.t(), out=self.h[i + 1])
-                narrow.add_bias(self.h_np[i + 1], layer.b_np, i < last)
-        return self.h[-1]
+                if relu and layers[i + 1].few_outputs:
+                    unfinished = layer.b_np
+                    continue
+                narrow.add_bias(out, layer.b_np, relu)
+            unfinished = None
+        return self.h_np[-1]
 
-    def backward(self, layers: Layers, g_out: torch.Tensor, grads: Layers | None, input_from: int | None = None) -> torch.Tensor | None:
+    def backward(self, layers: Layers, g_out: np.ndarray, grads: Layers | None, input_from: int | None = None) -> np.ndarray | None:
         """Back from dLoss/d(output) ``g_out``: weight and bias gradients into ``grads`` (None: skip
         them), and, if ``input_from`` is given, the gradient for the input columns from it on
-        (into ``g[0]``, sized by ``input_grad_columns``)."""
-        g = g_out
+        (into ``g_np[0]``, sized by ``input_grad_columns``).
+
+        On the way down ``g_np`` is dLoss/d(h[i + 1]); for the first layer the ReLU's mask is left
+        to the kernels that read it (``unmasked``), and a bias gradient that a kernel above already
+        summed is not summed again (``bias_summed``)."""
+        g_np, g = g_out, torch.from_numpy(g_out)
+        unmasked = bias_summed = False
         for i in range(len(layers) - 1, -1, -1):
             layer = layers[i]
+            if i > 0 and layer.few_outputs:  # weight grads, the gradient back through the ReLU and its sum, in one kernel
+                gw, gb = (grads[i].w_np, grads[i].b_np) if grads is not None else (self.unused_w, self.unused_b)
+                below = grads[i - 1].b_np if grads is not None else self.unused_sums[i]
+                narrow.backward_few_outputs(g_np, self.h_np[i], layer.w_np, gw, gb, self.g_np[i], grads is not None, below)
+                g_np, g, bias_summed = self.g_np[i], self.g[i], grads is not None
+                continue
             if grads is not None:
-                if layer.few_inputs:  # MKL: 100 us for (out x B)(B x few), 20 for (few x B)(B x out) and a copy
-                    torch.mm(self.h[i].t(), g, out=self.transposed[i])
-                    grads[i].w.copy_(self.transposed[i].t())
+                if layer.four_inputs:
+                    narrow.grads_four_inputs(g_np, self.h_np[i], grads[i].w_np, grads[i].b_np, self.h_np[i + 1], unmasked)
                 else:
-                    torch.mm(g.t(), self.h[i], out=grads[i].w)
-                narrow.column_sum(g.numpy(), grads[i].b_np)
+                    if unmasked:
+                        narrow.relu_mask(g_np, self.h_np[i + 1])
+                        unmasked = False
+                    if layer.few_inputs:  # MKL: 100 us for (out x B)(B x few), 20 for (few x B)(B x out) and a copy
+                        torch.mm(self.h[i].t(), g, out=self.transposed[i])
+                        grads[i].w.copy_(self.transposed[i].t())
+                    else:
+                        torch.mm(g.t(), self.h[i], out=grads[i].w)
+                    if not bias_summed:
+                        narrow.column_sum(g_np, grads[i].b_np)
+            bias_summed = False
             if i > 0:
                 torch.mm(g, layer.w, out=self.g[i])
-                narrow.relu_mask(self.g_np[i], self.h_np[i])
-                g = self.g[i]
+                g_np, g = self.g_np[i], self.g[i]
+                if i > 1:
+                    narrow.relu_mask(g_np, self.h_np[i])
+                else:
+                    unmasked = True
         if input_from is None:
             return None
-        return torch.mm(g, layers[0].w[:, input_from:], out=self.g[0])
+        np.copyto(self.input_w, layers[0].w_np[:, input_from:].T)
+        narrow.input_grads(g_np, self.h_np[1], self.input_w, self.g_np[0], unmasked)
+        return self.g_np[0]
 
 
 class BlasDDPGLearner(DDPGCheckpoint, Learner):
@@ -174,8 +246,10 @@ class BlasDDPGLearner(DDPGCheckpoint, Learner):
         self.generator = torch.Generator()  # TD3's target smoothing noise, seeded as DDPGLearner's
         self.generator.manual_seed(seed + 1)
         self.obs_dim = self.actor_flat.layouts[0].dims[0]
+        self.scale, self.center = self.actor.scale.numpy(), self.actor.center.numpy()  # views of the actor's buffers
         self.cfg, self.updates, self._batch = cfg, 0, -1
         narrow.compile_now()
+        _compile_now()
 
     @property
     def policy_network(self) -> Actor:
@@ -193,83 +267,83 @@ class BlasDDPGLearner(DDPGCheckpoint, Learner):
         # the first head's pass also serves the actor's step, which asks it for the actions' gradient
         self.critic_passes = [MLPPass(critic_dims, batch, act_dim if i == 0 else 0) for i in range(heads)]
         self.critic_target_passes = [MLPPass(critic_dims, batch) for _ in range(heads)]
-        self.tanh, self.action_grad, self.noise = (torch.empty(batch, act_dim) for _ in range(3))
-        self.next_q, self.target, self.diff, self.weighted = (torch.empty(batch) for _ in range(4))
-        self.q_grad = torch.empty(batch, 1)
-        self.actor_q_grad = torch.full((batch, 1), -1.0 / batch)  # d(-mean Q)/dQ
+        self.tanh, self.action_grad = (np.zeros((batch, act_dim), np.float32) for _ in range(2))
+        self.noise = torch.empty(batch, act_dim)  # drawn by torch's generator, as DDPGLearner draws it
+        self.next_q, self.target, self.td_abs = (np.zeros(batch, np.float32) for _ in range(3))
+        self.q_grad = np.zeros((batch, 1), np.float32)
+        self.actor_q_grad = np.full((batch, 1), -1.0 / batch, np.float32)  # d(-mean Q)/dQ
 
-    def _act(self, net: MLPPass, layers: Layers, obs: torch.Tensor, into: torch.Tensor) -> None:
+    def _act(self, net: MLPPass, layers: Layers, obs: np.ndarray, into: np.ndarray) -> None:
         """The actor's actions for ``obs`` into ``into`` (tanh(output) * scale + center); keeps tanh in self.tanh."""
-        net.h[0].copy_(obs)
-        torch.tanh(net.forward(layers), out=self.tanh)
-        torch.mul(self.tanh, self.actor.scale, out=into)
-        into.add_(self.actor.center)
+        net.h_np[0][...] = obs
+        np.tanh(net.forward(layers), out=self.tanh)
+        np.multiply(self.tanh, self.scale, out=into)
+        into += self.center
 
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One update from host arrays (numpy, or CPU tensors, read without a copy)."""
-        b = {k: torch.as_tensor(batch[k], dtype=torch.float32) for k in LEARN_INPUTS}
+        b = {k: np.asarray(batch[k], dtype=np.float32) for k in LEARN_INPUTS}
         size = len(b["rewards"])
         self._scratch(size)
         obs = b["obs"].reshape(size, -1)
-        out = self._critic_step(obs, b["actions"], b["rewards"], b["next_obs"].reshape(size, -1), b["discounts"], b["weights"])
         self.updates += 1
-        if self.updates % self.cfg.policy_delay == 0:
+        targets_move = self.updates % self.cfg.policy_delay == 0  # with the actor's step (TD3: every policy_delay updates)
+        out = self._critic_step(obs, b["actions"], b["rewards"], b["next_obs"].reshape(size, -1), b["discounts"], b["weights"],
+                                self.cfg.tau if targets_move else 0.0)
+        if targets_move:
             self._actor_step(obs)
         return out
 
-    def _critic_step(self, obs, actions, rewards, next_obs, discounts, weights) -> dict[str, torch.Tensor]:
+    def _critic_step(self, obs, actions, rewards, next_obs, discounts, weights, tau: float) -> dict[str, torch.Tensor]:
+        """The critic's step; its target moves by ``tau`` in the same pass as Adam (the actor's step,
+        which follows, does not read it)."""
         cfg, od, size = self.cfg, self.obs_dim, len(rewards)
         critic, actor = self.critic_flat, self.actor_flat
         # the target: r + discount * min over heads of Q'(s', mu'(s')), written into each target head's input
-        first = self.critic_target_passes[0].h[0]
+        first = self.critic_target_passes[0].h_np[0]
         self._act(self.actor_target_pass, actor.target_layers[0], next_obs, first[:, od:])
         if cfg.target_noise > 0:
-            scale = self.actor.scale
+            scale, center = self.scale, self.center
             torch.randn(self.noise.shape, generator=self.generator, out=self.noise)
-            self.noise.mul_(cfg.target_noise).clamp_(-cfg.target_noise_clip, cfg.target_noise_clip).mul_(scale)
-            first[:, od:].add_(self.noise).clamp_(self.actor.center - scale, self.actor.center + scale)
+            noise = self.noise.numpy()
+            noise *= cfg.target_noise
+            np.clip(noise, -cfg.target_noise_clip, cfg.target_noise_clip, out=noise)
+            noise *= scale
+            first[:, od:] += noise
+            np.clip(first[:, od:], center - scale, center + scale, out=first[:, od:])
         first[:, :od] = next_obs
         for i, (net, layers) in enumerate(zip(self.critic_target_passes, critic.target_layers)):
             if i:
-                net.h[0].copy_(first)
+                net.h_np[0][...] = first
             q = net.forward(layers)[:, 0]
             if i:
-                torch.minimum(self.next_q, q, out=self.next_q)
+                np.minimum(self.next_q, q, out=self.next_q)
             else:
-                self.next_q.copy_(q)
-        torch.addcmul(rewards, discounts, self.next_q, out=self.target)
+                self.next_q[...] = q
+        np.multiply(discounts, self.next_q, out=self.target)
+        self.target += rewards
         # the critic's loss, sum over heads of mean(w * (Q(s, a) - target)^2), and its gradient
-        loss = torch.zeros(())
-        td_errors = None
+        loss, td_errors = 0.0, np.empty(size, np.float32)  # new arrays: the executor keeps them
         for i, (net, layers, grads) in enumerate(zip(self.critic_passes, critic.layers, critic.grad_layers)):
-            net.h[0][:, :od] = obs
-            net.h[0][:, od:] = actions
-            torch.sub(net.forward(layers)[:, 0], self.target, out=self.diff)
-            if i == 0:
-                td_errors = self.diff.abs()
-            torch.mul(self.diff, weights, out=self.weighted)
-            loss += torch.dot(self.weighted, self.diff) / size
-            torch.mul(self.weighted, 2.0 / size, out=self.q_grad[:, 0])
+            net.h_np[0][:, :od] = obs
+            net.h_np[0][:, od:] = actions
+            loss += td_loss(net.forward(layers), self.target, weights, self.q_grad, td_errors if i == 0 else self.td_abs)
             net.backward(layers, self.q_grad, grads)
-        critic.step(cfg.max_grad_norm)
-        return {"td_errors": td_errors, "loss": loss}
+        critic.step(cfg.max_grad_norm, tau)
+        return {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
 
-    def _actor_step(self, obs: torch.Tensor) -> None:
-        """The actor ascends Q(s, mu(s)) of the first head, then both targets move by Polyak averaging."""
+    def _actor_step(self, obs: np.ndarray) -> None:
+        """The actor ascends Q(s, mu(s)) of the first head; its target moves by Polyak averaging."""
         cfg, od = self.cfg, self.obs_dim
         critic, actor = self.critic_flat, self.actor_flat
         net = self.critic_passes[0]  # its buffers are free again after the critic's step
-        net.h[0][:, :od] = obs
-        self._act(self.actor_pass, actor.layers[0], obs, net.h[0][:, od:])
+        net.h_np[0][:, :od] = obs
+        self._act(self.actor_pass, actor.layers[0], obs, net.h_np[0][:, od:])
         net.forward(critic.layers[0])
         action_grad = net.backward(critic.layers[0], self.actor_q_grad, None, input_from=od)  # the critic's weights stay put
-        # through a = tanh(pre) * scale + center: d pre = d a * scale * (1 - tanh^2), in autograd's order
-        torch.mul(action_grad, self.actor.scale, out=self.action_grad)
-        torch.ops.aten.tanh_backward.grad_input(self.action_grad, self.tanh, grad_input=self.action_grad)
+        squash_backward(action_grad, self.scale, self.tanh, self.action_grad)
         self.actor_pass.backward(actor.layers[0], self.action_grad, actor.grad_layers[0])
-        actor.step(cfg.max_grad_norm)
-        actor.polyak(cfg.tau)
-        critic.polyak(cfg.tau)
+        actor.step(cfg.max_grad_norm, cfg.tau)
 
 
 @implements("blas", Learn="learn")

@@ -69,7 +69,7 @@ def dqn_update(params, target, grads, m, v, step, dims, w_off, b_off, a_off,
         g_out[b * n_actions + actions[b]] = weights[b] * max(-1.0, min(1.0, d)) / batch
     grads[:] = 0.0
     backward(params, grads, dims, w_off, b_off, acts, a_off, g_out, g_a, g_b, batch)
-    clip_and_adam(params, grads, m, v, step, lr, BETAS[0], BETAS[1], EPS, max_norm)
+    clip_and_adam(params, grads, m, v, step, lr, BETAS[0], BETAS[1], EPS, max_norm, params, 0.0)  # no Polyak target
     return loss / batch
 
 
