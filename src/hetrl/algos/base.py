@@ -231,6 +231,12 @@ class TorchLearn:
         return self.learner.update(batch)
 
 
+def host_array(x: Any, dtype: type = np.float32) -> np.ndarray:
+    """A contiguous host array of ``dtype`` from a numpy array or CPU tensor (no copy when it already is one)."""
+    x = x.numpy() if isinstance(x, torch.Tensor) else x
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
 class HostLearn:
     """Learn on the host by a learner of the backend's own (Learn/numba, Learn/blas), fed the
     replay's numpy batch as it is. A subclass names itself (``backend``), says which algorithms it

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetrl.algos.base import Algorithm, HostLearn, Learner, seeded_init
+from hetrl.algos.base import Algorithm, HostLearn, Learner, host_array, seeded_init
 from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
 from hetrl.nets import Actor, Critic, narrow
 from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
@@ -156,7 +156,8 @@ class MLPPass:
         self.h_np, self.h = zip(*(_buffer(batch, int(d)) for d in dims))
         self.g_np, self.g = (list(pair) for pair in zip(*(_buffer(batch, int(d)) for d in dims[:-1])))
         self.g_np[0], self.g[0] = _buffer(batch, input_grad_columns)  # only the input columns asked for
-        self.transposed = {i: torch.empty(int(dims[i]), int(dims[i + 1])) for i in range(len(dims) - 1) if dims[i] <= NARROW}
+        # the weight gradient of a layer with few inputs, but more than the four grads_four_inputs takes, before its transpose
+        self.transposed = {i: torch.empty(int(dims[i]), int(dims[i + 1])) for i in range(len(dims) - 1) if FOUR < dims[i] <= NARROW}
         self.input_w = np.zeros((input_grad_columns, int(dims[1])), np.float32)  # the input gradient's weights, transposed
         # where weight and bias gradients nobody asked for are not written (the kernels take an array all the same)
         self.unused_w, self.unused_b = np.zeros((1, 1), np.float32), np.zeros(1, np.float32)
@@ -282,7 +283,7 @@ class BlasDDPGLearner(DDPGCheckpoint, Learner):
 
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One update from host arrays (numpy, or CPU tensors, read without a copy)."""
-        b = {k: np.asarray(batch[k], dtype=np.float32) for k in LEARN_INPUTS}
+        b = {k: host_array(batch[k]) for k in LEARN_INPUTS}
         size = len(b["rewards"])
         self._scratch(size)
         obs = b["obs"].reshape(size, -1)

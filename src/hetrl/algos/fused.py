@@ -22,7 +22,7 @@ import numba
 import numpy as np
 import torch
 
-from hetrl.algos.base import Algorithm, HostLearn, Learner, seeded_init
+from hetrl.algos.base import Algorithm, HostLearn, Learner, host_array, seeded_init
 from hetrl.algos.dqn import DQN, DQNConfig
 from hetrl.nets import QNetwork
 from hetrl.nets.fused_mlp import BETAS, EPS, FlatAdam, FlatMLP, backward, clip_and_adam, forward
@@ -34,8 +34,9 @@ from hetrl.runtime.learner_role import LEARN_INPUTS
 def dqn_update(params, target, grads, m, v, step, dims, w_off, b_off, a_off,
                obs, actions, rewards, next_obs, discounts, weights,
                acts, next_acts, g_out, g_a, g_b, td_out,
-               double, lr, max_norm):  # pragma: no cover - compiled
-    """One DQN update in place; returns the loss. td_out receives |target - Q(s, a)| per sample."""
+               double, lr, max_norm, tau):  # pragma: no cover - compiled
+    """One DQN update in place; returns the loss. td_out receives |target - Q(s, a)| per sample; the
+    target moves towards the new parameters by ``tau`` (1: a hard copy; 0: it stays)."""
     batch = len(actions)
     n_actions = dims[len(dims) - 1]
     # targets first: they read the online network before it changes
@@ -69,17 +70,11 @@ def dqn_update(params, target, grads, m, v, step, dims, w_off, b_off, a_off,
         g_out[b * n_actions + actions[b]] = weights[b] * max(-1.0, min(1.0, d)) / batch
     grads[:] = 0.0
     backward(params, grads, dims, w_off, b_off, acts, a_off, g_out, g_a, g_b, batch)
-    clip_and_adam(params, grads, m, v, step, lr, BETAS[0], BETAS[1], EPS, max_norm, params, 0.0)  # no Polyak target
+    clip_and_adam(params, grads, m, v, step, lr, BETAS[0], BETAS[1], EPS, max_norm, target, tau)
     return loss / batch
 
 
 _HOST_DTYPES = {"actions": np.int64}  # every other input is float32
-
-
-def _host(x: Any, dtype: type = np.float32) -> np.ndarray:
-    """A contiguous host array of ``dtype`` (no copy when it already is one)."""
-    x = x.numpy() if isinstance(x, torch.Tensor) else x
-    return np.ascontiguousarray(x, dtype=dtype)
 
 
 class FusedDQNLearner(Learner):
@@ -117,24 +112,23 @@ class FusedDQNLearner(Learner):
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One update from host arrays (numpy, or CPU tensors, read without a copy)."""
         cfg, layout = self.cfg, self.layout
-        host = {k: _host(batch[k], _HOST_DTYPES.get(k, np.float32)) for k in LEARN_INPUTS}
+        host = {k: host_array(batch[k], _HOST_DTYPES.get(k, np.float32)) for k in LEARN_INPUTS}
         size = len(host["actions"])
         self._scratch(size)
         td = np.empty(size, np.float32)
         adam = self.adam
         adam.steps += 1
+        self.updates += 1
+        # Polyak averaging every update, or a hard copy every target_update_every (DQNLearner.periodic_due)
+        target_moves = cfg.tau < 1.0 or self.updates % cfg.target_update_every == 0
         loss = dqn_update(
             self.params, self.target, self.grads, adam.m, adam.v, adam.steps,
             layout.dims, layout.w_off, layout.b_off, self.a_off,
             host["obs"].reshape(-1), host["actions"], host["rewards"], host["next_obs"].reshape(-1),
             host["discounts"], host["weights"], self.acts, self.next_acts, self.g_out, self.g_a, self.g_b, td,
             cfg.double, cfg.lr, cfg.max_grad_norm if cfg.max_grad_norm is not None else 0.0,
+            cfg.tau if target_moves else 0.0,
         )
-        self.updates += 1
-        if cfg.tau < 1.0:
-            self.target += np.float32(cfg.tau) * (self.params - self.target)
-        elif self.updates % cfg.target_update_every == 0:
-            self.target[:] = self.params
         return {"td_errors": torch.from_numpy(td), "loss": torch.from_numpy(np.array(loss, np.float32))}  # 2 us; torch.tensor takes 6
 
     # --- checkpoints: the torch learner's format ----------------------------------------------

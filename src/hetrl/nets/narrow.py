@@ -23,35 +23,34 @@ FOUR = 4  # at most this many inputs (an observation, and an action): the first 
 jit = numba.njit(cache=True, fastmath=True, error_model="numpy")
 
 
+@numba.njit(cache=True, fastmath=True, error_model="numpy", inline="always")
+def _few_outputs_row(xr, w, b, out_r, relu):  # pragma: no cover - compiled
+    """One row of out = x @ w.T + b (then ReLU): one vectorised dot product per output."""
+    for j in range(w.shape[0]):
+        acc = np.float32(0.0)
+        for k in range(w.shape[1]):
+            acc += xr[k] * w[j, k]
+        acc += b[j]
+        out_r[j] = max(acc, np.float32(0.0)) if relu else acc
+
+
 @jit
 def forward_few_outputs(x, w, b, out, relu):  # pragma: no cover - compiled
     """out = x @ w.T + b (then ReLU), for few outputs: one vectorised dot product per output."""
-    n_out, n_in = w.shape
     for r in range(x.shape[0]):
-        for j in range(n_out):
-            acc = np.float32(0.0)
-            for k in range(n_in):
-                acc += x[r, k] * w[j, k]
-            acc += b[j]
-            out[r, j] = max(acc, np.float32(0.0)) if relu else acc
+        _few_outputs_row(x[r], w, b, out[r], relu)
 
 
 @jit
 def finish_then_few_outputs(x, x_bias, w, b, out, relu):  # pragma: no cover - compiled
     """x = ReLU(x + x_bias) in place (a hidden layer's product, as BLAS left it), then out = x @ w.T + b
     (then ReLU) for few outputs: add_bias and forward_few_outputs row by row, while the row is in L1."""
-    n_out, n_in = w.shape
     zero = np.float32(0.0)
     for r in range(x.shape[0]):
         xr = x[r]
-        for k in range(n_in):
+        for k in range(xr.shape[0]):
             xr[k] = max(xr[k] + x_bias[k], zero)
-        for j in range(n_out):
-            acc = np.float32(0.0)
-            for k in range(n_in):
-                acc += xr[k] * w[j, k]
-            acc += b[j]
-            out[r, j] = max(acc, zero) if relu else acc
+        _few_outputs_row(xr, w, b, out[r], relu)
 
 
 @jit
