@@ -17,7 +17,8 @@ import torch
 from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
 from hetrl.envs import env_spec
 from hetrl.nets.fused_mlp import aligned_zeros
-from hetrl.protocol import get
+from hetrl.primitives import build
+from hetrl.protocol import Slot
 
 
 def rate(fn, calls: int, repeats: int = 3) -> float:
@@ -53,14 +54,14 @@ def main() -> None:
                  "rewards": rng.standard_normal(b).astype(np.float32), "next_obs": rng.standard_normal((b, 4)).astype(np.float32),
                  "discounts": np.full(b, 0.99, np.float32), "weights": np.ones(b, np.float32)}
         tensors = {k: torch.as_tensor(v) for k, v in batch.items()}
-        learn = {name: get("Learn", name).cls(algo, "cpu", seed=0) for name in ("torch", "numba")}
+        learn = {name: build("Learn", Slot(name, "cpu"), algo, 0) for name in ("torch", "numba")}
         learn_rates = {name: rate(lambda impl=impl: impl.learn(**tensors), args.calls) for name, impl in learn.items()}
         network = learn["torch"].learner.policy_network
         obs = rng.standard_normal((1, 4)).astype(np.float32)
         explore, random_actions = algo.draw_exploration(rng, 1)
         act_rates = {}
         for name in ("numpy", "numba"):
-            policy = get("Act", name).cls(network, algo.action_rule)
+            policy = build("Act", Slot(name, "cpu"), algo, 0, source=network)
             act_rates[name] = rate(lambda p=policy: p.act(obs, explore, random_actions, 0.1), 10 * args.calls)
         print(f"| 4-{'-'.join(map(str, widths))}-2, batch {b} | {learn_rates['torch']:,.0f} | {learn_rates['numba']:,.0f} | "
               f"{learn_rates['numba'] / learn_rates['torch']:.2f}x | {act_rates['numpy']:,.0f} | {act_rates['numba']:,.0f} | "
@@ -88,7 +89,7 @@ def ddpg_learn(hidden: tuple[int, ...], b: int, calls: int, rng: np.random.Gener
              "rewards": rng.standard_normal(b).astype(np.float32), "next_obs": rng.standard_normal((b, 3)).astype(np.float32),
              "discounts": np.full(b, 0.98, np.float32), "weights": np.ones(b, np.float32)}
     inputs = {"torch": {k: torch.as_tensor(v) for k, v in batch.items()}, "blas": batch}
-    rates = {name: rate(lambda impl=get("Learn", name).cls(algo, "cpu", seed=0), x=inputs[name]: impl.learn(**x), calls)
+    rates = {name: rate(lambda impl=build("Learn", Slot(name, "cpu"), algo, 0), x=inputs[name]: impl.learn(**x), calls)
              for name in ("torch", "blas")}
     print("\n| DDPG network | Learn torch (updates/s) | Learn blas | ratio |\n|---|---:|---:|---:|")
     print(f"| 3-{'-'.join(map(str, hidden))}-1 actor and 4-...-1 critic, batch {b} | {rates['torch']:,.0f} | "

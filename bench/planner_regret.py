@@ -29,10 +29,13 @@ from pathlib import Path
 
 from hetrl.config import default_config
 from hetrl.errors import HetrlError
-from hetrl.plan import Candidate, Plan, make_plan, predict, predict_parallel
+from hetrl.planner.model import predict
+from hetrl.planner.model_local import predict_parallel
+from hetrl.planner.plan_file import Candidate, Plan
+from hetrl.planner.search import make_plan
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.hardware import describe_machine
-from hetrl.runtime.placement import Slot
+from hetrl.protocol import Slot
 
 WORKLOADS = {"dqn": "CartPole-v1", "ddpg": "Pendulum-v1"}
 

@@ -14,9 +14,10 @@ import torch
 
 import hetrl
 from hetrl.algos import DQNConfig
-from hetrl.plan import Plan, make_plan
+from hetrl.planner.plan_file import Plan
+from hetrl.planner.search import make_plan
 from hetrl.profile import profile_workload
-from hetrl.runtime.placement import Placement, Slot
+from hetrl.protocol import Placement, Slot
 
 pytestmark = pytest.mark.gpu
 
@@ -123,13 +124,14 @@ def _learner_states_close(a, b):
 
 @pytest.mark.parametrize("case", GRAPH_CASES)
 def test_the_graphed_update_matches_the_torch_update(case):
-    from hetrl.algos import TorchLearn, make_algorithm
-    from hetrl.algos.graphed import CudaGraphLearn
+    from hetrl.algos import make_algorithm
+    from hetrl.primitives.learn_torch import LearnTorch
+    from hetrl.primitives.learn_cudagraph import LearnCudagraph
     from hetrl.envs import env_spec
 
     name, env_id, settings = GRAPH_CASES[case]
     algo = make_algorithm(name, env_spec(env_id), _config(name, **{"hidden": (64, 64), "lr": 3e-3, "batch_size": 48, **settings}))
-    graphed, plain = CudaGraphLearn(algo, "cuda", seed=3), TorchLearn(algo, "cuda", seed=3)
+    graphed, plain = LearnCudagraph(algo, "cuda", seed=3), LearnTorch(algo, "cuda", seed=3)
     rng = np.random.default_rng(0)
     for _ in range(9):
         batch = _host_batch(rng, algo)
@@ -145,25 +147,26 @@ def test_the_graphed_update_matches_the_torch_update(case):
 
 
 def test_graphed_checkpoints_resume_on_the_host_and_back():
-    from hetrl.algos import TorchLearn, make_algorithm
-    from hetrl.algos.graphed import CudaGraphLearn
+    from hetrl.algos import make_algorithm
+    from hetrl.primitives.learn_torch import LearnTorch
+    from hetrl.primitives.learn_cudagraph import LearnCudagraph
     from hetrl.envs import env_spec
 
     algo = make_algorithm("td3", env_spec("Pendulum-v1"), _config("td3", hidden=(32, 32), batch_size=32))
     rng = np.random.default_rng(1)
     batches = [_host_batch(rng, algo, 32) for _ in range(8)]
-    graphed = CudaGraphLearn(algo, "cuda", seed=0)
+    graphed = LearnCudagraph(algo, "cuda", seed=0)
     for batch in batches[:4]:
         graphed.learn(**batch)
     state = graphed.learner.state_dict()
     assert all(not g["capturable"] for g in state["actor_optimizer"]["param_groups"])  # the torch learner's format
-    host = TorchLearn(algo, "cpu", seed=1)
+    host = LearnTorch(algo, "cpu", seed=1)
     host.learner.load_state_dict(state)  # the generator is reseeded (cuda -> cpu), the rest carries over
     host.learn(**{k: torch.as_tensor(v) for k, v in batches[4].items()})
     # each its own copy, as from a file: torch's optimizers keep loaded tensors of the right device as they are
-    again = CudaGraphLearn(algo, "cuda", seed=1)
+    again = LearnCudagraph(algo, "cuda", seed=1)
     again.learner.load_state_dict(copy.deepcopy(state))
-    plain = TorchLearn(algo, "cuda", seed=1)
+    plain = LearnTorch(algo, "cuda", seed=1)
     plain.learner.load_state_dict(copy.deepcopy(state))
     for batch in batches[4:]:  # a loaded graphed learner captures anew and goes on as the torch one does
         a = again.learn(**batch)
@@ -172,8 +175,8 @@ def test_graphed_checkpoints_resume_on_the_host_and_back():
 
 
 def test_a_run_with_the_graphed_learner(tmp_path):
-    from hetrl.plan import Plan
-    from hetrl.runtime.placement import Placement, Slot
+    from hetrl.planner.plan_file import Plan
+    from hetrl.protocol import Placement, Slot
 
     placement = Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("cudagraph", "cuda:0"))
     path = Plan("dqn", "CartPole-v1", 1, "throughput", "-", placement, None, []).save(tmp_path / "plan.json")

@@ -6,7 +6,7 @@ import torch
 from hetrl.algos import DQNConfig, make_algorithm
 from hetrl.envs import env_spec
 from hetrl.runtime.inline import InlineExecutor
-from hetrl.runtime.placement import default_placement
+from hetrl.planner.rule import default_placement
 from hetrl.runtime.timers import timer_table
 
 

@@ -22,7 +22,8 @@ from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.runtime.inference import InferenceClient, InferenceServer, InferenceStopped, inference_layout
 from hetrl.runtime.local import LocalExecutor
-from hetrl.runtime.placement import Slot, default_placement
+from hetrl.planner.rule import default_placement
+from hetrl.protocol import Slot
 from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
 from hetrl.runtime.shared import SHM_PREFIX, SharedArrays, SharedWeights, TransitionRing, ring_layout
 from hetrl.training import Session
@@ -335,3 +336,37 @@ def test_hetrl_resume_continues_a_local_run(tmp_path):
     second = hetrl.resume(tmp_path / "run", steps=2_500, progress=False)
     assert second.env_steps >= 2_500 and second.updates > first.updates
     assert segments(os.getpid()) == []
+
+
+@pytest.mark.parametrize("act", ["numba", "torch"])
+def test_actors_run_the_placements_act_backend(act):
+    """A placement that moves Act changes what the actor processes run, and ran() reports it from them."""
+    with closed_cleanly(executor(act=act, actors=1)) as ex:
+        run_to(ex, 1_500)
+        deadline = time.perf_counter() + 10
+        while "Act" not in ex.ran() and time.perf_counter() < deadline:
+            ex.iteration()
+        ran = ex.ran()
+        assert ran["Act"] == f"{act} on cpu, 1 actor", ran
+        assert ran["EnvStep"] == "gymnasium on cpu, 1 actor", ran
+        assert ran["Learn"].startswith("torch on cpu"), ran
+        assert ex.timer_totals()["Act"][1] > 0  # the actors acted (after learning_starts) with that copy
+
+
+def test_the_run_summary_reports_what_the_actors_ran(tmp_path):
+    """A plan file that moves Act (hand-edited, as a user would) changes the actors' Act, and the
+    summary says so from what they report."""
+    import json
+    from pathlib import Path
+
+    import hetrl
+
+    raw = json.loads((Path(__file__).parent / "data/checkpoints_0.1.0/dqn_local/plan.json").read_text())
+    raw["placement"]["act"]["backend"] = "numba"
+    raw.update(executor="local", actors=1, inference="actor")
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(raw))
+    result = hetrl.train("dqn", "CartPole-v1", steps=1_500, plan=str(plan_file), executor="auto", progress=False,
+                         eval_every=0, learning_starts=500, hidden=(16, 16), batch_size=16, run_dir=tmp_path / "run")
+    summary = json.loads((Path(result.run_dir) / "summary.json").read_text())
+    assert summary["placement"]["Act"] == "numba on cpu, 1 actor", summary["placement"]

@@ -8,9 +8,13 @@ import pytest
 from hetrl.algos import DQNConfig
 from hetrl.cli import main
 from hetrl.errors import HetrlError
-from hetrl.plan import Plan, candidates, make_plan, plan_tables, predict, predict_central, predict_parallel
+from hetrl.planner.model import predict
+from hetrl.planner.model_local import predict_central, predict_parallel
+from hetrl.planner.plan_file import Plan
+from hetrl.planner.search import candidates, make_plan
+from hetrl.planner.tables import plan_tables
 from hetrl.profile import Profile, Timing
-from hetrl.runtime.placement import Placement, Slot
+from hetrl.protocol import Placement, Slot
 
 US = 1e-6
 
@@ -21,7 +25,7 @@ def synthetic(entries, fingerprint="test", watts=None) -> Profile:
     def joules(p, d, us):
         return None if watts is None or p == "Loop" else watts[d] * us * US
 
-    meter = ", ".join(f"rapl:fake" if d == "cpu" else f"nvml:fake-{d}" for d in watts) if watts else None
+    meter = ", ".join("rapl:fake" if d == "cpu" else f"nvml:fake-{d}" for d in watts) if watts else None
     timings = [Timing(p, b, d, n, t, us * US, us * US, us * US, 7, joules(p, d, us), meter)
                for p, b, d, n, t, us in entries]
     return Profile("dqn", "CartPole-v1", {}, {"fingerprint": fingerprint}, "now", timings)

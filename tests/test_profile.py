@@ -11,7 +11,7 @@ from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine
 from hetrl.profile import ENV_COUNTS, Profile, default_path, profile_workload, time_calls
-from hetrl.protocol import implementations
+from hetrl.primitives import implementations
 
 
 @pytest.fixture(scope="module")

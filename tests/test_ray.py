@@ -15,7 +15,7 @@ from hetrl.algos import make_algorithm  # noqa: E402
 from hetrl.config import make_config  # noqa: E402
 from hetrl.envs import env_spec  # noqa: E402
 from hetrl.errors import HetrlError  # noqa: E402
-from hetrl.runtime.placement import default_placement  # noqa: E402
+from hetrl.planner.rule import default_placement  # noqa: E402
 from hetrl.runtime.ray_executor import RayExecutor  # noqa: E402
 
 

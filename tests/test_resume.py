@@ -1,5 +1,7 @@
 """Checkpoints restore the whole state: train N, save, resume to N+M == train N+M, bit for bit."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -93,3 +95,35 @@ def test_a_checkpoint_from_another_device_type_loads(tmp_path):
     assert torch.equal(draws[0], draws[1])
     fresh = algo.build_learner(torch.device("cpu"), seed=1)
     assert not torch.equal(draws[0], torch.randn(4, generator=fresh.generator))
+
+
+OLD = Path(__file__).parent / "data" / "checkpoints_0.1.0"
+
+
+@pytest.mark.parametrize("run", ["dqn_inline", "td3_inline", "dqn_local"])
+def test_checkpoints_and_plans_written_before_the_primitives_package_still_load(tmp_path, run):
+    """Runs written at 73806bf (tests/data/checkpoints_0.1.0/make_fixtures.py): the plan file loads,
+    the policy network comes back with the same outputs, and the run resumes where it stopped."""
+    import json
+    import shutil
+
+    from hetrl.planner.plan_file import Plan
+    from hetrl.training import Session
+
+    expected = json.loads((OLD / "expected.json").read_text())[run]
+    copy = tmp_path / run
+    shutil.copytree(OLD / run, copy)
+    plan = Plan.load(copy / "plan.json")
+    assert plan.placement.act.backend == "numpy"
+    rundir = RunDir.open(copy)
+    cfg = rundir.load_config()
+    cfg.device, cfg.plan = "cpu", "rule"
+    session = Session.open(rundir, cfg, keep_plan=False)
+    session.restore()
+    with torch.no_grad():
+        out = session.executor.policy_network(torch.tensor(expected["obs"])).numpy()
+    np.testing.assert_allclose(out, np.array(expected["policy_out"], np.float32), rtol=1e-6)
+    assert session.executor.env_steps == expected["env_steps"]
+    session.executor.close()
+    resumed = hetrl.resume(copy, steps=expected["env_steps"] + 200, progress=False)
+    assert resumed.env_steps >= expected["env_steps"] + 200

@@ -22,7 +22,7 @@ _EXPORTS = {
     "resume": "hetrl.api",
     "evaluate": "hetrl.api",
     "EvalResult": "hetrl.api",
-    "TrainResult": "hetrl.training",
+    "TrainResult": "hetrl.run.result",
     "HetrlError": "hetrl.errors",
 }
 __all__ = sorted(_EXPORTS)
@@ -30,6 +30,6 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from hetrl.api import EvalResult, evaluate, resume, train
     from hetrl.errors import HetrlError
-    from hetrl.training import TrainResult
+    from hetrl.run.result import TrainResult
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

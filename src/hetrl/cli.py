@@ -182,7 +182,9 @@ def _plan(args: argparse.Namespace) -> int:
     from hetrl.config import make_config
     from hetrl.devices import resolve_device
     from hetrl.envs import env_spec
-    from hetrl.plan import make_plan, plan_for_run, plan_tables, search_space
+    from hetrl.planner.search import make_plan
+    from hetrl.planner.tables import plan_tables
+    from hetrl.planner.choice import plan_for_run, search_space
     from hetrl.profile import Profile
 
     cfg = make_config(args.algo, args.env, args.config,

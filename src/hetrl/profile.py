@@ -30,17 +30,18 @@ import numpy as np
 import torch
 from rich.table import Table
 
-from hetrl.algos import AgentConfig, Algorithm, TorchLearn, make_algorithm
+from hetrl.algos import AgentConfig, Algorithm, make_algorithm
 from hetrl.devices import available_devices
-from hetrl.envs import EnvBatch, env_spec
+from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.files import read_json, write_json
 from hetrl.hardware import Machine, describe_machine
-from hetrl.protocol import implementations
+from hetrl.planner.rule import default_placement
+from hetrl.primitives import build, implementations
+from hetrl.protocol import Slot
 from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.learner_role import to_device
-from hetrl.runtime.placement import default_placement
 from hetrl.runtime.startup import actor_start_seconds
 
 PROFILE_FORMAT = "hetrl-profile-v7"  # v7: InferenceTrip/InferenceServe; v6: InRun costs; v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
@@ -161,7 +162,7 @@ def _sync_for(device: str) -> Callable[[], None]:
 
 
 def _devices_of(impl, devices: list[str]) -> list[str]:
-    return [d for d in devices if impl.runs_on(d)] if impl.any_torch_device else ["cpu"]  # host work is always profiled
+    return [d for d in devices if impl.runs_on(d)]
 
 
 def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -199,23 +200,26 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         joules, meter = energy_per_call(fn, sync, meters, median)
         return Timing(primitive, backend, device, size, threads_, median, p10, p90, calls, joules, meter)
 
-    for n in ENV_COUNTS:
-        def env_step(n=n):
-            env = EnvBatch(spec.env_id, n, seed=0)
-            env.reset()
-            actions = algo.random_actions(rng, n)
-            t = timing("EnvStep", "gymnasium", "cpu", n, lambda: env.step(actions))
-            env.close()
-            return [t]
-        yield f"EnvStep gymnasium x{n}", env_step
+    for backend, impl in implementations("EnvStep").items():
+        if impl.unsupported(algo):
+            continue
+        for n in ENV_COUNTS:
+            def env_step(n=n, backend=backend):
+                env = build("EnvStep", Slot(backend, "cpu"), algo, 0, num_envs=n)
+                env.reset()
+                actions = algo.random_actions(rng, n)
+                t = timing("EnvStep", backend, "cpu", n, lambda: env.step(actions))
+                env.close()
+                return [t]
+            yield f"EnvStep {backend} x{n}", env_step
 
-    network = TorchLearn(algo, "cpu", seed=0).learner.policy_network
+    network = build("Learn", Slot("torch", "cpu"), algo, 0).learner.policy_network
     for backend, impl in implementations("Act").items():
         if impl.unsupported(algo):
             continue
         for device in _devices_of(impl, devices):
             def act(impl=impl, device=device, backend=backend):
-                policy = impl.cls(network, algo.action_rule, device)
+                policy = build("Act", Slot(backend, device), algo, 0, source=network)
                 out = []
                 for n in ENV_COUNTS:
                     obs = rng.standard_normal((n,) + spec.obs_shape).astype(np.float32)
@@ -224,7 +228,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 out.append(timing("WeightSync", backend, device, 1, policy.sync))
                 for source in devices:  # from a learner elsewhere: backend "numpy<-cuda:0" (a GPU to host copy)
                     if source != "cpu" and source != device:
-                        remote = impl.cls(copy.deepcopy(network).to(source), algo.action_rule, device)
+                        remote = build("Act", Slot(backend, device), algo, 0, source=copy.deepcopy(network).to(source))
                         out.append(timing("WeightSync", f"{backend}<-{source}", device, 1, remote.sync, sync=_sync_for(source)))
                 return out
             yield f"Act+WeightSync {backend} on {device}", act
@@ -232,8 +236,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     for backend, impl in implementations("ReplayAdd").items():
         for device in _devices_of(impl, devices):
             def replay(impl=impl, device=device, backend=backend):
-                storage = impl.cls(cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype,
-                                   prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps, device=device)
+                storage = build("ReplayAdd", Slot(backend, device), algo, 0)
                 # filled as in a run's learning phase, and sampled with fresh draws: a small or
                 # repeatedly sampled buffer stays in cache and would look several times faster
                 storage.add(**_transitions(algo, min(cfg.buffer_size, REPLAY_FILL), rng))
@@ -258,7 +261,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             for n_threads in (impl.host_threads(threads) if device == "cpu" else [None]):
                 def learn(impl=impl, device=device, backend=backend, n_threads=n_threads):
                     with torch_threads(n_threads):
-                        learner = impl.cls(algo, device, seed=0)
+                        learner = build("Learn", Slot(backend, device, n_threads), algo, 0)
                         # as a run feeds it from a host replay: its own arrays, or tensors on its device
                         batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
                         return [timing("Learn", backend, device, B, lambda: learner.learn(**batch), n_threads)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import signal
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,45 +21,13 @@ from hetrl.nets import numpy_params
 from hetrl.run.metrics import STAGES, MetricsWriter, read_metrics
 from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
+from hetrl.run.result import TrainResult
 from hetrl.run.rundir import RunDir
 from hetrl.runtime.executors import default_actors, make_executor
-from hetrl.plan import Plan, plan_for_run
-from hetrl.runtime.placement import Placement
+from hetrl.planner.plan_file import Plan
+from hetrl.planner.choice import plan_for_run
+from hetrl.protocol import Placement
 from hetrl.runtime.timers import timer_table
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    algo: str
-    env: str
-    env_steps: int
-    updates: int
-    wall_s: float  # this session only (a resumed run counts from the resume)
-    env_steps_per_s: float
-    updates_per_s: float
-    eval_return_mean: float | None
-    eval_return_std: float | None
-    eval_episodes: int
-    solved_at: int | None  # env step at which stop_at_return was reached
-    interrupted: bool
-    placement: dict[str, str]
-    timers: list[tuple[str, int, float, float]]
-    learning_env_steps_per_s: float | None  # measured after learning_starts, evaluations excluded
-    predicted_env_steps_per_s: float | None  # the plan's model prediction for the learning phase
-    predicted_us_per_call: dict[str, float] | None
-    executor: str = "inline"
-    actors: int = 0  # actor processes (0: acting happens in the learner's loop)
-    actor_restarts: int = 0
-    staleness_mean: float | None = None  # updates between the acting weights and the learner's, per transition
-    staleness_max: int | None = None
-    replay_ratio: float | None = None  # configured gradient updates per env step
-    replay_ratio_measured: float | None = None  # updates / env steps after learning_starts, this session
-    replay_ratio_window_error: float | None = None  # worst relative error over 1,000-step windows (local, ray)
-    energy: str = "not measured"  # what the meters measured over the training loop, or why nothing
-    joules_per_env_step: float | None = None  # measured by RAPL/NVML; None where no meter works
-    predicted_joules_per_env_step: float | None = None  # the plan's model, from the profile's measured energy
-    metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)
 
 
 def greedy_policy(algo: Algorithm, network: Any):
@@ -254,20 +221,19 @@ class Session:
         return result
 
     def _where(self) -> dict[str, str]:
-        """Where each timed stage ran, for the summary."""
+        """Where each timed stage ran, for the summary: what the executor's built implementations
+        report (the actors' included), the plan's placement for anything that did not run."""
         where = self.placement.by_primitive()
+        where.update(self.executor.ran())
         if self.executor_kind != "inline":
             n = self.actors
             actors = f"{n} actor{'s' if n != 1 else ''}"
             channel = "shared memory" if self.executor_kind == "local" else "Ray object store"
-            where["EnvStep"] = f"{where['EnvStep']}, {actors}"
             if self.inference == "central":
-                where["Act"] = f"{self.placement.act}, learner's process, batched over {actors}"
                 where["InferenceServe"] = "learner, answering the actors (Act excluded)"
                 where["InferenceWait"] = f"{actors}, waiting for actions"
             else:
-                where["Act"] = f"numpy on cpu, {actors}"
-                where["WeightSync"] = f"{self.placement.learn.device} -> {channel}"
+                where["WeightSync"] = f"{self.placement.learn.device} -> {channel} -> acting copies"
                 where["WeightFetch"] = f"{channel} -> {actors}"
             where["ActorWait"] = "actors, held by the limiter"
             where["LearnerWait"] = "learner, waiting for data"

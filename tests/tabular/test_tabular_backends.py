@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from hetrl.errors import HetrlError
-from hetrl.tabular.backends import AUTO_GPU_UNITS, resolve_backend
+from hetrl.primitives import implementations
+from hetrl.tabular.cli import backend_names
 from hetrl.tabular.schedule import Order
 from hetrl.tabular.train import TabularConfig, train_tabular
+from hetrl.tabular.units import AUTO_GPU_UNITS, TabularUnits, resolve_backend
 
 
 def learn(data, backend, device=None, **kwargs):
@@ -71,6 +73,20 @@ def test_ray_missing_is_a_clear_error(frozenlake_small, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # what a machine without Ray sees: import fails
     with pytest.raises(HetrlError, match="needs Ray"):
         learn(frozenlake_small, "ray", units=2)
+
+
+def test_tabular_backends_are_the_registered_implementations():
+    from hetrl.primitives.tabular_learn_numba_processes import TabularLearnNumbaProcesses
+    from hetrl.primitives.tabular_learn_numba_threads import TabularLearnNumbaThreads
+    from hetrl.primitives.tabular_learn_ray import TabularLearnRay
+    from hetrl.primitives.tabular_learn_torch import TabularLearnTorch
+
+    classes = (TabularLearnNumbaThreads, TabularLearnNumbaProcesses, TabularLearnTorch, TabularLearnRay)
+    assert {cls.backend: cls for cls in classes} == {b: i.cls for b, i in implementations("TabularLearn").items()}
+    assert all(issubclass(cls, TabularUnits) for cls in classes)
+    assert [b for b, i in implementations("TabularLearn").items() if i.device_types is None] == ["torch"]
+    # the CLI's help lists them without loading the library
+    assert backend_names() == list(implementations("TabularLearn"))
 
 
 def test_placement_rule():

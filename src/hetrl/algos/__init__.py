@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hetrl.algos.base import AgentConfig, Algorithm, Learner, TorchLearn, TorchLearner
+from hetrl.algos.base import AgentConfig, Algorithm, Learner, TorchLearner
 from hetrl.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
 from hetrl.algos.dqn import DQN, DQNConfig
 from hetrl.envs.spec import EnvSpec
@@ -38,5 +38,5 @@ def make_algorithm(name: str, spec: EnvSpec, config: AgentConfig) -> Algorithm:
 
 __all__ = [
     "ALGORITHMS", "AgentConfig", "Algorithm", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "Learner",
-    "TD3", "TD3Config", "TorchLearn", "TorchLearner", "algorithm_class", "make_algorithm",
+    "TD3", "TD3Config", "TorchLearner", "algorithm_class", "make_algorithm",
 ]

@@ -19,8 +19,6 @@ import torch
 from torch import nn
 
 from hetrl.envs.spec import EnvSpec
-from hetrl.errors import HetrlError
-from hetrl.protocol import implements
 
 
 @dataclass
@@ -124,6 +122,7 @@ class Algorithm(ABC):
     discrete_actions: ClassVar[bool]
     default_steps: ClassVar[int]  # env steps of a run when none are given (what the defaults are tuned for)
     policy_key: ClassVar[str]  # which of make_networks() the acting policy is
+    exploration_rule: ClassVar[str]  # what action_rule does ("epsilon-greedy", "gaussian-noise"): an Act backend may fuse it
 
     def __init__(self, spec: EnvSpec, config: AgentConfig) -> None:
         self.spec, self.config = spec, config
@@ -217,51 +216,3 @@ def polyak_(target: nn.Module, source: nn.Module, tau: float) -> None:
             torch._foreach_copy_(t_params, s_params)
         else:
             torch._foreach_lerp_(t_params, s_params, tau)
-
-
-@implements("torch", any_torch_device=True, Learn="learn")
-class TorchLearn:
-    """Learn on any torch device: the algorithm's learner, fed a batch already on that device."""
-
-    def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
-        self.device = torch.device(device)
-        self.learner = algorithm.build_learner(self.device, seed)
-
-    def learn(self, **batch: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.learner.update(batch)
-
-
-def host_array(x: Any, dtype: type = np.float32) -> np.ndarray:
-    """A contiguous host array of ``dtype`` from a numpy array or CPU tensor (no copy when it already is one)."""
-    x = x.numpy() if isinstance(x, torch.Tensor) else x
-    return np.ascontiguousarray(x, dtype=dtype)
-
-
-class HostLearn:
-    """Learn on the host by a learner of the backend's own (Learn/numba, Learn/blas), fed the
-    replay's numpy batch as it is. A subclass names itself (``backend``), says which algorithms it
-    serves (a static ``unsupported``) and builds its learner (``build``)."""
-
-    backend: ClassVar[str]
-    takes_host_arrays = True  # no Transfer to torch and back
-
-    def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
-        self.device = torch.device(device)
-        if self.device.type != "cpu":
-            raise HetrlError(f"the {self.backend} learner runs on the host, not on {device}; use device cpu or the torch learner")
-        reason = self.unsupported(algorithm)
-        if reason:
-            raise HetrlError(reason)
-        self.learner = self.build(algorithm, seed)
-
-    @staticmethod
-    def unsupported(algorithm: Algorithm) -> str | None:
-        """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
-        raise NotImplementedError
-
-    @staticmethod
-    def build(algorithm: Algorithm, seed: int) -> Learner:
-        raise NotImplementedError
-
-    def learn(self, **batch: Any) -> dict[str, torch.Tensor]:
-        return self.learner.update(batch)

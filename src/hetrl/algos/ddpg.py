@@ -172,6 +172,7 @@ class DDPGLearner(DDPGCheckpoint, TorchLearner):
 
 class DDPG(Algorithm):
     name = "ddpg"
+    exploration_rule = "gaussian-noise"
     Config = DDPGConfig
     policy_key = "actor"
     discrete_actions = False

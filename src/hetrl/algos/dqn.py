@@ -112,6 +112,7 @@ class DQNLearner(TorchLearner):
 
 class DQN(Algorithm):
     name = "dqn"
+    exploration_rule = "epsilon-greedy"
     Config = DQNConfig
     policy_key = "q"
     discrete_actions = True
@@ -140,8 +141,6 @@ class DQN(Algorithm):
 
     def action_rule(self, out: np.ndarray, explore: np.ndarray, random_actions: np.ndarray, level: float) -> np.ndarray:
         return np.where(explore < level, random_actions, out.argmax(axis=1))
-
-    action_rule.epsilon_greedy = True  # type: ignore[attr-defined]  # Act/numba may compute it in its kernel
 
     def greedy_rule(self, out: np.ndarray) -> np.ndarray:
         return out.argmax(axis=1)

@@ -1,6 +1,6 @@
-"""Environments: Gymnasium ids validated into an :class:`EnvSpec`, stepped in batches."""
+"""Environments: Gymnasium ids validated into an :class:`EnvSpec` (stepping them is the EnvStep
+primitive's, in ``hetrl.primitives``)."""
 
-from hetrl.envs.batch import EnvBatch
-from hetrl.envs.spec import EnvSpec, make_env, env_spec
+from hetrl.envs.spec import EnvSpec, env_spec, make_env
 
-__all__ = ["EnvBatch", "EnvSpec", "env_spec", "make_env"]
+__all__ = ["EnvSpec", "env_spec", "make_env"]

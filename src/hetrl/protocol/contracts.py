@@ -141,3 +141,5 @@ PRIMITIVES: dict[str, Contract] = {
         ),
     )
 }
+
+LEARN_INPUTS = tuple(spec.name for spec in PRIMITIVES["Learn"].inputs)  # what a Learn call reads of a batch

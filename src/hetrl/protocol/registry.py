@@ -1,97 +1,81 @@
-"""Registry of primitive implementations, per backend.
+"""The registry of primitive implementations: (primitive, backend) -> class.
 
-An implementation is a class whose instances perform one or more primitives through named methods
-(a replay storage performs ReplayAdd, ReplaySample and PriorityUpdate). Classes register with
-:func:`implements`; the executor builds the ones a placement names, and the cross-check test
-builds every registered implementation of a primitive and compares their outputs.
+A class registers with :func:`implements`; which methods perform which primitive is the
+:class:`~hetrl.protocol.interfaces.Primitive` family's to say, and what a class can do (devices,
+host threads, algorithms it serves, the input it takes) is declared on the class. The library of
+implementations (``hetrl.primitives``) fills the registry when it is imported; lookups that need it
+filled, and the one factory, live there, so this module imports nothing above the protocol.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
-from hetrl.errors import HetrlError, did_you_mean
 from hetrl.protocol.contracts import PRIMITIVES
+from hetrl.protocol.interfaces import Primitive
 
 T = TypeVar("T", bound=type)
 
 
 @dataclass(frozen=True)
 class Implementation:
+    """One registered implementation of one primitive; capabilities are read from the class."""
+
     primitive: str
     backend: str  # "numpy", "torch", "gymnasium", ...
-    cls: type
+    cls: type[Primitive]
     method: str  # the method of an instance that performs the primitive
-    any_torch_device: bool  # True: runs on any torch device; False: host (CPU) only
 
     @property
     def key(self) -> str:
         return f"{self.primitive}/{self.backend}"
 
-    # Optional capabilities a class declares; read here only, with the defaults of a plain class.
-    def unsupported(self, algorithm: object) -> str | None:
-        """Why this implementation cannot serve ``algorithm`` (None: it can). A class that covers only
-        some algorithms or settings says so with a static ``unsupported(algorithm)`` of its own."""
-        check = getattr(self.cls, "unsupported", None)
-        return check(algorithm) if check is not None else None
+    def unsupported(self, algorithm: Any) -> str | None:
+        """Why this implementation cannot serve ``algorithm`` (None: it can)."""
+        return self.cls.unsupported(algorithm)
 
     def host_threads(self, default: list[int]) -> list[int]:
-        """Thread counts worth profiling on the host: a single-threaded kernel declares ``host_threads = (1,)``."""
-        return list(getattr(self.cls, "host_threads", default))
+        """Thread counts worth profiling on the host."""
+        return list(self.cls.host_threads) if self.cls.host_threads is not None else list(default)
 
     @property
     def device_types(self) -> tuple[str, ...] | None:
-        """The torch device types it runs on: ("cpu",) for host-only ones; None (any) for torch ones,
-        unless the class names its own ``device_types`` (a CUDA-only one: ("cuda",))."""
-        if not self.any_torch_device:
-            return ("cpu",)
-        return tuple(getattr(self.cls, "device_types", ())) or None
+        """The torch device types it runs on; None: any torch device."""
+        return self.cls.device_types
 
     def runs_on(self, device: str) -> bool:
         """Whether it can run on ``device`` ("cpu", "cuda:0", ...)."""
-        return self.device_types is None or device.split(":")[0] in self.device_types
+        return self.cls.runs_on(device)
 
     @property
     def takes_host_arrays(self) -> bool:
-        """A Learn class that reads the replay's numpy batch as it is (``takes_host_arrays = True``)."""
-        return bool(getattr(self.cls, "takes_host_arrays", False))
+        """A Learn class that reads the replay's numpy batch as it is (no Transfer)."""
+        return self.cls.input_kind == "host"
 
 
 _REGISTRY: dict[str, dict[str, Implementation]] = {name: {} for name in PRIMITIVES}
 
 
-def implements(backend: str, *, any_torch_device: bool = False, **methods: str) -> Callable[[T], T]:
-    """Class decorator: ``@implements("numpy", ReplayAdd="add", ReplaySample="sample")``."""
+def implements(**methods: str) -> Callable[[T], T]:
+    """Class decorator registering a :class:`Primitive` subclass under its ``backend`` for the
+    primitives its methods perform: ``@implements(ReplayAdd="add", ReplaySample="sample")``."""
 
     def register(cls: T) -> T:
+        if not (isinstance(cls, type) and issubclass(cls, Primitive)) or not isinstance(cls.__dict__.get("backend"), str):
+            raise ValueError(f"{cls.__name__}: an implementation subclasses Primitive and names its own backend")
         for primitive, method in methods.items():
             if primitive not in PRIMITIVES:
                 raise ValueError(f"{cls.__name__}: unknown primitive {primitive!r}")
             if not callable(getattr(cls, method, None)):
                 raise ValueError(f"{cls.__name__} has no method {method!r} for {primitive}")
-            _REGISTRY[primitive][backend] = Implementation(primitive, backend, cls, method, any_torch_device)
+            _REGISTRY[primitive][cls.backend] = Implementation(primitive, cls.backend, cls, method)
         return cls
 
     return register
 
 
-def implementations(primitive: str) -> dict[str, Implementation]:
-    """All registered implementations of ``primitive``, by backend."""
-    _load_library()
+def registered(primitive: str) -> dict[str, Implementation]:
+    """What has registered for ``primitive`` so far, by backend (``hetrl.primitives.implementations``
+    loads the library first)."""
     return dict(_REGISTRY[primitive])
-
-
-def get(primitive: str, backend: str) -> Implementation:
-    impls = implementations(primitive)
-    if backend not in impls:
-        raise HetrlError(
-            f"no {backend!r} implementation of {primitive}{did_you_mean(backend, impls)}; "
-            f"available: {', '.join(sorted(impls))}"
-        )
-    return impls[backend]
-
-
-def _load_library() -> None:
-    # Importing the library registers every implementation it ships.
-    import hetrl.primitives  # noqa: F401

@@ -1,7 +1,8 @@
-"""Replay storage: ring buffers of transitions, uniform or prioritized (sum tree), numpy or torch.
-Both backends run the same arithmetic, so the same calls sample the same batches in either."""
+"""Replay storage logic: a ring of transitions, uniform or prioritized (sum tree), over numpy or
+torch arrays. The registered implementations are ``hetrl.primitives.replay_numpy`` and
+``replay_torch``; both run this arithmetic, so the same calls sample the same batches in either."""
 
-from hetrl.replay.storage import NumpyReplay, TorchReplay
+from hetrl.replay.ring import RingReplay
 from hetrl.replay.sum_tree import SumTree
 
-__all__ = ["NumpyReplay", "SumTree", "TorchReplay"]
+__all__ = ["RingReplay", "SumTree"]

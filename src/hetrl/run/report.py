@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 if TYPE_CHECKING:
-    from hetrl.training import TrainResult
+    from hetrl.run.result import TrainResult
 
 
 def progress_bar(console: Console, enabled: bool) -> Progress:

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from hetrl.algos import Algorithm
-from hetrl.runtime.placement import Placement
+from hetrl.protocol import Placement
 
 if TYPE_CHECKING:
     from hetrl.config import TrainConfig

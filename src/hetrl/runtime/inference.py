@@ -6,7 +6,7 @@ Why: acting in each actor copies the policy into every actor and runs it one sma
 on the host; acting centrally batches every actor's envs into one call, on any Act backend (a
 compiled host MLP, or a GPU beside the learner), and needs no weight copies to the actors. What it
 costs: an actor waits a round trip for each step's actions, and while the learner is inside an
-update it serves nobody. The planner weighs both (``hetrl.plan``).
+update it serves nobody. The planner weighs both (``hetrl.planner.model_local``).
 
 Each actor owns a request slot in one shared block: it writes its observations and exploration
 draws, then bumps its ``requested`` counter (data before counter, as in ``shared.py``); the learner
@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.runtime.processes import actor_context
 from hetrl.runtime.shared import Layout, SharedArrays, SharedHandle
 
 INFERENCE = ("actor", "central")  # where a local run's actors act: with their own copy, or through this module
@@ -181,8 +182,6 @@ def measure_round_trip(layout: Layout) -> tuple[list[float], list[float]]:
     process asks while this process answers with a free ``act`` (no policy: Act is profiled
     alone), so the figures are the transport's cost; the actor is started from the local
     executor's fork server, as a run's are."""
-    from hetrl.runtime.local import actor_context  # the local executor imports this module
-
     ctx = actor_context()
     server = InferenceServer(layout, lambda: ctx.Pipe(duplex=False))
     results = ctx.SimpleQueue()

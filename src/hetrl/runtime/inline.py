@@ -16,33 +16,30 @@ import torch
 
 from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
-from hetrl.protocol import get
+from hetrl.primitives import check_placement
+from hetrl.protocol import Placement
+from hetrl.runtime.acting_role import ActingRole
 from hetrl.runtime.learner_role import LearnerRole
-from hetrl.runtime.nstep import NStepAssembler
-from hetrl.runtime.placement import Placement
 from hetrl.runtime.timers import Timers, merge_timers
+from hetrl.compat import unpickle
 
 
 class InlineExecutor:
     name = "inline"
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int) -> None:
-        placement.validate()
-        cfg, spec = algo.config, algo.spec
+        check_placement(placement, algo)
         self.algo, self.placement, self.seed = algo, placement, seed
-        self.env = get("EnvStep", placement.env.backend).cls(spec.env_id, num_envs, seed)
-        self.nstep = NStepAssembler(num_envs, cfg.n_step, cfg.gamma)
         self.rng = np.random.default_rng(seed)  # acting draws and replay sampling: one stream
         self.timers = Timers()
         self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
         self.learner, self.replay = self.learning.learner, self.learning.replay
-        self.policy = get("Act", placement.act.backend).cls(self.learner.policy_network, algo.action_rule, placement.act.device)
+        self.acting = ActingRole(algo, placement, num_envs, seed, self.rng, self.timers, self.learner.policy_network)
         self.env_steps = 0
         self.iterations = 0
         self.updates_due = 0.0
         self.synced_at = -1  # learner.updates at the last WeightSync
         self.finished: list[tuple[float, int]] = []  # (return, length) of episodes not yet reported
-        self.obs = self.env.reset()
 
     @property
     def updates(self) -> int:
@@ -51,6 +48,17 @@ class InlineExecutor:
     @property
     def policy_network(self) -> torch.nn.Module:
         return self.learner.policy_network
+
+    @property
+    def policy(self):  # the acting copy (Act)
+        return self.acting.policy
+
+    @property
+    def env(self):  # the EnvStep implementation
+        return self.acting.env
+
+    def ran(self) -> dict[str, str]:
+        return {**self.acting.ran(), **self.learning.ran()}
 
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
         """name -> (seconds, calls, processes doing it): one process here."""
@@ -71,25 +79,15 @@ class InlineExecutor:
 
     def iteration(self) -> None:
         """Step every env once, store the transitions, and run the updates the replay ratio asks for."""
-        algo, cfg, timers = self.algo, self.algo.config, self.timers
-        n = self.env.num_envs
-        if self.env_steps < cfg.learning_starts:
-            actions = algo.random_actions(self.rng, n)
-        else:
-            if self.synced_at != self.learner.updates:
-                with timers.time("WeightSync"):
-                    self.policy.sync()
-                self.synced_at = self.learner.updates
-            explore, random_actions = algo.draw_exploration(self.rng, n)
-            with timers.time("Act"):
-                actions = self.policy.act(self.obs, explore, random_actions, algo.exploration(self.env_steps))
-        with timers.time("EnvStep"):
-            out = self.env.step(actions)
-        self.finished.extend(self.env.finished)
-        ready = self.nstep(self.obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
+        cfg, acting = self.algo.config, self.acting
+        n = acting.num_envs
+        if self.env_steps >= cfg.learning_starts and self.synced_at != self.learner.updates:
+            acting.sync()
+            self.synced_at = self.learner.updates
+        ready, finished = acting.step(self.env_steps)
+        self.finished.extend(finished)
         if ready is not None:
             self.learning.add(ready)
-        self.obs = out["next_obs"]
         self.env_steps += n
         self.iterations += 1
         if self.env_steps >= cfg.learning_starts and len(self.replay) >= cfg.batch_size:
@@ -107,12 +105,12 @@ class InlineExecutor:
         return done
 
     def close(self) -> None:
-        self.env.close()
+        self.acting.close()
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         try:
-            envs = pickle.dumps(self.env)
+            envs = pickle.dumps(self.acting.env)
         except Exception as exc:  # an env with unpicklable state (a simulator handle, say)
             warnings.warn(f"environment state cannot be saved ({exc}); a resumed run will reset its envs")
             envs = None
@@ -123,11 +121,11 @@ class InlineExecutor:
             "synced_at": self.synced_at,
             "rng": self.rng.bit_generator.state,
             "envs": envs,
-            "obs": self.obs,
+            "obs": self.acting.obs,
             "finished": list(self.finished),
-            "nstep": self.nstep.state_dict(),
+            "nstep": self.acting.nstep.state_dict(),
             **self.learning.state_dict(),
-            "policy": self.policy.state_dict(),
+            "policy": self.acting.policy.state_dict(),
             "executor": self.name,
         }
 
@@ -139,14 +137,17 @@ class InlineExecutor:
         self.updates_due = state["updates_due"]
         self.synced_at = state["synced_at"]
         self.rng.bit_generator.state = state["rng"]
+        acting = self.acting
         if state["envs"] is not None:
-            self.env.close()
-            self.env = pickle.loads(state["envs"])
-            self.obs = state["obs"]
+            acting.env.close()
+            slot = acting.env.slot
+            acting.env = unpickle(state["envs"])
+            acting.env.slot = slot
+            acting.obs = state["obs"]
         else:
-            self.env.seed = self.seed + self.env_steps
-            self.obs = self.env.reset()
+            acting.env.seed = self.seed + self.env_steps
+            acting.obs = acting.env.reset()
         self.finished = list(state["finished"])
-        self.nstep.load_state_dict(state["nstep"])
+        acting.nstep.load_state_dict(state["nstep"])
         self.learning.load_state_dict(state)
-        self.policy.load_state_dict(state["policy"])
+        acting.policy.load_state_dict(state["policy"])

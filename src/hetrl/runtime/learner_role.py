@@ -12,11 +12,9 @@ import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.protocol import get
-from hetrl.runtime.placement import Placement
+from hetrl.primitives import build, get
+from hetrl.protocol import LEARN_INPUTS, Placement
 from hetrl.runtime.timers import Timers
-
-LEARN_INPUTS = ("obs", "actions", "rewards", "next_obs", "discounts", "weights")
 
 
 def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Tensor]:
@@ -38,14 +36,11 @@ class LearnerRole:
     """
 
     def __init__(self, algo: Algorithm, placement: Placement, seed: int, rng: np.random.Generator, timers: Timers) -> None:
-        cfg, spec = algo.config, algo.spec
+        cfg = algo.config
         self.config, self.rng, self.timers = cfg, rng, timers
-        self.learn = get("Learn", placement.learn.backend).cls(algo, placement.learn.device, seed)
+        self.learn = build("Learn", placement.learn, algo, seed)
         self.learner = self.learn.learner
-        self.replay = get("ReplayAdd", placement.replay.backend).cls(
-            cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype,
-            prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps, device=placement.replay.device,
-        )
+        self.replay = build("ReplayAdd", placement.replay, algo, seed)
         self.host_replay = placement.replay.backend == "numpy"
         self.transfers = needs_transfer(placement)
         self.losses: list[torch.Tensor] = []  # not yet reported
@@ -53,6 +48,11 @@ class LearnerRole:
     @property
     def updates(self) -> int:
         return self.learner.updates
+
+    def ran(self) -> dict[str, str]:
+        """Where the replay's primitives and Learn ran."""
+        replay = self.replay.describe()
+        return {"ReplayAdd": replay, "ReplaySample": replay, "PriorityUpdate": replay, "Learn": self.learn.describe()}
 
     def can_sample(self) -> bool:
         return len(self.replay) >= self.config.batch_size

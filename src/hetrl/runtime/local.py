@@ -13,7 +13,6 @@ removes every segment. An actor that dies is restarted and counted.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import sys
@@ -29,12 +28,13 @@ import torch
 from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
 from hetrl.nets.host_mirror import HostMirror
-from hetrl.protocol import get
-from hetrl.runtime.actor import ActorLoop, ActorSpec
+from hetrl.primitives import build, check_placement
+from hetrl.protocol import Placement
+from hetrl.runtime.acting_role import Actor, ActorSpec
 from hetrl.runtime.inference import INFERENCE, InferenceClient, InferenceServer, InferenceStopped, inference_layout
 from hetrl.runtime.learner_role import LearnerRole
-from hetrl.runtime.placement import Placement
 from hetrl.runtime.parallel import ParallelBookkeeping
+from hetrl.runtime.processes import actor_context
 from hetrl.runtime.rate_limiter import RateLimiter, default_lead
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
@@ -55,14 +55,6 @@ WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
 IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
 
 
-def actor_context() -> Any:
-    """The multiprocessing context actor processes start from: a fork server with the actor code
-    imported, so restarts are quick and the learner's threads are never forked."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["hetrl.runtime.local"])
-    return ctx
-
-
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -73,7 +65,7 @@ class LocalExecutor(ParallelBookkeeping):
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr,
                  inference: str = "actor") -> None:
-        placement.validate()
+        check_placement(placement, algo)
         if actors < 1:
             raise HetrlError(f"the local executor needs at least 1 actor (got {actors})")
         if inference not in INFERENCE:
@@ -81,15 +73,16 @@ class LocalExecutor(ParallelBookkeeping):
         cfg = algo.config
         self.algo, self.placement, self.seed, self.log = algo, placement, seed, log
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
-        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed)
+        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed, placement)
         self.timers = Timers()
         self.rng = np.random.default_rng(seed)
         self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
         self.learner, self.replay = self.learning.learner, self.learning.replay
         self.inference = inference
         # central inference: the acting copy lives here, on the placement's Act slot, synced as inline does
-        self.policy = (get("Act", placement.act.backend).cls(self.learner.policy_network, algo.action_rule, placement.act.device)
+        self.policy = (build("Act", placement.act, algo, seed, source=self.learner.policy_network)
                        if inference == "central" else None)
+        self._actors_ran: dict[str, str] = {}  # what the actors report they built
         self.synced_at = -1  # learner.updates at the acting copy's last sync (central inference)
         self.server: InferenceServer | None = None
         self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, default_lead(actors, num_envs))
@@ -129,6 +122,7 @@ class LocalExecutor(ParallelBookkeeping):
                                       explore, random_actions)
             self.server = InferenceServer(layout, lambda: self._ctx.Pipe(duplex=False))
         self._errors = self._ctx.SimpleQueue()
+        self._reports = self._ctx.SimpleQueue()  # each actor's ran() once it has built its acting role
         self._procs: list[Any] = [None] * self.actors
         self._incarnations = [0] * self.actors
         self._started_at = [0.0] * self.actors
@@ -146,11 +140,22 @@ class LocalExecutor(ParallelBookkeeping):
         proc = self._ctx.Process(
             target=actor_process, name=f"hetrl-actor-{index}", daemon=True,
             args=(self.spec, index, self._incarnations[index], self.rings[index].block.handle, self.control.handle,
-                  self.weights.block.handle, os.getpid(), self._errors, inference),
+                  self.weights.block.handle, os.getpid(), self._errors, inference, self._reports),
         )
         proc.start()
         self._procs[index] = proc
         self._started_at[index] = time.perf_counter()
+
+    def ran(self) -> dict[str, str]:
+        """Where each primitive ran: the learner's side from its objects, the actors' as they reported."""
+        if self._started:
+            while not self._reports.empty():
+                self._actors_ran.update(self._reports.get())
+        n = self.actors
+        where = {key: f"{value}, {n} actor{'s' if n != 1 else ''}" for key, value in self._actors_ran.items()}
+        if self.policy is not None:
+            where["Act"] = f"{self.policy.describe()}, learner's process, batched over {n} actor{'s' if n != 1 else ''}"
+        return {**where, **self.learning.ran()}
 
     def actor_pids(self) -> list[int]:
         return [p.pid for p in self._procs] if self._started else []
@@ -315,7 +320,8 @@ class LocalExecutor(ParallelBookkeeping):
 
 
 def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: SharedHandle, control_handle: SharedHandle,
-                  weights_handle: SharedHandle, parent_pid: int, errors: Any, inference: tuple[Any, ...] | None = None) -> None:
+                  weights_handle: SharedHandle, parent_pid: int, errors: Any, inference: tuple[Any, ...] | None = None,
+                  reports: Any = None) -> None:
     """An actor's main: step, publish transitions, stay within the limiter; exit when told to or
     when the learner's process is gone. ``inference``: the learner's central inference to act
     through (``InferenceServer.client_args``); None to act with the actor's own copy."""
@@ -330,12 +336,15 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
         flags, actor_steps = control["flags"], control["actor_steps"]
         if inference is not None:
             client = InferenceClient(*inference, should_stop=lambda: bool(flags[STOP]) or not _alive(parent_pid))
-        loop = ActorLoop(spec, spec.actor_seed(index, incarnation), timers, client.act if client else None)
+        loop = Actor(spec, spec.actor_seed(index, incarnation), timers, client.act if client else None)
+        if reports is not None:
+            reports.put(loop.ran())
         n, room, version, steps, nap = spec.num_envs, loop.max_rows_per_step(), -1, 0, WAIT_MIN_S
         while not flags[STOP]:
             if client is None and weights.version() != version:
                 start = time.perf_counter()
-                version = weights.read_into(loop.params)
+                version = weights.read_into(loop.weights)
+                loop.weights_arrived()
                 ring.header[ACTING_VERSION] = version
                 timers.add("WeightFetch", time.perf_counter() - start)
             env_steps = int(flags[BASE_ENV_STEPS] + actor_steps.sum())

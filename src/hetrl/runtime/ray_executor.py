@@ -23,9 +23,10 @@ import torch
 from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
 from hetrl.nets import numpy_params
-from hetrl.runtime.actor import ActorLoop, ActorSpec
+from hetrl.primitives import check_placement
+from hetrl.protocol import Placement
+from hetrl.runtime.acting_role import Actor, ActorSpec
 from hetrl.runtime.learner_role import LearnerRole
-from hetrl.runtime.placement import Placement
 from hetrl.runtime.parallel import ParallelBookkeeping
 from hetrl.runtime.rate_limiter import RateLimiter, default_lead
 from hetrl.runtime.timers import Timers, merge_timers
@@ -50,14 +51,15 @@ class RayActorRole:
 
     def __init__(self, spec: ActorSpec, seed: int) -> None:
         self.timers = Timers()
-        self.loop = ActorLoop(spec, seed, self.timers)
+        self.loop = Actor(spec, seed, self.timers)
         self.version = -1
 
     def collect(self, steps: int, env_steps: int, weights: dict[str, np.ndarray] | None, version: int) -> tuple[dict, dict | None]:
         if weights is not None and version != self.version:
             start = time.perf_counter()
             for name, value in weights.items():
-                np.copyto(self.loop.params[name], value)
+                np.copyto(self.loop.weights[name], value)
+            self.loop.weights_arrived()
             self.version = version
             self.timers.add("WeightFetch", time.perf_counter() - start)
         chunks, episodes = [], []
@@ -68,7 +70,7 @@ class RayActorRole:
             episodes += finished
         transitions = {key: np.concatenate([c[key] for c in chunks]) for key in TRANSITION_FIELDS} if chunks else None
         meta = {"steps": steps * self.loop.num_envs, "episodes": episodes, "version": self.version,
-                "timers": self.timers.totals()}
+                "timers": self.timers.totals(), "ran": self.loop.ran()}
         return meta, transitions
 
 
@@ -100,7 +102,7 @@ class RayLearnerRole:
             with self.timers.time("WeightSync"):
                 weights = numpy_params(role.learner.policy_network)
         return {"updates": role.updates, "loss": role.drain_losses(), "weights": weights,
-                "timers": self.timers.totals()}
+                "timers": self.timers.totals(), "ran": role.ran()}
 
     def weights(self) -> dict[str, np.ndarray]:
         return numpy_params(self.role.learner.policy_network)
@@ -117,14 +119,14 @@ class RayExecutor(ParallelBookkeeping):
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, address: str | None = None, log: Callable[[str], None] = _stderr) -> None:
-        placement.validate()
+        check_placement(placement, algo)
         self.ray = _import_ray()
         if actors < 1:
             raise HetrlError(f"the ray executor needs at least 1 actor (got {actors})")
         cfg = algo.config
         self.algo, self.placement, self.seed, self.address, self.log = algo, placement, seed, address, log
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
-        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed)
+        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed, placement)
         lead = default_lead(actors, num_envs)
         self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, lead)
         self.chunk_steps = max(1, lead // (2 * actors * num_envs))  # steps per env per collect call
@@ -136,6 +138,7 @@ class RayExecutor(ParallelBookkeeping):
         self._losses: list[float] = []
         self._actor_timers: list[dict[str, tuple[float, int]]] = [{} for _ in range(actors)]
         self._learner_timers: dict[str, tuple[float, int]] = {}
+        self._ran: dict[str, str] = {}  # as the actors and the learner report it
         self._restore: dict[str, Any] | None = None
         self._started = self._closed = False
 
@@ -237,6 +240,8 @@ class RayExecutor(ParallelBookkeeping):
             self.env_steps += meta["steps"]
             self.finished += meta["episodes"]
             self._actor_timers[index] = meta["timers"]
+            n = self.actors
+            self._ran.update({k: f"{v}, {n} actor{'s' if n != 1 else ''}" for k, v in meta["ran"].items()})
             self._interval_staleness.append(max(0, self.updates - meta["version"]))
             self._queued.append(transitions)
             self._queued_steps += meta["steps"]
@@ -262,6 +267,7 @@ class RayExecutor(ParallelBookkeeping):
         self._learning = None
         self.updates = result["updates"]
         self._learner_timers = result["timers"]
+        self._ran.update(result["ran"])
         if result["loss"] is not None:
             self._losses.append(result["loss"])
         if result["weights"] is not None:
@@ -307,6 +313,10 @@ class RayExecutor(ParallelBookkeeping):
     def drain_losses(self) -> float | None:
         losses, self._losses = self._losses, []
         return float(np.mean(losses)) if losses else None
+
+    def ran(self) -> dict[str, str]:
+        """Where each primitive ran, as the Ray actors and the learner reported it."""
+        return dict(self._ran)
 
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
         """name -> (seconds, calls, processes doing it); this process's waiting included."""

@@ -55,7 +55,7 @@ def _measure(algo: str, env: str, agent_json: dict[str, Any], actors: int) -> fl
     from hetrl.config import config_from_dict
     from hetrl.envs import env_spec
     from hetrl.runtime.local import LocalExecutor
-    from hetrl.runtime.placement import default_placement
+    from hetrl.planner.rule import default_placement
 
     agent = config_from_dict({"algo": algo, "env": env, "agent": agent_json}, "the profiled agent").agent
     algorithm = make_algorithm(algo, env_spec(env), agent)

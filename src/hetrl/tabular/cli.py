@@ -42,6 +42,15 @@ def _env_kwargs(pairs: list[str]) -> dict[str, Any]:
     return kwargs
 
 
+def backend_names() -> list[str]:
+    """The TabularLearn backends, read off the library's module names (``tabular_learn_numba_threads``
+    holds ``numba-threads``) so that building the parser imports no implementation."""
+    from hetrl.primitives import LIBRARY
+
+    prefix = "tabular_learn_"
+    return [module[len(prefix) :].replace("_", "-") for module in LIBRARY if module.startswith(prefix)]
+
+
 def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     """Register ``tabular collect`` and ``tabular train`` on an argparse subparsers object."""
     parser = subparsers.add_parser(
@@ -84,7 +93,7 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     train.add_argument("--seed", type=int, default=0, help="seed of --order random and of the evaluation")
     train.add_argument("--merge-every", type=count, metavar="K", help="average the tables every K updates per unit (default: at the end)")
     train.add_argument("--scale", type=int, default=DEFAULT_SCALE, help=f"int32: Q stored as round(Q * scale) (default {DEFAULT_SCALE})")
-    train.add_argument("--backend", default="auto", help="auto, numba-threads, numba-processes, torch or ray")
+    train.add_argument("--backend", default="auto", help=f"auto (default) or one of {', '.join(backend_names())}")
     train.add_argument("--device", help="torch device for --backend torch (default cuda if available)")
     train.add_argument("--eval-episodes", type=int, default=1000, metavar="N", help="greedy evaluation episodes (default 1000; 0 skips)")
     train.add_argument("--save-q", type=Path, metavar="FILE", help="write the learned float32 Q-table as .npy")

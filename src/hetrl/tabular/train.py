@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hetrl.errors import HetrlError, did_you_mean
-from hetrl.tabular.backends import AUTO, BACKENDS, UpdateRule, resolve_backend
+from hetrl.primitives import build, implementations
+from hetrl.protocol import Slot
 from hetrl.tabular.dataset import TabularDataset
 from hetrl.tabular.evaluate import greedy_policy
 from hetrl.tabular.fixed_point import DEFAULT_SCALE, FixedPoint, coefficient
@@ -23,6 +24,8 @@ from hetrl.tabular.kernels import pack
 from hetrl.tabular.merge import merge_tables
 from hetrl.tabular.options import ALGOS, FORMATS
 from hetrl.tabular.schedule import Order, shard_bounds
+from hetrl.tabular.units import AUTO, UpdateRule, resolve_backend
+
 # Without merges or a progress callback the whole run is one call per unit; with a progress
 # callback it is cut into about this many calls.
 PROGRESS_STEPS = 100
@@ -120,6 +123,9 @@ def train_tabular(
         order=config.order,
     )
     name = resolve_backend(config.backend, config.units, config.device)
+    # The device checked (a one-line error naming the fix), or the backend's default; the library
+    # is loaded here, before the setup is timed.
+    slot = Slot(name, implementations("TabularLearn")[name].cls.place(config.device))
     streams = np.diff(bounds) * config.epochs  # updates per unit
     total, longest = int(streams.sum()), int(streams.max())
     if config.merge_every is not None:
@@ -129,7 +135,7 @@ def train_tabular(
     else:
         step = longest
     began = time.perf_counter()
-    backend = BACKENDS[name](rule, packed, bounds, config.device)
+    backend = build("TabularLearn", slot, rule, 0, packed=packed, bounds=bounds)
     setup = time.perf_counter() - began
     learn = merge_time = 0.0
     merges = 0

@@ -1,4 +1,4 @@
-"""Learn/cudagraph: a torch learner's whole update replayed as CUDA graphs.
+"""Learn / cudagraph: a torch learner's whole update replayed as CUDA graphs.
 
 The networks of DRL are small, so on a GPU an update is bound by kernel launches rather than
 arithmetic: a DQN update is some 60 kernels and a DDPG update some 150, each launched by the host
@@ -36,7 +36,7 @@ import torch
 
 from hetrl.algos.base import Algorithm, Learner, TorchLearner
 from hetrl.errors import HetrlError
-from hetrl.protocol import implements
+from hetrl.protocol import Learn, Slot, implements
 
 WARMUP_UPDATES = 3
 _ALIGN = 16  # bytes: every input's slice of the staging buffer starts aligned for any dtype
@@ -170,12 +170,17 @@ def _params(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-@implements("cudagraph", any_torch_device=True, Learn="learn")
-class CudaGraphLearn:
+@implements(Learn="learn")
+class LearnCudagraph(Learn):
     """Learn on a CUDA device by replaying the update as CUDA graphs (one launch instead of ~100)."""
 
+    backend = "cudagraph"
     device_types = ("cuda",)
-    takes_host_arrays = True  # the replay's host batch goes into the graphs' inputs in one copy
+    input_kind = "host"  # the replay's host batch goes into the graphs' inputs in one copy
+
+    @classmethod
+    def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "LearnCudagraph":
+        return cls(algorithm, slot.device, seed)
 
     def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
         self.device = torch.device(device)

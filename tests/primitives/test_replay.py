@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from hetrl.protocol import PRIMITIVES, implementations
-from hetrl.replay import NumpyReplay, SumTree, TorchReplay
+from hetrl.primitives import implementations
+from hetrl.protocol import PRIMITIVES
+from hetrl.primitives.replay_numpy import ReplayNumpy
+from hetrl.primitives.replay_torch import ReplayTorch
+from hetrl.replay import SumTree
 from hetrl.replay.sum_tree import NumpyOps, TorchOps
 
-BACKENDS = [pytest.param(NumpyReplay, id="numpy"), pytest.param(TorchReplay, id="torch")]
+BACKENDS = [pytest.param(ReplayNumpy, id="numpy"), pytest.param(ReplayTorch, id="torch")]
 BELOW_ONE = np.nextafter(1.0, 0.0)  # the largest U[0,1) draw
 
 
@@ -272,8 +275,8 @@ def assert_same_outputs(expected: list[dict], got: list[dict]) -> None:
 @pytest.mark.parametrize("prioritized", [False, True])
 @pytest.mark.parametrize("tensors", [False, True], ids=["numpy-inputs", "tensor-inputs"])
 def test_numpy_and_torch_agree(prioritized, tensors):
-    expected = workload(make(NumpyReplay, 50, prioritized=prioritized), tensors=False)
-    assert_same_outputs(expected, workload(make(TorchReplay, 50, prioritized=prioritized), tensors=tensors))
+    expected = workload(make(ReplayNumpy, 50, prioritized=prioritized), tensors=False)
+    assert_same_outputs(expected, workload(make(ReplayTorch, 50, prioritized=prioritized), tensors=tensors))
 
 
 @pytest.mark.gpu
@@ -281,15 +284,15 @@ def test_numpy_and_torch_agree(prioritized, tensors):
 def test_numpy_and_cuda_agree(prioritized):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    expected = workload(make(NumpyReplay, 50, prioritized=prioritized), tensors=False)
-    assert_same_outputs(expected, workload(make(TorchReplay, 50, prioritized=prioritized, device="cuda"), tensors=True))
+    expected = workload(make(ReplayNumpy, 50, prioritized=prioritized), tensors=False)
+    assert_same_outputs(expected, workload(make(ReplayTorch, 50, prioritized=prioritized, device="cuda"), tensors=True))
 
 
 @pytest.mark.gpu
 def test_cuda_replay_does_not_synchronise():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    replay = make(TorchReplay, 64, prioritized=True, device="cuda")
+    replay = make(ReplayTorch, 64, prioritized=True, device="cuda")
     batch = {key: torch.as_tensor(value, device="cuda") for key, value in items(0, 80).items()}
     uniform = torch.rand(32, dtype=torch.float64, device="cuda")
     td = torch.rand(32, device="cuda")
@@ -350,7 +353,7 @@ def test_state_dict_round_trip(source, target):
 )
 @pytest.mark.parametrize("cls", BACKENDS)
 def test_load_state_dict_mismatch_raises(cls, field, kwargs):
-    source = make(NumpyReplay, 16, prioritized=True)
+    source = make(ReplayNumpy, 16, prioritized=True)
     source.add(**items(0, 4))
     settings = {"capacity": 16, "prioritized": True, **kwargs}
     target = make(cls, settings.pop("capacity"), **settings)
@@ -360,7 +363,7 @@ def test_load_state_dict_mismatch_raises(cls, field, kwargs):
 
 @pytest.mark.parametrize("cls", BACKENDS)
 def test_load_state_dict_rejects_bad_arrays(cls):
-    state = make(NumpyReplay, 4).state_dict()
+    state = make(ReplayNumpy, 4).state_dict()
     state["rewards"] = state["rewards"][:3]
     with pytest.raises(ValueError, match="rewards"):
         make(cls, 4).load_state_dict(state)
@@ -384,28 +387,28 @@ def test_sample_conforms_to_the_contract(cls, prioritized, action_shape, action_
     out_as_numpy = {key: to_numpy(value) for key, value in out.items()}
     dims = {"B": 5, "obs": obs_shape, "act": action_shape, "action_dtype": action_dtype}
     PRIMITIVES["ReplaySample"].check("outputs", out_as_numpy, dims)
-    if cls is TorchReplay:
+    if cls is ReplayTorch:
         assert all(isinstance(value, torch.Tensor) for value in out.values())
 
 
 def test_backends_are_registered():
     for primitive, method in (("ReplayAdd", "add"), ("ReplaySample", "sample"), ("PriorityUpdate", "update_priorities")):
         impls = implementations(primitive)
-        assert (impls["numpy"].cls, impls["numpy"].method, impls["numpy"].any_torch_device) == (NumpyReplay, method, False)
-        assert (impls["torch"].cls, impls["torch"].method, impls["torch"].any_torch_device) == (TorchReplay, method, True)
+        assert (impls["numpy"].cls, impls["numpy"].method, impls["numpy"].device_types) == (ReplayNumpy, method, ("cpu",))
+        assert (impls["torch"].cls, impls["torch"].method, impls["torch"].device_types) == (ReplayTorch, method, None)
 
 
 def test_devices():
-    assert NumpyReplay(4, (2,), (), "int64", device=torch.device("cpu")).device.type == "cpu"
+    assert ReplayNumpy(4, (2,), (), "int64", device=torch.device("cpu")).device.type == "cpu"
     with pytest.raises(ValueError, match="cpu"):
-        NumpyReplay(4, (2,), (), "int64", device="cuda")
+        ReplayNumpy(4, (2,), (), "int64", device="cuda")
     with pytest.raises(ValueError, match="device"):
-        TorchReplay(4, (2,), (), "int64", device="not-a-device")
-    assert TorchReplay(4, (2,), (), "int64", device=torch.device("cpu")).device == torch.device("cpu")
+        ReplayTorch(4, (2,), (), "int64", device="not-a-device")
+    assert ReplayTorch(4, (2,), (), "int64", device=torch.device("cpu")).device == torch.device("cpu")
 
 
 def test_a_field_of_the_wrong_shape_is_named():
     """A scalar where a batch is due gets the field and the shape expected, not a bare TypeError."""
-    replay = NumpyReplay(10, (4,), (), "int64")
+    replay = ReplayNumpy(10, (4,), (), "int64")
     with pytest.raises(ValueError, match=r"rewards has shape \(\), expected \(1,\)"):
         replay.add(np.zeros((1, 4)), np.zeros(1), 0.0, np.zeros((1, 4)), np.ones(1))

@@ -1,4 +1,4 @@
-"""Learn/numba: DQN's whole update as one compiled call on the host, for small MLPs.
+"""Learn / numba: DQN's whole update as one compiled call on the host, for small MLPs.
 
 Forward passes (online on obs, target and online on next_obs for double Q-learning), the Huber
 loss, the backward pass, gradient clipping, Adam and the target update run in one numba function
@@ -22,12 +22,12 @@ import numba
 import numpy as np
 import torch
 
-from hetrl.algos.base import Algorithm, HostLearn, Learner, host_array, seeded_init
+from hetrl.algos.base import Algorithm, Learner, seeded_init
 from hetrl.algos.dqn import DQN, DQNConfig
 from hetrl.nets import QNetwork
 from hetrl.nets.fused_mlp import BETAS, EPS, FlatAdam, FlatMLP, backward, clip_and_adam, forward
-from hetrl.protocol import implements
-from hetrl.runtime.learner_role import LEARN_INPUTS
+from hetrl.primitives.learn_host import LearnOnHost, host_array
+from hetrl.protocol import LEARN_INPUTS, implements
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -77,11 +77,11 @@ def dqn_update(params, target, grads, m, v, step, dims, w_off, b_off, a_off,
 _HOST_DTYPES = {"actions": np.int64}  # every other input is float32
 
 
-class FusedDQNLearner(Learner):
+class DQNNumbaLearner(Learner):
     """DQN's learner with the update in :func:`dqn_update`; parameters shared with torch modules."""
 
     def __init__(self, algo: DQN, seed: int) -> None:
-        cfg: DQNConfig = algo.config  # NumbaLearn.unsupported has ruled out a dueling head
+        cfg: DQNConfig = algo.config  # LearnNumba.unsupported has ruled out a dueling head
         with seeded_init(seed):  # the same initial weights as the torch learner for this seed
             self.q: QNetwork = algo.make_networks()["q"]
         self.q_target = copy.deepcopy(self.q).requires_grad_(False)
@@ -143,15 +143,15 @@ class FusedDQNLearner(Learner):
         self.updates = state["updates"]
 
 
-@implements("numba", Learn="learn")
-class NumbaLearn(HostLearn):
+@implements(Learn="learn")
+class LearnNumba(LearnOnHost):
     """Learn on the host with a fused, compiled update (DQN with an MLP Q-network)."""
 
     backend = "numba"
     host_threads = (1,)  # one compiled loop nest on one core: the profiler measures it once
 
-    @staticmethod
-    def unsupported(algorithm: Algorithm) -> str | None:
+    @classmethod
+    def unsupported(cls, algorithm: Algorithm) -> str | None:
         """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
         use_torch = "use the torch learner (plan=rule, or backend torch for learn in a plan.json)"
         if not isinstance(algorithm, DQN):
@@ -161,5 +161,5 @@ class NumbaLearn(HostLearn):
         return None
 
     @staticmethod
-    def build(algorithm: Algorithm, seed: int) -> FusedDQNLearner:
-        return FusedDQNLearner(algorithm, seed)  # type: ignore[arg-type]
+    def make_learner(algorithm: Algorithm, seed: int) -> DQNNumbaLearner:
+        return DQNNumbaLearner(algorithm, seed)  # type: ignore[arg-type]

@@ -4,11 +4,13 @@ import numpy as np
 import pytest
 import torch
 
-from hetrl.algos import DDPGConfig, DQNConfig, TorchLearn, make_algorithm
-from hetrl.algos.fused import NumbaLearn
+from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
+from hetrl.primitives.learn_torch import LearnTorch
+from hetrl.primitives.learn_numba import LearnNumba
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
-from hetrl.protocol import get, implementations
+from hetrl.primitives import build, get, implementations
+from hetrl.protocol import Slot
 
 
 def _batch(rng, spec, n_actions, b=48):
@@ -41,7 +43,7 @@ def test_fused_dqn_matches_torch_update_by_update(case, env_id):
     spec = env_spec(env_id)
     cfg = DQNConfig(**{"hidden": (64, 64), "lr": 3e-3, **CASES[case]})
     algo = make_algorithm("dqn", spec, cfg)
-    fused, plain = NumbaLearn(algo, "cpu", seed=3), TorchLearn(algo, "cpu", seed=3)
+    fused, plain = LearnNumba(algo, "cpu", seed=3), LearnTorch(algo, "cpu", seed=3)
     _assert_same_params(fused.learner.q.state_dict(), plain.learner.q.state_dict(), atol=0)  # same initial weights
     rng = np.random.default_rng(0)
     for _ in range(12):
@@ -60,7 +62,7 @@ def test_gradient_clipping_is_exercised():
     batch = _batch(np.random.default_rng(1), spec, 2)
     outs = []
     for norm in (1e-3, None):
-        learn = NumbaLearn(make_algorithm("dqn", spec, DQNConfig(hidden=(16,), max_grad_norm=norm)), "cpu", seed=0)
+        learn = LearnNumba(make_algorithm("dqn", spec, DQNConfig(hidden=(16,), max_grad_norm=norm)), "cpu", seed=0)
         learn.learn(**batch)
         outs.append(learn.learner.params.copy())
     assert not np.allclose(outs[0], outs[1])
@@ -72,12 +74,12 @@ def test_checkpoints_move_between_backends():
     algo = make_algorithm("dqn", spec, DQNConfig(hidden=(32, 32), target_update_every=4))
     rng = np.random.default_rng(2)
     batches = [_batch(rng, spec, 2) for _ in range(10)]
-    fused = NumbaLearn(algo, "cpu", seed=0)
+    fused = LearnNumba(algo, "cpu", seed=0)
     for batch in batches[:5]:
         fused.learn(**batch)
-    plain = TorchLearn(algo, "cpu", seed=1)  # other initial weights, overwritten by the checkpoint
+    plain = LearnTorch(algo, "cpu", seed=1)  # other initial weights, overwritten by the checkpoint
     plain.learner.load_state_dict(fused.learner.state_dict())
-    again = NumbaLearn(algo, "cpu", seed=1)
+    again = LearnNumba(algo, "cpu", seed=1)
     again.learner.load_state_dict(plain.learner.state_dict())
     for batch in batches[5:]:
         a, b, c = fused.learn(**batch), plain.learn(**batch), again.learn(**batch)
@@ -90,7 +92,7 @@ def test_checkpoints_move_between_backends():
 def test_policy_network_shares_the_kernels_parameters():
     """Acting and evaluation read the torch module; it must see every update the kernel makes."""
     spec = env_spec("CartPole-v1")
-    learn = NumbaLearn(make_algorithm("dqn", spec, DQNConfig(hidden=(16, 16))), "cpu", seed=0)
+    learn = LearnNumba(make_algorithm("dqn", spec, DQNConfig(hidden=(16, 16))), "cpu", seed=0)
     obs = torch.zeros(1, 4)
     before = learn.learner.policy_network(obs).detach().clone()
     learn.learn(**_batch(np.random.default_rng(3), spec, 2))
@@ -105,9 +107,9 @@ def test_unsupported_algorithms_are_refused_with_the_fix():
     assert impl.unsupported(make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig())) is None
     assert implementations("Learn")["torch"].unsupported(ddpg) is None
     with pytest.raises(HetrlError, match="DQN only.*torch learner"):
-        NumbaLearn(ddpg, "cpu", seed=0)
+        LearnNumba(ddpg, "cpu", seed=0)
     with pytest.raises(HetrlError, match="runs on the host"):
-        NumbaLearn(dueling, "cuda", seed=0)
+        LearnNumba(dueling, "cuda", seed=0)
 
 
 @pytest.mark.parametrize("algo_name", ["dqn", "ddpg"])
@@ -115,9 +117,9 @@ def test_numba_policy_matches_the_numpy_policy(algo_name):
     """Act/numba for the networks it runs (the protocol test covers only the DDPG actor: its DQN is dueling)."""
     spec, cfg = (env_spec("CartPole-v1"), DQNConfig(hidden=(32, 32))) if algo_name == "dqn" else (env_spec("Pendulum-v1"), DDPGConfig(hidden=(32, 32)))
     algo = make_algorithm(algo_name, spec, cfg)
-    learn = TorchLearn(algo, "cpu", seed=0)
-    fast = get("Act", "numba").cls(learn.learner.policy_network, algo.action_rule)
-    plain = get("Act", "numpy").cls(learn.learner.policy_network, algo.action_rule)
+    learn = LearnTorch(algo, "cpu", seed=0)
+    fast = build("Act", Slot("numba"), algo, 0, source=learn.learner.policy_network)
+    plain = build("Act", Slot("numpy"), algo, 0, source=learn.learner.policy_network)
     rng = np.random.default_rng(5)
     for n in (1, 7):
         obs = rng.standard_normal((n,) + spec.obs_shape).astype(np.float32)
@@ -144,7 +146,7 @@ def test_numba_policy_refuses_a_dueling_network():
     algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(16,), dueling=True))
     assert "dueling" in get("Act", "numba").unsupported(algo)
     with pytest.raises(HetrlError, match="numpy policy"):
-        get("Act", "numba").cls(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
+        build("Act", Slot("numba"), algo, 0, source=LearnTorch(algo, "cpu", seed=0).learner.policy_network)
 
 
 @pytest.mark.parametrize("algo_name", ["dqn", "ddpg"])
@@ -152,20 +154,20 @@ def test_act_checkpoints_move_between_backends(algo_name):
     """A run's acting copy saved by one Act backend loads into another (evaluation uses the numpy one)."""
     spec, cfg = (env_spec("CartPole-v1"), DQNConfig(hidden=(16, 16))) if algo_name == "dqn" else (env_spec("Pendulum-v1"), DDPGConfig(hidden=(16, 16)))
     algo = make_algorithm(algo_name, spec, cfg)
-    saved = get("Act", "numba").cls(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
+    saved = build("Act", Slot("numba"), algo, 0, source=LearnTorch(algo, "cpu", seed=0).learner.policy_network)
     obs = np.random.default_rng(6).standard_normal((4,) + spec.obs_shape).astype(np.float32)
     for backend in ("numpy", "numba"):
-        other = get("Act", backend).cls(TorchLearn(algo, "cpu", seed=1).learner.policy_network, algo.action_rule)
+        other = build("Act", Slot(backend), algo, 0, source=LearnTorch(algo, "cpu", seed=1).learner.policy_network)
         other.load_state_dict(saved.state_dict())
         np.testing.assert_allclose(other.forward(obs), saved.forward(obs), rtol=1e-5, atol=1e-6)
-        saved.load_state_dict(get("Act", "numpy").cls(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule).state_dict())
+        saved.load_state_dict(build("Act", Slot("numpy"), algo, 0, source=LearnTorch(algo, "cpu", seed=0).learner.policy_network).state_dict())
 
 
 def test_the_numba_policy_is_compiled_before_its_first_act():
     """numba's start-up lands in construction, not in the first timed Act."""
     from hetrl.nets.fused_mlp import epsilon_greedy, forward
-    from hetrl.runtime.acting import NumbaPolicy
+    from hetrl.primitives.act_numba import ActNumba
 
     algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,)))
-    policy = NumbaPolicy(TorchLearn(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
+    policy = ActNumba(LearnTorch(algo, "cpu", seed=0).learner.policy_network, algo.action_rule)
     assert forward.signatures and epsilon_greedy.signatures and policy._scratch_for == 1

@@ -4,15 +4,16 @@ import numpy as np
 import pytest
 import torch
 
-from hetrl.algos import DDPGConfig, DQNConfig, TD3Config, TorchLearn, make_algorithm
-from hetrl.algos import blas as blas_module
-from hetrl.algos.blas import BlasLearn
+from hetrl.algos import DDPGConfig, DQNConfig, TD3Config, make_algorithm
+from hetrl.primitives.learn_torch import LearnTorch
+from hetrl.primitives import learn_blas as blas_module
+from hetrl.primitives.learn_blas import LearnBlas
 from hetrl.envs import env_spec
 from hetrl.envs.spec import EnvSpec
 from hetrl.errors import HetrlError
 from hetrl.nets import narrow
 from hetrl.nets.fused_mlp import CACHE_LINE, aligned_zeros
-from hetrl.protocol import get
+from hetrl.primitives import get
 
 # A wide observation (a BLAS first layer) and three action dimensions, beside Pendulum's narrow one.
 WIDE = EnvSpec("Wide-v0", (24,), False, 0, (3,), (-1.0, -2.0, 0.0), (1.0, 2.0, 0.5), None, False)
@@ -53,7 +54,7 @@ def test_blas_learner_matches_torch_update_by_update(case):
     name, env, cfg = CASES[case]
     spec = env_spec(env) if isinstance(env, str) else env
     algo = make_algorithm(name, spec, cfg)
-    blas, plain = BlasLearn(algo, "cpu", seed=3), TorchLearn(algo, "cpu", seed=3)
+    blas, plain = LearnBlas(algo, "cpu", seed=3), LearnTorch(algo, "cpu", seed=3)
     rng = np.random.default_rng(0)
     for _ in range(12):
         batch = _batch(rng, spec)
@@ -64,7 +65,7 @@ def test_blas_learner_matches_torch_update_by_update(case):
     mine, theirs = blas.learner.state_dict(), plain.learner.state_dict()
     for net in ("actor", "critic", "actor_target", "critic_target"):
         _assert_same(mine[net], theirs[net])
-    start = {k: v.clone() for k, v in BlasLearn(algo, "cpu", seed=3).learner.actor.state_dict().items()}
+    start = {k: v.clone() for k, v in LearnBlas(algo, "cpu", seed=3).learner.actor.state_dict().items()}
     assert not torch.allclose(mine["actor"]["net.0.weight"], start["net.0.weight"])  # the actor did move
 
 
@@ -74,7 +75,7 @@ def test_gradient_clipping_is_exercised():
     batch = _batch(np.random.default_rng(1), spec)
     params = []
     for norm in (1e-3, None):
-        learn = BlasLearn(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16,), max_grad_norm=norm)), "cpu", seed=0)
+        learn = LearnBlas(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16,), max_grad_norm=norm)), "cpu", seed=0)
         learn.learn(**batch)
         params.append(learn.learner.critic_flat.params.copy())
     assert not np.allclose(params[0], params[1])
@@ -86,12 +87,12 @@ def test_checkpoints_move_between_backends():
     algo = make_algorithm("td3", spec, TD3Config(hidden=(32, 32)))
     rng = np.random.default_rng(2)
     batches = [_batch(rng, spec) for _ in range(10)]
-    blas = BlasLearn(algo, "cpu", seed=0)
+    blas = LearnBlas(algo, "cpu", seed=0)
     for batch in batches[:5]:
         blas.learn(**batch)
-    plain = TorchLearn(algo, "cpu", seed=1)  # other initial weights, overwritten by the checkpoint
+    plain = LearnTorch(algo, "cpu", seed=1)  # other initial weights, overwritten by the checkpoint
     plain.learner.load_state_dict(blas.learner.state_dict())
-    again = BlasLearn(algo, "cpu", seed=1)
+    again = LearnBlas(algo, "cpu", seed=1)
     again.learner.load_state_dict(plain.learner.state_dict())
     for batch in batches[5:]:
         a, b, c = blas.learn(**batch), plain.learn(**_torch(batch)), again.learn(**batch)
@@ -104,7 +105,7 @@ def test_checkpoints_move_between_backends():
 def test_policy_network_shares_the_learners_parameters():
     """Acting and evaluation read the torch actor; it must see every update the learner makes."""
     spec = env_spec("Pendulum-v1")
-    learn = BlasLearn(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16, 16))), "cpu", seed=0)
+    learn = LearnBlas(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16, 16))), "cpu", seed=0)
     obs = torch.ones(1, 3)
     before = learn.learner.policy_network(obs).detach().clone()
     learn.learn(**_batch(np.random.default_rng(3), spec))
@@ -114,7 +115,7 @@ def test_policy_network_shares_the_learners_parameters():
 def test_losses_are_new_tensors_each_update():
     """The executor keeps every update's loss until it reports their mean: none may be overwritten."""
     spec = env_spec("Pendulum-v1")
-    learn = BlasLearn(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16,))), "cpu", seed=0)
+    learn = LearnBlas(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16,))), "cpu", seed=0)
     rng = np.random.default_rng(4)
     first = learn.learn(**_batch(rng, spec))
     kept = first["loss"].item(), first["td_errors"].clone()
@@ -129,13 +130,13 @@ def test_unsupported_algorithms_and_devices_are_refused_with_the_fix():
     assert "DDPG and TD3 only" in impl.unsupported(dqn) and impl.unsupported(ddpg) is None
     assert impl.takes_host_arrays and not impl.runs_on("cuda:0")
     with pytest.raises(HetrlError, match="DDPG and TD3 only.*numba or torch learner"):
-        BlasLearn(dqn, "cpu", seed=0)
+        LearnBlas(dqn, "cpu", seed=0)
     with pytest.raises(HetrlError, match="runs on the host"):
-        BlasLearn(ddpg, "cuda", seed=0)
+        LearnBlas(ddpg, "cuda", seed=0)
 
 
 def test_narrow_kernels_are_compiled_before_the_first_update():
-    BlasLearn(make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(8,))), "cpu", seed=0)
+    LearnBlas(make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(8,))), "cpu", seed=0)
     kernels = [getattr(narrow, name) for name in dir(narrow) if hasattr(getattr(narrow, name), "signatures") and not name.startswith("_")]
     assert len(kernels) == 9
     for kernel in (*kernels, blas_module.td_loss, blas_module.squash_backward):
@@ -188,7 +189,7 @@ def test_layer_kernels_match_numpy(rows):
 def test_learner_buffers_start_on_cache_lines():
     """MKL's products are 4-5% slower on operands 16 bytes off a cache line, where np.zeros puts them."""
     spec = env_spec("Pendulum-v1")
-    learner = BlasLearn(make_algorithm("td3", spec, TD3Config(hidden=(40, 40))), "cpu", seed=0).learner
+    learner = LearnBlas(make_algorithm("td3", spec, TD3Config(hidden=(40, 40))), "cpu", seed=0).learner
     learner.update(_batch(np.random.default_rng(5), spec, b=33))
     flat = learner.critic_flat
     heads = [flat.params[start:end] for start, end in flat.spans]

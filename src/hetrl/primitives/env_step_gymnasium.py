@@ -1,4 +1,4 @@
-"""EnvStep on the host: N Gymnasium environments stepped in turn, with auto-reset.
+"""EnvStep/gymnasium: N Gymnasium environments stepped in turn on the host, with auto-reset.
 
 Ended episodes reset in the same step, and the true last observation is returned as
 ``final_obs`` so that truncated episodes can bootstrap from it. The batch is picklable (for
@@ -9,12 +9,20 @@ from __future__ import annotations
 
 import numpy as np
 
+from typing import Any
+
 from hetrl.envs.spec import make_env
-from hetrl.protocol import implements
+from hetrl.protocol import EnvStep, Slot, implements
 
 
-@implements("gymnasium", EnvStep="step")
-class EnvBatch:
+@implements(EnvStep="step")
+class EnvStepGymnasium(EnvStep):
+    backend = "gymnasium"
+
+    @classmethod
+    def build(cls, slot: Slot, algorithm: Any, seed: int, *, num_envs: int, **_: Any) -> "EnvStepGymnasium":
+        return cls(algorithm.spec.env_id, num_envs, seed)
+
     def __init__(self, env_id: str, num_envs: int, seed: int) -> None:
         self.envs = [make_env(env_id) for _ in range(num_envs)]
         self.num_envs = num_envs

@@ -1,4 +1,4 @@
-"""Learn/blas: DDPG's and TD3's update written out as matrix products into buffers made once.
+"""Learn / blas: DDPG's and TD3's update written out as matrix products into buffers made once.
 
 At DDPG's usual sizes (256x256 layers, batch 256) an update is ten 256^3 matrix products, which
 MKL runs on one core at about 90% of this CPU's fp32 peak (3.7-3.9 ms), and some 150 small
@@ -33,13 +33,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetrl.algos.base import Algorithm, HostLearn, Learner, host_array, seeded_init
+from hetrl.algos.base import Algorithm, Learner, seeded_init
 from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
 from hetrl.nets import Actor, Critic, narrow
 from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
 from hetrl.nets.narrow import FOUR, NARROW
-from hetrl.protocol import implements
-from hetrl.runtime.learner_role import LEARN_INPUTS
+from hetrl.primitives.learn_host import LearnOnHost, host_array
+from hetrl.protocol import LEARN_INPUTS, implements
 
 
 @dataclass(frozen=True)
@@ -230,7 +230,7 @@ class MLPPass:
         return self.g_np[0]
 
 
-class BlasDDPGLearner(DDPGCheckpoint, Learner):
+class DDPGBlasLearner(DDPGCheckpoint, Learner):
     """DDPG's (or TD3's) learner with a hand-written update; its checkpoints are DDPGLearner's."""
 
     def __init__(self, algo: DDPG, seed: int) -> None:
@@ -347,14 +347,14 @@ class BlasDDPGLearner(DDPGCheckpoint, Learner):
         actor.step(cfg.max_grad_norm, cfg.tau)
 
 
-@implements("blas", Learn="learn")
-class BlasLearn(HostLearn):
+@implements(Learn="learn")
+class LearnBlas(LearnOnHost):
     """Learn on the host with DDPG's (or TD3's) update written out as matrix products (MKL via torch)."""
 
     backend = "blas"
 
-    @staticmethod
-    def unsupported(algorithm: Algorithm) -> str | None:
+    @classmethod
+    def unsupported(cls, algorithm: Algorithm) -> str | None:
         """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
         if not isinstance(algorithm, DDPG):
             return (f"the blas learner implements DDPG and TD3 only, not {algorithm.name}; use the numba or torch "
@@ -362,5 +362,5 @@ class BlasLearn(HostLearn):
         return None
 
     @staticmethod
-    def build(algorithm: Algorithm, seed: int) -> BlasDDPGLearner:
-        return BlasDDPGLearner(algorithm, seed)  # type: ignore[arg-type]
+    def make_learner(algorithm: Algorithm, seed: int) -> DDPGBlasLearner:
+        return DDPGBlasLearner(algorithm, seed)  # type: ignore[arg-type]

@@ -6,22 +6,19 @@ import pytest
 import torch
 
 from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
-from hetrl.algos.base import TorchLearn
-from hetrl.envs import EnvBatch, env_spec
+from hetrl.primitives.learn_torch import LearnTorch
+from hetrl.envs import env_spec
+from hetrl.primitives.env_step_gymnasium import EnvStepGymnasium
 from hetrl.errors import HetrlError
-from hetrl.protocol import PRIMITIVES, get, implementations
+from hetrl.primitives import build, check_placement, get, implementations
+from hetrl.protocol import Slot
+from hetrl.protocol import PRIMITIVES
 
 from hetrl.devices import available_devices as torch_devices
 
 
 def dims(spec, n=None, b=None):
     return {"N": n, "B": b, "obs": spec.obs_shape, "act": spec.action_shape, "action_dtype": spec.action_dtype}
-
-
-def test_tabular_backends_are_the_registered_implementations():
-    from hetrl.tabular.backends import BACKENDS
-
-    assert {name: cls for name, cls in BACKENDS.items()} == {b: i.cls for b, i in implementations("TabularLearn").items()}
 
 
 def test_every_primitive_has_an_implementation():
@@ -53,7 +50,7 @@ def test_contract_check_catches_shape_and_dtype():
 def test_env_step_matches_gymnasium_vector_env():
     """EnvStep/gymnasium against Gymnasium's own SyncVectorEnv (same-step autoreset) as reference."""
     n, seed = 3, 7
-    ours = EnvBatch("CartPole-v1", n, seed)
+    ours = EnvStepGymnasium("CartPole-v1", n, seed)
     ref = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * n, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs_ours, (obs_ref, _) = ours.reset(), ref.reset(seed=[seed + i for i in range(n)])
     np.testing.assert_array_equal(obs_ours, obs_ref.astype(np.float32))
@@ -87,11 +84,11 @@ def _act_impls(algo, network):
         if impl.unsupported(algo):
             continue
         for device in [d for d in torch_devices() if impl.runs_on(d)]:
-            yield f"{backend}/{device}", impl.cls(network, algo.action_rule, device)
+            yield f"{backend}/{device}", build("Act", Slot(backend, device), algo, 0, source=network)
 
 
 def test_act_implementations_agree(algo):
-    learner = TorchLearn(algo, "cpu", seed=0).learner
+    learner = LearnTorch(algo, "cpu", seed=0).learner
     rng = np.random.default_rng(1)
     obs = rng.standard_normal((16,) + algo.spec.obs_shape).astype(np.float32)
     explore, random_actions = algo.draw_exploration(rng, 16)
@@ -107,7 +104,7 @@ def test_act_implementations_agree(algo):
 
 
 def test_weight_sync_implementations_copy_the_learner(algo):
-    learn = TorchLearn(algo, "cpu", seed=0)
+    learn = LearnTorch(algo, "cpu", seed=0)
     policies = dict(_act_impls(algo, learn.learner.policy_network))
     obs = np.random.default_rng(2).standard_normal((8,) + algo.spec.obs_shape).astype(np.float32)
     before = {name: p.forward(obs).copy() for name, p in policies.items()}
@@ -126,8 +123,8 @@ def test_weight_sync_implementations_copy_the_learner(algo):
 def test_weight_sync_follows_a_loaded_checkpoint(algo):
     """The numpy policy reads the learner's tensors through views taken once; loading a checkpoint
     into the learner (an in-place copy) must still reach the policy at the next sync."""
-    learn, other = TorchLearn(algo, "cpu", seed=0), TorchLearn(algo, "cpu", seed=1)
-    policy = get("Act", "numpy").cls(learn.learner.policy_network, algo.action_rule)
+    learn, other = LearnTorch(algo, "cpu", seed=0), LearnTorch(algo, "cpu", seed=1)
+    policy = build("Act", Slot("numpy"), algo, 0, source=learn.learner.policy_network)
     learn.learner.load_state_dict(other.learner.state_dict())
     policy.sync()
     obs = np.random.default_rng(2).standard_normal((8,) + algo.spec.obs_shape).astype(np.float32)
@@ -154,7 +151,7 @@ def test_learn_outputs_conform_and_are_deterministic(algo):
     batch = _learn_batch(algo, b=32, seed=4)
     runs = []
     for _ in range(2):
-        learn = TorchLearn(algo, "cpu", seed=0)
+        learn = LearnTorch(algo, "cpu", seed=0)
         out = [learn.learn(**{k: torch.as_tensor(v) for k, v in batch.items()}) for _ in range(3)][-1]
         PRIMITIVES["Learn"].check("outputs", {"td_errors": out["td_errors"]}, dims(algo.spec, b=32))
         runs.append(out["td_errors"].numpy())
@@ -166,7 +163,7 @@ def test_learn_agrees_across_devices(algo, require_cuda):
     batch = _learn_batch(algo, b=32, seed=5)
     results = []
     for device in ("cpu", "cuda"):
-        learn = TorchLearn(algo, device, seed=0)
+        learn = LearnTorch(algo, device, seed=0)
         for _ in range(3):
             out = learn.learn(**{k: torch.as_tensor(v, device=device) for k, v in batch.items()})
         results.append(out["td_errors"].cpu().numpy())
@@ -213,17 +210,17 @@ def test_algorithms_never_name_a_device():
 
 
 def test_cuda_only_backends_are_refused_elsewhere():
-    from hetrl.algos.graphed import CudaGraphLearn
-    from hetrl.runtime.placement import Placement, Slot
+    from hetrl.primitives.learn_cudagraph import LearnCudagraph
+    from hetrl.protocol import Placement, Slot
 
     impl = get("Learn", "cudagraph")
     assert impl.device_types == ("cuda",) and impl.runs_on("cuda:1") and not impl.runs_on("cpu")
     assert get("Learn", "torch").runs_on("mps") and not get("Learn", "numba").runs_on("cuda:0")
     with pytest.raises(HetrlError, match="runs on cuda devices only, not on cpu"):
-        Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("cudagraph", "cpu")).validate()
+        check_placement(Placement(Slot("gymnasium"), Slot("numpy"), Slot("numpy"), Slot("cudagraph", "cpu")))
     algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,)))
     with pytest.raises(HetrlError, match="runs on CUDA devices, not on cpu"):
-        CudaGraphLearn(algo, "cpu", seed=0)
+        LearnCudagraph(algo, "cpu", seed=0)
 
 
 def test_dqn_exploration_draws_are_uniform_and_typed():
@@ -240,7 +237,7 @@ def test_dqn_exploration_draws_are_uniform_and_typed():
 
 def test_graph_inputs_pack_into_one_aligned_buffer():
     """The cudagraph learner's staging and device buffers share one layout (packed here on the host)."""
-    from hetrl.algos.graphed import _ALIGN, pack_like
+    from hetrl.primitives.learn_cudagraph import _ALIGN, pack_like
 
     like = {"obs": torch.zeros(5, 3), "actions": torch.zeros(5, dtype=torch.int64), "done": torch.zeros(7, dtype=torch.bool),
             "weights": torch.zeros(5, dtype=torch.float64)}
@@ -263,7 +260,7 @@ def test_the_actor_step_takes_no_critic_weight_gradients():
     critic's weight gradients (which its next step would discard) are not computed, and its
     parameters take gradients again afterwards."""
     algo = make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(16, 16), batch_size=8))
-    learner = TorchLearn(algo, "cpu", seed=0).learner
+    learner = LearnTorch(algo, "cpu", seed=0).learner
     rng = np.random.default_rng(0)
     batch = {"obs": torch.as_tensor(rng.standard_normal((8, 3)), dtype=torch.float32)}
     learner.critic.zero_grad(set_to_none=True)

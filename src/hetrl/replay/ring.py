@@ -1,7 +1,8 @@
 """Replay storage: a ring buffer of transitions in preallocated arrays, uniform or prioritized.
 
-:class:`NumpyReplay` keeps everything in host numpy arrays, :class:`TorchReplay` in torch tensors
-on any device, so a GPU learner samples without a host round trip. Both run the same arithmetic
+:class:`RingReplay` is the logic; ``ReplayNumpy`` (hetrl.primitives.replay_numpy) runs it on host
+numpy arrays, ``ReplayTorch`` on torch tensors on any device, so a GPU learner samples without a
+host round trip. Both run the same arithmetic
 (float64 priorities, the same sum tree), so the same calls give the same indices, batches and
 weights in either; only ``x ** alpha`` may differ in the last bit of a float64 priority (torch's
 vectorised or CUDA pow against numpy's). Their state dicts (numpy arrays) load into each other.
@@ -12,17 +13,15 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 import numpy as np
-import torch
 
-from hetrl.protocol.registry import implements
-from hetrl.replay.sum_tree import Array, ArrayOps, NumpyOps, SumTree, TorchOps
+from hetrl.replay.sum_tree import Array, ArrayOps, SumTree
 
 _FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 _BELOW_ONE = 1.0 - 2.0**-52  # x * _BELOW_ONE < x for any float64 x > 0
 
 
-class _Replay:
-    """The storage logic, on whichever arrays ``ops`` makes (see NumpyReplay and TorchReplay)."""
+class RingReplay:
+    """The storage logic, on whichever arrays ``ops`` makes (see ReplayNumpy and ReplayTorch)."""
 
     def __init__(
         self,
@@ -180,56 +179,3 @@ class _Replay:
             "action_dtype": self.action_dtype,
             "prioritized": self.prioritized,
         }
-
-
-def _torch_device(device: str | torch.device) -> torch.device:
-    try:
-        return torch.device(device)
-    except RuntimeError as error:
-        raise ValueError(f"invalid replay device {device!r}: {error}") from None
-
-
-@implements("numpy", ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
-class NumpyReplay(_Replay):
-    """Replay storage in host numpy arrays; ``sample`` returns numpy arrays."""
-
-    def __init__(
-        self,
-        capacity: int,
-        obs_shape: tuple[int, ...],
-        action_shape: tuple[int, ...],
-        action_dtype: str,
-        *,
-        prioritized: bool = False,
-        alpha: float = 0.6,
-        eps: float = 1e-6,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        self.device = _torch_device(device)
-        if self.device.type != "cpu":
-            raise ValueError(f"NumpyReplay stores in host memory: device must be 'cpu', not {device!r} (use TorchReplay)")
-        super().__init__(NumpyOps(), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)
-
-
-@implements("torch", any_torch_device=True, ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
-class TorchReplay(_Replay):
-    """Replay storage in torch tensors on ``device``.
-
-    ``add``, ``sample`` and ``update_priorities`` take numpy arrays or tensors; ``sample`` returns
-    tensors on the device. With inputs already on the device nothing synchronises with the host.
-    """
-
-    def __init__(
-        self,
-        capacity: int,
-        obs_shape: tuple[int, ...],
-        action_shape: tuple[int, ...],
-        action_dtype: str,
-        *,
-        prioritized: bool = False,
-        alpha: float = 0.6,
-        eps: float = 1e-6,
-        device: str | torch.device = "cpu",
-    ) -> None:
-        self.device = _torch_device(device)
-        super().__init__(TorchOps(self.device), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)

@@ -1,0 +1,84 @@
+"""The plan a run uses (``--plan auto|rule|FILE``) and this machine's cached profile behind it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from hetrl.algos import Algorithm
+from hetrl.config import TrainConfig
+from hetrl.devices import resolve_device
+from hetrl.errors import HetrlError
+from hetrl.hardware import describe_machine
+from hetrl.planner.plan_file import Plan
+from hetrl.planner.rule import default_placement
+from hetrl.planner.search import make_plan
+from hetrl.primitives import implementations
+from hetrl.profile import Profile, default_path, profile_workload
+from hetrl.runtime.executors import default_actors
+from hetrl.runtime.inference import INFERENCE
+
+
+def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
+    """True when the profile measured every registered implementation the model uses (of those
+    that can serve ``algorithm``)."""
+    needed = {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"}
+    have = {(t.primitive, t.backend) for t in profile.timings}
+    devices = {t.device for t in profile.timings}
+    return ("ActorStart", "local") in have and all((p, b) in have for p in needed for b, impl in implementations(p).items()
+               if not impl.unsupported(algorithm) and any(impl.runs_on(d) for d in devices))
+
+
+def _cached_profile(path: Path, algorithm: Algorithm) -> Profile | None:
+    if not path.exists():
+        return None
+    try:
+        profile = Profile.load(path)
+    except HetrlError:  # a damaged cache entry is measured again
+        return None
+    return profile if _covers_the_registry(profile, algorithm) else None
+
+
+def search_space(config: TrainConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The executors and inference ways a plan for ``config`` chooses among (the ray executor is
+    placed by the inline model; central inference, asked for by name, exists in the local executor only)."""
+    executors = {"auto": ("inline", "local"), "ray": ("inline",)}.get(config.executor, (config.executor,))
+    if config.inference == "auto":
+        return executors, INFERENCE
+    return (("local",) if config.inference == "central" else executors), (config.inference,)
+
+
+def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
+                 objective: str = "throughput") -> Plan:
+    """The plan a run uses: ``auto`` (planned from this machine's profile, measured once and
+    cached), ``rule`` (the fixed rule of :func:`default_placement`), or a plan.json path."""
+    threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
+    if config.plan == "rule":
+        work = (algorithm.learner_parameters(), config.agent.batch_size)
+        placement = default_placement(resolve_device(config.device), work, threads)
+        executor = "inline" if config.executor == "auto" else config.executor
+        actors = 0 if executor == "inline" else (config.actors or default_actors())
+        return Plan(config.algo, config.env, config.num_envs or 1, "rule", "-", placement, None, [], executor, actors)
+    if config.plan == "auto":
+        learn_device = None if config.device == "auto" else str(resolve_device(config.device))
+        machine = describe_machine()
+        path = default_path(machine, config.algo, config.env, config.agent)
+        profile = _cached_profile(path, algorithm)
+        if profile is None:
+            announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
+            profile = profile_workload(config.algo, config.env, config.agent, machine=machine)
+            profile.save(path)
+        executors, inference = search_space(config)
+        plan = make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
+                         executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps,
+                         inference=inference)
+        if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
+            plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
+        return plan
+    plan = Plan.load(config.plan)
+    if (plan.algo, plan.env) != (config.algo, config.env):
+        raise HetrlError(f"plan {config.plan} is for {plan.algo} on {plan.env}, not {config.algo} on {config.env}")
+    return plan

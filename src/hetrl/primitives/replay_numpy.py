@@ -1,0 +1,54 @@
+"""ReplayAdd, ReplaySample, PriorityUpdate / numpy: the ring storage in host numpy arrays."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hetrl.protocol import Replay, Slot, implements
+from hetrl.replay.ring import RingReplay
+from hetrl.replay.sum_tree import NumpyOps
+
+
+def replay_settings(algorithm: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The storage's arguments from an algorithm's config and env spec (what every replay backend takes)."""
+    cfg, spec = algorithm.config, algorithm.spec
+    return ((cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype),
+            dict(prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps))
+
+
+def torch_device(device: str | torch.device) -> torch.device:
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise ValueError(f"invalid replay device {device!r}: {error}") from None
+
+
+@implements(ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
+class ReplayNumpy(RingReplay, Replay):
+    """Replay storage in host numpy arrays; ``sample`` returns numpy arrays."""
+
+    backend = "numpy"
+
+    @classmethod
+    def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "ReplayNumpy":
+        args, kwargs = replay_settings(algorithm)
+        return cls(*args, **kwargs, device=slot.device)
+
+    def __init__(
+        self,
+        capacity: int,
+        obs_shape: tuple[int, ...],
+        action_shape: tuple[int, ...],
+        action_dtype: str,
+        *,
+        prioritized: bool = False,
+        alpha: float = 0.6,
+        eps: float = 1e-6,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        self.device = torch_device(device)
+        if self.device.type != "cpu":
+            raise ValueError(f"ReplayNumpy stores in host memory: device must be 'cpu', not {device!r} (use ReplayTorch)")
+        super().__init__(NumpyOps(), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)

@@ -1,0 +1,40 @@
+"""What a training run hands back (``hetrl.train``'s result and summary.json's fields)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    algo: str
+    env: str
+    env_steps: int
+    updates: int
+    wall_s: float  # this session only (a resumed run counts from the resume)
+    env_steps_per_s: float
+    updates_per_s: float
+    eval_return_mean: float | None
+    eval_return_std: float | None
+    eval_episodes: int
+    solved_at: int | None  # env step at which stop_at_return was reached
+    interrupted: bool
+    placement: dict[str, str]
+    timers: list[tuple[str, int, float, float]]
+    learning_env_steps_per_s: float | None  # measured after learning_starts, evaluations excluded
+    predicted_env_steps_per_s: float | None  # the plan's model prediction for the learning phase
+    predicted_us_per_call: dict[str, float] | None
+    executor: str = "inline"
+    actors: int = 0  # actor processes (0: acting happens in the learner's loop)
+    actor_restarts: int = 0
+    staleness_mean: float | None = None  # updates between the acting weights and the learner's, per transition
+    staleness_max: int | None = None
+    replay_ratio: float | None = None  # configured gradient updates per env step
+    replay_ratio_measured: float | None = None  # updates / env steps after learning_starts, this session
+    replay_ratio_window_error: float | None = None  # worst relative error over 1,000-step windows (local, ray)
+    energy: str = "not measured"  # what the meters measured over the training loop, or why nothing
+    joules_per_env_step: float | None = None  # measured by RAPL/NVML; None where no meter works
+    predicted_joules_per_env_step: float | None = None  # the plan's model, from the profile's measured energy
+    metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)

@@ -1,0 +1,135 @@
+"""The acting side of every executor: EnvStep, Act (with its WeightSync) and n-step assembly, built
+from the placement's EnvStep and Act slots by the factory.
+
+The inline executor is an acting role and a learner role in one process; an actor process or a Ray
+actor is an acting role and a transport. So wherever the placement puts EnvStep and Act, that is
+what runs, in every executor.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from torch import nn
+
+from hetrl.algos import AgentConfig, Algorithm, make_algorithm
+from hetrl.envs import env_spec
+from hetrl.primitives import build
+from hetrl.protocol import Placement
+from hetrl.runtime.nstep import NStepAssembler
+
+# Central inference: (obs, explore, random_actions) -> actions, answered by the learner's process
+RemoteAct = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+class TimerSink(Protocol):
+    def add(self, name: str, seconds: float, calls: int = 1) -> None: ...
+
+
+class ActingRole:
+    """``source``: the network the acting copy syncs from (the learner's, or an actor's local
+    replica of it). ``remote``: act through central inference (its round trip timed as
+    ``InferenceWait``) instead of with an acting copy here; then no Act is built."""
+
+    def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, rng: np.random.Generator,
+                 timers: TimerSink, source: nn.Module, remote: RemoteAct | None = None) -> None:
+        cfg = algo.config
+        self.algo, self.rng, self.timers, self.remote, self.num_envs = algo, rng, timers, remote, num_envs
+        self.env = build("EnvStep", placement.env, algo, seed, num_envs=num_envs)
+        self.policy = build("Act", placement.act, algo, seed, source=source) if remote is None else None
+        self.nstep = NStepAssembler(num_envs, cfg.n_step, cfg.gamma)
+        self.obs = self.env.reset()
+
+    def ran(self) -> dict[str, str]:
+        """Where EnvStep and Act ran (Act: absent when central inference acted for this role)."""
+        return {"EnvStep": self.env.describe(), **({"Act": self.policy.describe()} if self.policy else {})}
+
+    def max_rows_per_step(self) -> int:
+        """The most transitions one step can emit (every env ending an n-step queue)."""
+        return self.num_envs * self.nstep.n
+
+    def sync(self) -> None:
+        """WeightSync: the acting copy takes the source network's weights."""
+        start = time.perf_counter()
+        self.policy.sync()
+        self.timers.add("WeightSync", time.perf_counter() - start)
+
+    def step(self, env_steps: int) -> tuple[dict[str, np.ndarray] | None, list[tuple[float, int]]]:
+        """One step of every env; ``env_steps`` is the run's count so far (for the schedules).
+        Returns the transitions ready for the replay and the episodes that ended."""
+        algo, n = self.algo, self.num_envs
+        if env_steps < algo.config.learning_starts:
+            actions = algo.random_actions(self.rng, n)
+        else:
+            explore, random_actions = algo.draw_exploration(self.rng, n)
+            start = time.perf_counter()
+            if self.remote is not None:
+                actions = self.remote(self.obs, explore, random_actions)
+                self.timers.add("InferenceWait", time.perf_counter() - start)
+            else:
+                actions = self.policy.act(self.obs, explore, random_actions, algo.exploration(env_steps))
+                self.timers.add("Act", time.perf_counter() - start)
+        start = time.perf_counter()
+        out = self.env.step(actions)
+        self.timers.add("EnvStep", time.perf_counter() - start)
+        ready = self.nstep(self.obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
+        self.obs = out["next_obs"]
+        return ready, self.env.finished
+
+    def close(self) -> None:
+        self.env.close()
+
+
+@dataclass(frozen=True)
+class ActorSpec:
+    """Everything an actor process needs to build its acting role (picklable)."""
+
+    algo: str
+    env: str
+    agent: AgentConfig
+    num_envs: int
+    seed: int
+    placement: Placement
+
+    def actor_seed(self, index: int, incarnation: int) -> int:
+        """Distinct streams per actor and per restart of an actor."""
+        return self.seed + 10_007 * (index + 1) + 1_000_003 * incarnation
+
+
+class Actor:
+    """An actor's acting role with its own generator and a local replica of the policy network
+    (``source``): a transport writes the learner's weights into ``weights`` (host arrays that are
+    views of the replica's tensors) and calls :meth:`weights_arrived`."""
+
+    def __init__(self, spec: ActorSpec, seed: int, timers: TimerSink, remote: RemoteAct | None = None) -> None:
+        import torch
+
+        torch.set_num_threads(1)  # an actor's work is small: one thread, no spinning pool beside the learner
+        algo = make_algorithm(spec.algo, env_spec(spec.env), spec.agent)
+        self.source = algo.make_policy_network().requires_grad_(False)
+        self.weights: dict[str, np.ndarray] = {k: v.numpy() for k, v in self.source.state_dict().items()}
+        self.role = ActingRole(algo, spec.placement, spec.num_envs, seed, np.random.default_rng(seed), timers,
+                               self.source, remote)
+        self.num_envs = spec.num_envs
+
+    def weights_arrived(self) -> None:
+        """WeightSync from the replica into the acting copy; the transport times it with its fetch
+        (``WeightFetch``)."""
+        if self.role.policy is not None:
+            self.role.policy.sync()
+
+    def step(self, env_steps: int) -> tuple[dict[str, np.ndarray] | None, list[tuple[float, int]]]:
+        return self.role.step(env_steps)
+
+    def ran(self) -> dict[str, Any]:
+        return self.role.ran()
+
+    def max_rows_per_step(self) -> int:
+        return self.role.max_rows_per_step()
+
+    def close(self) -> None:
+        self.role.close()
