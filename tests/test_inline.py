@@ -55,3 +55,23 @@ def test_acting_policy_follows_the_learner():
     ex.iteration()  # the Act of this iteration syncs first
     for name, value in ex.policy.params.items():
         assert (value == learner_q[name]).all(), name
+
+
+def test_one_replay_schedule_for_the_loop_the_limiter_and_the_model():
+    from hetrl.runtime.schedule import ReplaySchedule
+
+    bursty = ReplaySchedule(0.5, learning_starts=100, burst=4)
+    due = 0.0
+    for iteration in range(1, 9):
+        due = bursty.accrue(due, 1)
+        assert bursty.burst_now(iteration) == (iteration % 4 == 0)
+    assert due == 4.0
+    assert bursty.syncs_per_iteration(1) == 0.25  # the learner moves once a burst
+    assert ReplaySchedule(0.25, 0).syncs_per_iteration(1) == 0.25
+    assert ReplaySchedule(2.0, 0).syncs_per_iteration(1) == 1.0
+    assert ReplaySchedule(0.0, 0).syncs_per_iteration(4) == 0.0
+    limiter = ReplaySchedule(0.5, learning_starts=100, lead=32)
+    assert limiter.updates_owed(300, 90) == 10 and limiter.updates_owed(300, 100) == 0
+    assert limiter.allowed_env_steps(100) == 100 + 200 + 32
+    with pytest.raises(ValueError):
+        ReplaySchedule(0.5, 0, burst=0)

@@ -24,7 +24,7 @@ from hetrl.runtime.inference import InferenceClient, InferenceServer, InferenceS
 from hetrl.runtime.local import LocalExecutor
 from hetrl.planner.rule import default_placement
 from hetrl.protocol import Slot
-from hetrl.runtime.rate_limiter import RateLimiter, default_lead, worst_window_error
+from hetrl.runtime.schedule import ReplaySchedule, default_lead, worst_window_error
 from hetrl.runtime.shared import SHM_PREFIX, SharedArrays, SharedWeights, TransitionRing, ring_layout
 from hetrl.training import Session
 
@@ -80,7 +80,7 @@ def test_limiter_holds_the_ratio_under_any_interleaving(ratio):
     """Actors of 1 env and a learner scheduled at random, each blocked only by the limiter."""
     rng = np.random.default_rng(0)
     actors, ls = 2, 300
-    limiter = RateLimiter(ratio, ls, default_lead(actors, 1))
+    limiter = ReplaySchedule(ratio, ls, lead=default_lead(actors, 1))
     steps = updates = 0
     trace = []
     while steps < 20_000:

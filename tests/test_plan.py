@@ -428,3 +428,49 @@ def test_efficiency_objective_prefers_the_frugal_device():
     assert fast.placement.learn.device == "cuda" and frugal.placement.learn.device == "cpu"
     assert frugal.prediction.joules_per_env_step < fast.prediction.joules_per_env_step
     assert frugal.to_dict()["predicted"]["joules_per_env_step"] == pytest.approx(frugal.prediction.joules_per_env_step)
+
+
+def test_a_plan_file_and_a_device_that_disagree_are_an_error(tmp_path, monkeypatch):
+    """A plan file puts Learn somewhere; --device asking for another place is refused, not ignored."""
+    import shutil
+    from pathlib import Path
+
+    from hetrl.config import make_config
+    from hetrl.planner.choice import resolve
+
+    plan = tmp_path / "plan.json"
+    shutil.copy(Path(__file__).parent / "data/checkpoints_0.1.0/dqn_inline/plan.json", plan)  # learn: torch on cpu
+    agreeing = make_config("dqn", "CartPole-v1", overrides=[f"plan={plan}", "device=cpu"])
+    from hetrl.algos import make_algorithm
+    from hetrl.envs import env_spec
+
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), agreeing.agent)
+    run = resolve(agreeing, algo)
+    assert (run.executor, run.actors, run.placement.learn.device) == ("inline", 0, "cpu")
+    import torch
+
+    import hetrl.planner.choice as choice
+
+    monkeypatch.setattr(choice, "resolve_device", lambda name: torch.device(name))  # as on a machine with a GPU
+    with pytest.raises(HetrlError, match="puts Learn on cpu, but device cuda was asked for; drop --device"):
+        resolve(make_config("dqn", "CartPole-v1", overrides=[f"plan={plan}", "device=cuda"]), algo)
+
+
+def test_the_run_plan_takes_what_the_config_leaves_open():
+    from pathlib import Path
+
+    from hetrl.algos import make_algorithm
+    from hetrl.config import make_config
+    from hetrl.envs import env_spec
+    from hetrl.planner.choice import resolve
+
+    plan = Plan.load(Path(__file__).parent / "data/checkpoints_0.1.0/dqn_local/plan.json")  # local, 1 actor
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig())
+    open_cfg = make_config("dqn", "CartPole-v1", overrides=["executor=auto", "num_envs=0"])
+    run = resolve(open_cfg, algo, plan=plan)
+    assert (run.executor, run.actors, run.inference, run.num_envs) == ("local", plan.actors, "actor", plan.num_envs)
+    named = make_config("dqn", "CartPole-v1", overrides=["executor=local", "actors=3", "num_envs=2", "inference=central"])
+    run = resolve(named, algo, plan=plan)
+    assert (run.executor, run.actors, run.inference, run.num_envs) == ("local", 3, "central", 2)
+    inline = resolve(make_config("dqn", "CartPole-v1", overrides=["executor=inline"]), algo, plan=plan)
+    assert (inline.executor, inline.actors, inline.inference) == ("inline", 0, "actor")

@@ -23,10 +23,9 @@ from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
 from hetrl.run.result import TrainResult
 from hetrl.run.rundir import RunDir
-from hetrl.runtime.executors import default_actors, make_executor
+from hetrl.runtime.executors import make_executor
 from hetrl.planner.plan_file import Plan
-from hetrl.planner.choice import plan_for_run
-from hetrl.protocol import Placement
+from hetrl.planner.choice import resolve
 from hetrl.runtime.timers import timer_table
 
 
@@ -48,24 +47,13 @@ class Session:
         self.console = console or Console(stderr=True)
         self.spec = env_spec(config.env)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
-        self.plan = plan or plan_for_run(config, self.algo, self.console.print)
-        self.placement: Placement = self.plan.placement
+        self.run_plan = resolve(config, self.algo, self.console.print, plan)
+        self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
+        self.executor_kind, self.actors = self.run_plan.executor, self.run_plan.actors
+        self.inference, self.num_envs = self.run_plan.inference, self.run_plan.num_envs
         if self.placement.learn.threads:
             torch.set_num_threads(self.placement.learn.threads)
-        # the run's executor: the plan's when the config says auto, else the config's
-        self.executor_kind = self.plan.executor if config.executor == "auto" else config.executor
-        if self.executor_kind == "inline":
-            self.actors = 0
-        else:
-            self.actors = config.actors or (self.plan.actors if self.plan.executor == self.executor_kind else 0) or default_actors()
-        # the actors' policy: the config's, else the plan's where it was made for this executor, else in each actor
-        self.inference = "actor"
-        if self.executor_kind == "local":
-            planned = self.plan.inference if self.plan.executor == "local" else "actor"
-            self.inference = planned if config.inference == "auto" else config.inference
-        self.num_envs = config.num_envs or self.plan.num_envs  # 0 in the config: the plan's
-        self.executor = make_executor(self.executor_kind, self.actors, config, self.algo, self.placement, self.console.print,
-                                      self.inference, self.num_envs)
+        self.executor = make_executor(self.run_plan, config, self.algo, self.console.print)
         self.resumed_from: int | None = None
 
     @classmethod

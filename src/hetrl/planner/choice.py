@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -14,11 +15,11 @@ from hetrl.devices import resolve_device
 from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine
 from hetrl.planner.plan_file import Plan
-from hetrl.planner.rule import default_placement
+from hetrl.planner.rule import default_actors, default_placement
 from hetrl.planner.search import make_plan
 from hetrl.primitives import implementations
+from hetrl.protocol import Placement
 from hetrl.profile import Profile, default_path, profile_workload
-from hetrl.runtime.executors import default_actors
 from hetrl.runtime.inference import INFERENCE
 
 
@@ -81,4 +82,51 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
     plan = Plan.load(config.plan)
     if (plan.algo, plan.env) != (config.algo, config.env):
         raise HetrlError(f"plan {config.plan} is for {plan.algo} on {plan.env}, not {config.algo} on {config.env}")
+    check_device(plan, config.device, config.plan)
     return plan
+
+
+def check_device(plan: Plan, device: str, where: str) -> None:
+    """A plan made elsewhere (a file, a resumed run) and a device asked for must agree."""
+    asked, planned = resolve_device(device), torch.device(plan.placement.learn.device)
+    if device != "auto" and (asked.type, asked.index or 0) != (planned.type, planned.index or 0):
+        raise HetrlError(f"plan {where} puts Learn on {plan.placement.learn.device}, but device {device} was asked for; "
+                         f"drop --device (or device=), or edit the plan's learn device")
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Every decision about where and how a run runs, made once by :func:`resolve`, devices
+    resolved: after it nothing reads the config's device, executor, actors, inference, num_envs
+    or threads."""
+
+    plan: Plan
+    executor: str  # inline, local or ray
+    actors: int  # actor processes (0 inline)
+    inference: str  # local: actor or central; "actor" elsewhere
+    num_envs: int  # envs per actor (inline: stepped together)
+
+    @property
+    def placement(self) -> Placement:
+        return self.plan.placement
+
+
+def resolve(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
+            plan: Plan | None = None) -> RunPlan:
+    """The run's plan (``plan``: one already made, as a resumed run's; else :func:`plan_for_run`),
+    then what the config leaves to it: the executor where the config says auto, the actors, where
+    the actors' policy runs and the envs per actor. A setting the config names wins over the plan."""
+    if plan is None:
+        plan = plan_for_run(config, algorithm, announce)
+    else:
+        check_device(plan, config.device, "of this run")
+    executor = plan.executor if config.executor == "auto" else config.executor
+    if executor == "inline":
+        actors = 0
+    else:
+        actors = config.actors or (plan.actors if plan.executor == executor else 0) or default_actors()
+    inference = "actor"
+    if executor == "local":
+        planned = plan.inference if plan.executor == "local" else "actor"
+        inference = planned if config.inference == "auto" else config.inference
+    return RunPlan(plan, executor, actors, inference, config.num_envs or plan.num_envs)

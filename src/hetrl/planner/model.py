@@ -31,6 +31,7 @@ from hetrl.errors import HetrlError
 from hetrl.profile import Profile
 from hetrl.protocol import Placement
 from hetrl.runtime.learner_role import needs_transfer
+from hetrl.runtime.schedule import ReplaySchedule
 
 
 @dataclass(frozen=True)
@@ -160,13 +161,14 @@ def in_run_factor(profile: Profile, name: str, placement: Placement) -> float:
 
 
 def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int) -> Prediction:
-    n, ratio = num_envs, agent.replay_ratio
+    schedule = ReplaySchedule.of(agent)
+    n, ratio = num_envs, schedule.ratio
     names = ["EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"]
     names += ["PriorityUpdate"] if agent.prioritized else []
     names += ["Transfer"] if needs_transfer(placement) else []
     call = {name: cost(profile, *measured_as(name, placement, agent, n)) * in_run_factor(profile, name, placement)
             for name in names}
-    syncs_per_iteration = 0.0 if ratio == 0 else (min(1.0, ratio * n) if agent.train_every == 1 else 1.0 / agent.train_every)
+    syncs_per_iteration = schedule.syncs_per_iteration(n)
     per_step = {
         "EnvStep": call["EnvStep"] / n,
         "Act": call["Act"] / n,

@@ -12,6 +12,7 @@ from hetrl.errors import HetrlError
 from hetrl.planner.model import Prediction, cost, energy_per_env_step, in_run_factor, measured_as, predict
 from hetrl.profile import Profile
 from hetrl.protocol import Placement
+from hetrl.runtime.schedule import ReplaySchedule
 
 
 ACTOR_WORK = ("EnvStep", "Act", "WeightFetch", "Loop")  # done in the actor processes of a parallel executor
@@ -35,7 +36,7 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     if inference == "central":
         return predict_central(placement, profile, agent, num_envs, actors, cores, weight_sync_every)
     serial = predict(placement, profile, agent, num_envs)
-    call, n, ratio = dict(serial.per_call_s), num_envs, agent.replay_ratio
+    call, n, ratio = dict(serial.per_call_s), num_envs, ReplaySchedule.of(agent).ratio
     sync = call["WeightSync"]  # the learner publishes: a copy of the policy's parameters from its device
     fetch = cost(profile, *measured_as("WeightFetch", placement, agent, n))  # an actor copies them, host to host
     actor = {name: serial.per_env_step_s[name] for name in ("EnvStep", "Act", "Loop") if name in serial.per_env_step_s}
@@ -90,7 +91,7 @@ def predict_central(placement: Placement, profile: Profile, agent: AgentConfig, 
     cycle, where the lumps make it slower than both) and ``cores``.
     """
     serial = predict(placement, profile, agent, num_envs)
-    call, n, ratio = dict(serial.per_call_s), num_envs, agent.replay_ratio
+    call, n, ratio = dict(serial.per_call_s), num_envs, ReplaySchedule.of(agent).ratio
     batch = actors * n
     act = placement.act
     call["Act"] = cost(profile, "Act", act.backend, act.device, batch) * in_run_factor(profile, "Act", placement)

@@ -35,3 +35,8 @@ def default_placement(device: torch.device, learner_work: tuple[int, int], threa
         replay=Slot("numpy", "cpu") if host else Slot("torch", str(device)),
         learn=Slot("torch", str(device), threads=threads if host else None),
     )
+
+
+def default_actors() -> int:
+    """The fixed rule's actor count: one actor per core left beside the learner's (at least one)."""
+    return max(1, (os.cpu_count() or 1) - 1)

@@ -20,6 +20,7 @@ from hetrl.primitives import check_placement
 from hetrl.protocol import Placement
 from hetrl.runtime.acting_role import ActingRole
 from hetrl.runtime.learner_role import LearnerRole
+from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.timers import Timers, merge_timers
 from hetrl.compat import unpickle
 
@@ -34,6 +35,7 @@ class InlineExecutor:
         self.timers = Timers()
         self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
         self.learner, self.replay = self.learning.learner, self.learning.replay
+        self.schedule = ReplaySchedule.of(algo.config)
         self.acting = ActingRole(algo, placement, num_envs, seed, self.rng, self.timers, self.learner.policy_network)
         self.env_steps = 0
         self.iterations = 0
@@ -91,8 +93,8 @@ class InlineExecutor:
         self.env_steps += n
         self.iterations += 1
         if self.env_steps >= cfg.learning_starts and len(self.replay) >= cfg.batch_size:
-            self.updates_due += n * cfg.replay_ratio
-            if self.iterations % cfg.train_every == 0:
+            self.updates_due = self.schedule.accrue(self.updates_due, n)
+            if self.schedule.burst_now(self.iterations):
                 while self.updates_due >= 1:
                     self.learning.update(self.env_steps)
                     self.updates_due -= 1

@@ -35,7 +35,7 @@ from hetrl.runtime.inference import INFERENCE, InferenceClient, InferenceServer,
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.parallel import ParallelBookkeeping
 from hetrl.runtime.processes import actor_context
-from hetrl.runtime.rate_limiter import RateLimiter, default_lead
+from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
     SharedWeights, TransitionRing, control_layout, ring_layout,
@@ -85,7 +85,7 @@ class LocalExecutor(ParallelBookkeeping):
         self._actors_ran: dict[str, str] = {}  # what the actors report they built
         self.synced_at = -1  # learner.updates at the acting copy's last sync (central inference)
         self.server: InferenceServer | None = None
-        self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, default_lead(actors, num_envs))
+        self.limiter = ReplaySchedule.of(cfg, actors, num_envs)
         self.env_steps = 0
         self._init_bookkeeping()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="hetrl-prefetch") if prefetch else None

@@ -10,7 +10,7 @@ import numpy as np
 
 from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
-from hetrl.runtime.rate_limiter import worst_window_error
+from hetrl.runtime.schedule import worst_window_error
 
 
 class ParallelBookkeeping:

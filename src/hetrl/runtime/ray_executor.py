@@ -28,7 +28,7 @@ from hetrl.protocol import Placement
 from hetrl.runtime.acting_role import Actor, ActorSpec
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.parallel import ParallelBookkeeping
-from hetrl.runtime.rate_limiter import RateLimiter, default_lead
+from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.timers import Timers, merge_timers
 
 TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
@@ -127,9 +127,8 @@ class RayExecutor(ParallelBookkeeping):
         self.algo, self.placement, self.seed, self.address, self.log = algo, placement, seed, address, log
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
         self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed, placement)
-        lead = default_lead(actors, num_envs)
-        self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, lead)
-        self.chunk_steps = max(1, lead // (2 * actors * num_envs))  # steps per env per collect call
+        self.limiter = ReplaySchedule.of(cfg, actors, num_envs)
+        self.chunk_steps = max(1, self.limiter.lead // (2 * actors * num_envs))  # steps per env per collect call
         self.policy_network = algo.make_policy_network()
         self.timers = Timers()
         self.env_steps = 0  # steps whose transitions reached this process
