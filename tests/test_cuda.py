@@ -1,10 +1,10 @@
 """End to end on a CUDA device: training, resuming, profiling, planning and metering with a GPU.
 
 Every test here needs a GPU and skips without one (the unit-level CUDA checks sit beside their
-host twins in test_protocol, test_replay, test_hardware and tabular/test_tabular_backends).
+host twins in primitives/test_agreement, primitives/test_replay, primitives/test_learn_cudagraph,
+test_hardware and tabular/test_tabular_backends).
 """
 
-import copy
 import importlib.util
 import json
 
@@ -90,88 +90,6 @@ def test_a_gpu_run_reports_nvml_energy(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["joules_per_env_step"] == pytest.approx(result.joules_per_env_step)
 
-
-
-# ---------------------------------------------------------------------------------------------
-# Learn/cudagraph against Learn/torch on the same GPU
-
-GRAPH_CASES = {
-    "dqn double, clipped, hard target": ("dqn", "CartPole-v1", dict(double=True, max_grad_norm=0.5, target_update_every=3)),
-    "dqn max target, Polyak": ("dqn", "Acrobot-v1", dict(double=False, tau=0.05, hidden=(32, 16, 24))),
-    "ddpg": ("ddpg", "Pendulum-v1", dict()),
-    "td3 (noise drawn outside the graph, delayed actor)": ("td3", "Pendulum-v1", dict(policy_delay=2)),
-}
-
-
-def _host_batch(rng, algo, b=48):
-    spec = algo.spec
-    return {
-        "obs": rng.standard_normal((b,) + spec.obs_shape).astype(np.float32),
-        "actions": algo.random_actions(rng, b),
-        "rewards": rng.standard_normal(b).astype(np.float32),
-        "next_obs": rng.standard_normal((b,) + spec.obs_shape).astype(np.float32),
-        "discounts": rng.choice([0.0, 0.99], b).astype(np.float32),
-        "weights": rng.uniform(0.2, 1.0, b).astype(np.float32),
-    }
-
-
-def _learner_states_close(a, b):
-    for name in a:
-        if isinstance(a[name], dict) and "param_groups" not in a[name]:  # networks
-            for key in a[name]:
-                torch.testing.assert_close(a[name][key].cpu(), b[name][key].cpu(), rtol=1e-4, atol=2e-5, msg=f"{name}.{key}")
-
-
-@pytest.mark.parametrize("case", GRAPH_CASES)
-def test_the_graphed_update_matches_the_torch_update(case):
-    from hetrl.algos import make_algorithm
-    from hetrl.primitives.learn_torch import LearnTorch
-    from hetrl.primitives.learn_cudagraph import LearnCudagraph
-    from hetrl.envs import env_spec
-
-    name, env_id, settings = GRAPH_CASES[case]
-    algo = make_algorithm(name, env_spec(env_id), _config(name, **{"hidden": (64, 64), "lr": 3e-3, "batch_size": 48, **settings}))
-    graphed, plain = LearnCudagraph(algo, "cuda", seed=3), LearnTorch(algo, "cuda", seed=3)
-    rng = np.random.default_rng(0)
-    for _ in range(9):
-        batch = _host_batch(rng, algo)
-        a = graphed.learn(**batch)  # host arrays, as from a numpy replay
-        b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batch.items()})
-        torch.testing.assert_close(a["loss"], b["loss"], rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
-    assert graphed.learner.updates == plain.learner.updates == 9
-    _learner_states_close(graphed.learner.state_dict(), plain.learner.state_dict())
-    # inputs already on the device (a torch replay on the GPU) go the same way
-    batch = {k: torch.as_tensor(v, device="cuda") for k, v in _host_batch(rng, algo).items()}
-    torch.testing.assert_close(graphed.learn(**batch)["td_errors"], plain.learn(**batch)["td_errors"], rtol=1e-4, atol=1e-5)
-
-
-def test_graphed_checkpoints_resume_on_the_host_and_back():
-    from hetrl.algos import make_algorithm
-    from hetrl.primitives.learn_torch import LearnTorch
-    from hetrl.primitives.learn_cudagraph import LearnCudagraph
-    from hetrl.envs import env_spec
-
-    algo = make_algorithm("td3", env_spec("Pendulum-v1"), _config("td3", hidden=(32, 32), batch_size=32))
-    rng = np.random.default_rng(1)
-    batches = [_host_batch(rng, algo, 32) for _ in range(8)]
-    graphed = LearnCudagraph(algo, "cuda", seed=0)
-    for batch in batches[:4]:
-        graphed.learn(**batch)
-    state = graphed.learner.state_dict()
-    assert all(not g["capturable"] for g in state["actor_optimizer"]["param_groups"])  # the torch learner's format
-    host = LearnTorch(algo, "cpu", seed=1)
-    host.learner.load_state_dict(state)  # the generator is reseeded (cuda -> cpu), the rest carries over
-    host.learn(**{k: torch.as_tensor(v) for k, v in batches[4].items()})
-    # each its own copy, as from a file: torch's optimizers keep loaded tensors of the right device as they are
-    again = LearnCudagraph(algo, "cuda", seed=1)
-    again.learner.load_state_dict(copy.deepcopy(state))
-    plain = LearnTorch(algo, "cuda", seed=1)
-    plain.learner.load_state_dict(copy.deepcopy(state))
-    for batch in batches[4:]:  # a loaded graphed learner captures anew and goes on as the torch one does
-        a = again.learn(**batch)
-        b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batch.items()})
-        torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
 
 
 def test_a_run_with_the_graphed_learner(tmp_path):
