@@ -15,6 +15,7 @@ import inspect
 import itertools
 import tempfile
 import time
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -186,7 +187,7 @@ def matmul_peak(sizes: tuple[int, ...], repeats: int = 3, device: str = "cpu") -
     return best
 
 
-LIBRARY_MODULES = {"hetrl": "hetrl", "hetrl-auto": "hetrl", "sb3": "stable_baselines3", "tianshou": "tianshou", "torchrl": "torchrl"}
+LIBRARY_MODULES = {"hetrl": "hetrl", "hetrl-auto": "hetrl", "hetrl-baseline": "hetrl", "sb3": "stable_baselines3", "tianshou": "tianshou", "torchrl": "torchrl"}
 
 
 def library_version(lib: str) -> str:
@@ -194,7 +195,10 @@ def library_version(lib: str) -> str:
     if lib == "cleanrl":
         return f"torch {torch.__version__}"  # the script is this repository's own
     module = importlib.import_module(LIBRARY_MODULES[lib])
-    return str(getattr(module, "__version__", "unknown"))
+    version = str(getattr(module, "__version__", "unknown"))
+    if lib == "hetrl-baseline":  # which checkout: its folder
+        version += f" ({Path(module.__file__).resolve().parents[2]})"
+    return version
 
 
 
@@ -541,6 +545,7 @@ def run_torchrl(w: Workload, steps: int, seed: int, threads: int, device: str) -
 RUNNERS: dict[str, Callable[[Workload, int, int, int, str], Trained]] = {
     "hetrl": run_hetrl,
     "hetrl-auto": run_hetrl_auto,
+    "hetrl-baseline": run_hetrl,  # another checkout's src (peers.py --baseline-src): before and after a change
     "sb3": run_sb3,
     "cleanrl": run_cleanrl,
     "tianshou": run_tianshou,

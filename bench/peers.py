@@ -16,6 +16,7 @@ docs/benchmarks.md (the section between its peer-benchmark markers is replaced, 
     python bench/peers.py                          # 3 repeats, 50k DQN / 20k DDPG env steps
     python bench/peers.py --quick --out /tmp/peers.md   # smoke test: tiny runs, 1 repeat
     python bench/peers.py --libs hetrl sb3 --workloads ddpg --repeats 5
+    python bench/peers.py --libs hetrl --baseline-src ../old/src --out /tmp/before_after.md   # a change's effect
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 LIBS = ("hetrl", "hetrl-auto", "sb3", "cleanrl", "tianshou", "torchrl")
-LIB_NAMES = {"hetrl": "hetrl", "hetrl-auto": "hetrl, executor auto", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script",
+BASELINE = "hetrl-baseline"  # hetrl from another checkout (--baseline-src), run like "hetrl"
+LIB_NAMES = {"hetrl": "hetrl", "hetrl-auto": "hetrl, executor auto", BASELINE: "hetrl baseline (--baseline-src)", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script",
              "tianshou": "Tianshou", "torchrl": "TorchRL"}
 WORKLOAD_NAMES = ("dqn", "dqn-r0.25", "ddpg")
 BEGIN, END = "<!-- peers:begin (written by bench/peers.py) -->", "<!-- peers:end -->"
@@ -108,8 +110,9 @@ class Failure:
 def run_job(job: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Run ``peers.py --worker JOB...`` in a fresh interpreter; returns its JSON, or raises
     RuntimeError with the tail of its stderr."""
+    first = [str(args.baseline_src)] if BASELINE in job and args.baseline_src else []  # that checkout's hetrl wins
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))}
+           "PYTHONPATH": os.pathsep.join(filter(None, [*first, str(BENCH), os.environ.get("PYTHONPATH", "")]))}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *job, "--threads", str(args.threads),
            "--device", args.device, "--eval-episodes", str(args.eval_episodes)] + (["--quick"] if args.quick else [])
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -341,7 +344,9 @@ def write_section(out: Path, section: str) -> None:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS, help="libraries to run (default: all)")
+    parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=(*LIBS, BASELINE), help="libraries to run (default: all)")
+    parser.add_argument("--baseline-src", type=Path, help=f"the src/ folder of another hetrl checkout, run as the library "
+                        f"{BASELINE!r} beside this one (e.g. a worktree of main before a change): before and after in one run")
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOAD_NAMES), choices=WORKLOAD_NAMES)
     parser.add_argument("--repeats", type=int, default=3, help="runs per library and workload (default 3)")
     parser.add_argument("--dqn-steps", type=int, default=50_000, help="env steps per DQN run (default 50000)")
@@ -384,6 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(worker(args)), flush=True)
         return 0
     started = time.perf_counter()
+    if args.baseline_src and BASELINE not in args.libs:
+        args.libs.append(BASELINE)
+    if BASELINE in args.libs and not args.baseline_src:
+        parser_error = f"--libs {BASELINE} needs --baseline-src PATH (another checkout's src/)"
+        raise SystemExit(parser_error)
     versions, failures = probe(args.libs, args)
     libs = [lib for lib in args.libs if lib in versions]
     if not libs:
