@@ -67,3 +67,19 @@ def test_inference_is_validated_with_the_fix(overrides, message):
     with pytest.raises(HetrlError, match=message):
         cfg.validate()
     apply_overrides(cfg, ["inference=central", "executor=local"]).validate()
+
+
+def test_the_python_api_applies_typed_values_without_a_text_round_trip():
+    from hetrl.config import apply_values
+
+    cfg = apply_values(default_config("dqn", "CartPole-v1"),
+                       {"device": "cpu", "hidden": (64, 32), "lr": 1e-3, "steps": 5_000, "stop_at_return": 475, "prioritized": True})
+    assert (cfg.device, cfg.agent.hidden, cfg.agent.lr, cfg.steps, cfg.stop_at_return, cfg.agent.prioritized) == (
+        "cpu", (64, 32), 1e-3, 5_000, 475.0, True)
+    assert isinstance(cfg.stop_at_return, float)
+    with pytest.raises(HetrlError, match="no setting 'learning_rat' for dqn"):
+        apply_values(cfg, {"learning_rat": 1e-3})
+    with pytest.raises(HetrlError, match="batch_size"):
+        apply_values(cfg, {"batch_size": "many"})
+    with pytest.raises(HetrlError, match="hidden"):
+        apply_values(cfg, {"hidden": (64, "wide")})

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.config import TrainConfig, make_config, save_config
+from hetrl.config import TrainConfig, apply_values, make_config, save_config
 from hetrl.errors import HetrlError
 from hetrl.evaluation import record_gif
 from hetrl.run.rundir import RunDir
@@ -38,9 +38,8 @@ def train(
     ``config`` is a base config (a JSON file, a dict or a TrainConfig); ``settings`` override any run
     or agent field by name (``lr=1e-3``, ``hidden=(64, 64)``, ``stop_at_return=475``).
     """
-    given = {"steps": steps, "seed": seed, "device": device}
-    overrides = [f"{k}={_as_text(v)}" for k, v in {**given, **settings}.items() if v is not None or k in settings]
-    cfg = make_config(algo, env, config, overrides)
+    given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
+    cfg = apply_values(make_config(algo, env, config), {**given, **settings})
     session = Session.create(cfg, run_dir)
     result = session.train(progress=progress)
     if summary:
@@ -102,9 +101,3 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         record_gif(greedy_policy(session.algo, session.executor.policy_network), cfg.env, video, cfg.seed)
     session.executor.close()
     return EvalResult(returns=returns, checkpoint=path, video=video)
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, (tuple, list)):
-        return ",".join(str(v) for v in value)
-    return "none" if value is None else str(value)

@@ -166,6 +166,22 @@ def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
     return config
 
 
+def apply_values(config: TrainConfig, values: dict[str, Any], where: str = "hetrl.train") -> TrainConfig:
+    """Apply typed values by setting name (the Python API's keyword arguments): each is checked
+    against the setting's annotated type as a config file's would be, never turned into text."""
+    run_types = {k: v for k, v in _field_types(config).items() if k not in ("agent", "algo", "env")}
+    agent_types = _field_types(config.agent)
+    for key, value in values.items():
+        if key in agent_types:
+            _from_mapping(config.agent, {key: value}, where)
+        elif key in run_types:
+            _from_mapping(config, {key: value}, where)
+        else:
+            known = sorted(agent_types) + sorted(run_types)
+            raise HetrlError(f"{where}: no setting {key!r} for {config.algo}{did_you_mean(key, known)}; known: {', '.join(known)}")
+    return config
+
+
 # --- files -------------------------------------------------------------------------------------
 def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
     kinds = _field_types(obj)
@@ -175,8 +191,8 @@ def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
         kind = kinds[key]
         if key == "agent":
             continue
-        if typing.get_origin(kind) is tuple and isinstance(value, list):
-            value = tuple(value)
+        if typing.get_origin(kind) is tuple and isinstance(value, (list, tuple)):
+            value = tuple(_parse(json.dumps(v), typing.get_args(kind)[0], key) for v in value)
         elif kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         elif value is not None and not isinstance(value, str):
