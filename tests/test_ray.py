@@ -100,3 +100,25 @@ def test_dqn_learns_cartpole_under_ray(tmp_path):
     print(solved)
     assert all(s[1] is not None for s in solved), solved
     assert all(s[2] is not None and s[2] <= 0.05 for s in solved), solved
+
+
+def test_ray_actors_run_the_placements_act_backend(cluster):
+    """Moving Act in the placement changes what the Ray actors run; they report it."""
+    from dataclasses import replace
+
+    from hetrl.protocol import Slot
+
+    cfg = make_config("dqn", "CartPole-v1", overrides=["hidden=32,32", "batch_size=32", "learning_starts=500", "replay_ratio=0.5"])
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), cfg.agent)
+    placement = replace(default_placement(torch.device("cpu"), (1, 1), threads=1), act=Slot("numba", "cpu"))
+    ex = RayExecutor(algo, placement, 1, 0, 1, log=lambda m: None)
+    try:
+        while ex.env_steps < 1_500:
+            ex.iteration()
+        ran = ex.ran()
+        assert ran["Act"] == "numba on cpu, 1 actor", ran
+        assert ran["EnvStep"] == "gymnasium on cpu, 1 actor", ran
+        assert ran["Learn"] == "torch on cpu (1 thread)", ran
+        assert ex.timer_totals()["Act"][1] > 0
+    finally:
+        ex.close()
