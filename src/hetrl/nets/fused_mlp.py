@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 BETAS, EPS = (0.9, 0.999), 1e-8  # torch.optim.Adam's defaults, as hetrl.algos.base.adam uses them
-CACHE_LINE = 64  # bytes; MKL's 256x256 product is 4-5% slower on operands that start 16 bytes off one
+CACHE_LINE = 64  # bytes; MKL's products are slower on operands that start 16 bytes off one (docs/benchmarks.md, 'Measurements behind the code')
 
 
 def aligned_zeros(shape: int | tuple[int, ...], dtype: type = np.float32) -> np.ndarray:
@@ -186,7 +186,8 @@ def clip_and_adam(params, grads, m, v, step, lr, beta1, beta2, eps, max_norm, ta
     b1, b2 = np.float32(beta1), np.float32(beta2)
     one_b1, one_b2 = np.float32(1.0 - beta1), np.float32(1.0 - beta2)
     eps32, scale32, tau32, keep32 = np.float32(eps), np.float32(scale), np.float32(tau), np.float32(1.0 - tau)
-    # one loop per case: a branch inside the loop would stop it vectorising (3x slower)
+    # one loop per case: a branch inside the loop would stop it vectorising, and the scalar loop is much
+    # slower (docs/benchmarks.md, 'Measurements behind the code')
     if tau <= 0.0:
         for i in range(len(params)):
             _adam_element(params, grads, m, v, i, scale32, b1, b2, one_b1, one_b2, step_size, inv_bc2, eps32)

@@ -1,14 +1,15 @@
 """A host-side view of a network's current state, refreshed cheaply: what WeightSync reads.
 
 Acting copies and actor processes read the learner's network as host arrays, often once per
-update. The plain way, ``state_dict()`` then ``.cpu().numpy()`` per tensor, costs about 100 us in
-``state_dict()`` alone, and on a GPU one synchronising copy per tensor. Instead:
+update. The plain way, ``state_dict()`` then ``.cpu().numpy()`` per tensor, is dear in
+``state_dict()`` alone (a fresh ordered dict of fresh tensors per call), and on a GPU costs one
+synchronising copy per tensor. Instead:
 
 - a host network is read through numpy views of its tensors, taken once (learners update their
   tensors in place: optimiser steps, ``load_state_dict``, CUDA graph replays);
 - a device network is gathered into one device buffer (one kernel) and copied once into pinned
-  host memory, of which the arrays are views (88 us for the DDPG actor, 400x300, profiled on an
-  H100 machine).
+  host memory, of which the arrays are views (one copy in place of one per tensor; the profiled
+  figure is in docs/benchmarks.md, 'Measurements behind the code').
 """
 
 from __future__ import annotations

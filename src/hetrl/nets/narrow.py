@@ -2,11 +2,13 @@
 
 In a training loop at DDPG's sizes (batch 256, 256 wide) the matrix products of the hidden layers
 run near the CPU's peak, but what surrounds them does not: a layer with one output (a Q-value, an
-action) is a 9-16 us product in MKL, a first layer with three or four inputs 17-27 us, adding a
-bias is a copy of the whole output before the product, and the ReLU, its mask on the way back and
-a bias gradient are a torch call each (8-15 us). Each kernel here is one vectorised pass over the
-(batch x width) array, 5 to 13 us, and where two of those steps meet in one row they share the
-pass (finish_then_few_outputs, backward_few_outputs, the ``masked`` flags).
+action) and a first layer with three or four inputs are thin products that MKL runs far below its
+peak, adding a bias is a copy of the whole output before the product, and the ReLU, its mask on the
+way back and a bias gradient are a torch call each, each paying a call's overhead and a full pass.
+Each kernel here is one vectorised pass over the (batch x width) array, cheaper than the call it
+replaces, and where two of those steps meet in one row they share the pass
+(finish_then_few_outputs, backward_few_outputs, the ``masked`` flags). The timings behind this are
+in docs/benchmarks.md, 'Measurements behind the code'.
 
 Weights are torch's layout, ``w[out, in]``; arrays are float32, C-contiguous, 2-D (batch x features).
 """
@@ -84,7 +86,8 @@ def column_sum(g, out):  # pragma: no cover - compiled
 def forward_four_inputs(x, w, b, out, relu):  # pragma: no cover - compiled
     """out = x @ w.T + b (then ReLU), for at most four inputs: per row one vectorised pass over the
     outputs with the four products unrolled (missing inputs count as zero weights). At 256x256 this
-    is 10 us; BLAS's product is 17-27 us, with a bias pass after it."""
+    beats BLAS's product alone, which needs a bias pass after it (docs/benchmarks.md,
+    'Measurements behind the code')."""
     n_out, n_in = w.shape
     wt = np.zeros((FOUR, n_out), np.float32)
     for j in range(n_out):
@@ -110,7 +113,8 @@ def forward_four_inputs(x, w, b, out, relu):  # pragma: no cover - compiled
 def grads_four_inputs(g, x, gw, gb, h, masked):  # pragma: no cover - compiled
     """gw = g.T @ x and gb = g summed over its rows, for a layer with at most four inputs ``x``:
     one pass over the (batch x outputs) gradient ``g``, two rows at a time, into five accumulator
-    rows (BLAS's product, its transpose and a column sum: 43 us at 256x256; this: about 13). If
+    rows, in place of BLAS's product, its transpose and a column sum, a pass each
+    (docs/benchmarks.md, 'Measurements behind the code'). If
     ``masked``, g is read as zero where the layer's ReLU output ``h`` is not positive (relu_mask
     on the fly; g is left as it was)."""
     rows, n_out = g.shape
@@ -170,7 +174,8 @@ def backward_few_outputs(g, h, w, gw, gb, g_in, weight_grads, g_in_sums):  # pra
     ``weight_grads``, gw = g.T @ h and gb = g summed over its rows; and g_in = g @ w where h > 0,
     zero elsewhere, with g_in summed over its rows into ``g_in_sums`` (the layer below's bias
     gradient). One pass over ``h`` in place of two thin BLAS products (a GEMV and an outer product,
-    9-12 us each), a masking pass and two column sums."""
+    both far below BLAS's peak at these shapes), a masking pass and two column sums
+    (docs/benchmarks.md, 'Measurements behind the code')."""
     rows, n_out = g.shape
     n_in = h.shape[1]
     zero = np.float32(0.0)

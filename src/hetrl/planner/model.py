@@ -140,13 +140,13 @@ def in_run_factor(profile: Profile, name: str, placement: Placement) -> float:
     where the profile has no ``InRun`` row for it).
 
     Primitives profiled alone run with hot caches and predictors; in the loop, the env, the policy,
-    the replay and the learner evict each other, and a small primitive measured 2-4x its alone
-    cost on the 2-core machine (DQN's EnvStep 38 µs against 17). The profile's loop job times every
-    primitive of one host placement in a short run; that ratio is applied to every host backend of
-    the primitive (the eviction comes from the rest of the loop, not from the backend), in plans
-    whose learner is on the host as it was there. A GPU learner evicts nothing on the host: on an
-    H100 machine, ratios measured beside a 16-thread host learner (3-4x) made the host primitives
-    of a CUDA plan 2.5x too dear, so such plans are costed as measured alone."""
+    the replay and the learner evict each other, and a small primitive can cost several times
+    its alone cost there (docs/benchmarks.md, 'Measurements behind the code'). The profile's loop
+    job times every primitive of one host placement in a short run; that ratio is applied to every
+    host backend of the primitive (the eviction comes from the rest of the loop, not from the
+    backend), in plans whose learner is on the host as it was there. A GPU learner evicts nothing
+    on the host: on a GPU machine, ratios measured beside a 16-thread host learner made the host
+    primitives of a CUDA plan far too dear, so such plans are costed as measured alone."""
     slot = placement.slot_of(name)
     if slot is None or slot.device != "cpu" or placement.learn.device != "cpu":
         return 1.0

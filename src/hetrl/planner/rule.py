@@ -2,8 +2,8 @@
 requested device, the replay beside the learner (numpy storage on a host learner, torch storage
 on an accelerator so batches need no transfer), acting with the numpy policy on the host (small
 policy networks are bound by per-call overhead, which numpy has least of), and a host learner's
-thread count by the size of its work (:func:`learner_threads`; docs/results.md has the
-measurements behind the threshold)."""
+thread count by the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads
+(inline loop, 2 cores)', has the measurements behind the threshold)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import torch
 from hetrl.protocol import Placement, Slot
 
 # Learner work (parameters x batch) below which one intra-op thread is chosen: one thread loses
-# nothing there and guards against OpenMP threads waiting on a busy core (docs/results.md has the
-# measurements).
+# nothing there and guards against OpenMP threads waiting on a busy core (docs/results.md, 'Learner
+# threads (inline loop, 2 cores)', has the measurements).
 SMALL_LEARNER_WORK = 10_000_000
 
 

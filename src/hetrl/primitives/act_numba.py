@@ -41,8 +41,9 @@ class ActNumba(ActNumpy):
         # argmax and np.where cost more than the 1-env forward itself.
         self._fused_rule = not self._squash and epsilon_greedy
         super().__init__(network, rule, device)
-        # The process's first numba call pays numba's own start-up (~250 ms here, cached kernels or
-        # not): pay it now, not inside the first timed Act, where it would inflate Act's µs per call.
+        # The process's first numba call pays numba's own start-up, cached kernels or not, and it is
+        # large (docs/benchmarks.md, 'Measurements behind the code'): pay it now, not inside the
+        # first timed Act, where it would inflate Act's µs per call.
         one = np.zeros((1, self.layout.dims[0]), np.float32)
         self.forward(one)
         if self._fused_rule:

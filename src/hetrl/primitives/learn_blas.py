@@ -1,15 +1,15 @@
 """Learn / blas: DDPG's and TD3's update written out as matrix products into buffers made once.
 
 At DDPG's usual sizes (256x256 layers, batch 256) an update is ten 256^3 matrix products, which
-MKL runs on one core at about 90% of this CPU's fp32 peak (3.7-3.9 ms), and some 150 small
-operations, which in Learn/torch (autograd's graph, a new tensor for every result, two optimisers
-walking their per-tensor state) make its update 6.2 ms in all; here it is 4.1 ms (bench/fused.py).
-Here:
+MKL runs on one core near this CPU's fp32 peak, and some 150 small operations, which in Learn/torch
+(autograd's graph, a new tensor for every result, two optimisers walking their per-tensor state)
+add a large share on top; here that share is much smaller (bench/fused.py; the figures are in
+docs/benchmarks.md, 'Measurements behind the code'). Here:
 
 - the backward pass is written out, so no graph is built, and no gradient nobody reads is
   computed (the actor's step takes the critic's gradient for its action inputs only);
 - every intermediate lives in a buffer allocated at the first update of a batch size, on a cache
-  line (MKL is 4-5% slower on operands off one), written with ``out=`` or in place (only the
+  line (MKL is slower on operands off one), written with ``out=`` or in place (only the
   returned loss and TD errors are new tensors: the executor keeps them);
 - what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow and two here), and
   neighbouring steps share a pass where they meet in one row;
@@ -208,7 +208,7 @@ class MLPPass:
                     if unmasked:
                         narrow.relu_mask(g_np, self.h_np[i + 1])
                         unmasked = False
-                    if layer.few_inputs:  # MKL: 100 us for (out x B)(B x few), 20 for (few x B)(B x out) and a copy
+                    if layer.few_inputs:  # MKL is far slower at (out x B)(B x few) than at (few x B)(B x out) and a copy (docs/benchmarks.md, 'Measurements behind the code')
                         torch.mm(self.h[i].t(), g, out=self.transposed[i])
                         grads[i].w.copy_(self.transposed[i].t())
                     else:

@@ -2,9 +2,9 @@
 
 The networks of DRL are small, so on a GPU an update is bound by kernel launches rather than
 arithmetic: a DQN update is some 60 kernels and a DDPG update some 150, each launched by the host
-in turn (on a GPU machine with a slow host CPU, Learn/torch on cuda measured 1.8 ms per DQN update
-at 256x256 and 4.7 ms per DDPG update at 400x300). A CUDA graph records those kernels once and
-replays them with one launch.
+in turn, so on a GPU machine with a slow host CPU Learn/torch on cuda is bound by the host's launch
+rate (docs/benchmarks.md, 'Measurements behind the code'). A CUDA graph records those kernels
+once and replays them with one launch.
 
 How (the learner is a :class:`~hetrl.algos.base.TorchLearner`, whose update is ``step`` every time
 and ``periodic`` when due):

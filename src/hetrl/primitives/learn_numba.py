@@ -129,7 +129,7 @@ class DQNNumbaLearner(Learner):
             cfg.double, cfg.lr, cfg.max_grad_norm if cfg.max_grad_norm is not None else 0.0,
             cfg.tau if target_moves else 0.0,
         )
-        return {"td_errors": torch.from_numpy(td), "loss": torch.from_numpy(np.array(loss, np.float32))}  # 2 us; torch.tensor takes 6
+        return {"td_errors": torch.from_numpy(td), "loss": torch.from_numpy(np.array(loss, np.float32))}  # cheaper than torch.tensor (docs/benchmarks.md, 'Measurements behind the code')
 
     # --- checkpoints: the torch learner's format ----------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -83,7 +83,7 @@ class InferenceServer:
     def serve(self, act: ActFn, version: int) -> int:
         """Answer every pending request with one ``act`` call; returns the requests answered.
         Plain ints and basic indexing: with a few actors, numpy's fancy indexing cost more than
-        the rest of an answer (15 against 8 µs)."""
+        the rest of an answer (docs/benchmarks.md, 'Measurements behind the code')."""
         asked = self.requested.tolist()  # counters first: each one's data was written before it
         served = self.served.tolist()
         waiting = [i for i in range(self.actors) if asked[i] != served[i]]

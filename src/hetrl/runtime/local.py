@@ -6,7 +6,8 @@ slot's backend and device (``inference="central"``, ``runtime/inference.py``), a
 transitions into its shared-memory ring; the learner drains the rings into the replay (ReplayAdd),
 runs the updates the rate limiter allows (with ``prefetch``, sampling the next batch in a thread
 while it learns on the current one: off by default, since on a 2-core host the sampling thread's
-share of the GIL cost more than it hid, 9% of DQN's rate at replay ratio 1) and publishes the policy weights every ``weight_sync_every`` updates. Ctrl-C
+share of the GIL cost more than it hid; docs/benchmarks.md, 'Measurements behind the code') and
+publishes the policy weights every ``weight_sync_every`` updates. Ctrl-C
 reaches only this process (actors ignore SIGINT); ``close`` stops every actor within seconds and
 removes every segment. An actor that dies is restarted and counted.
 """
@@ -49,8 +50,8 @@ WATCH_EVERY_S = 0.2  # how often the learner checks that its actors are alive
 QUICK_DEATH_S = 5.0  # an actor dying this soon after (re)starting, three times in a row, fails the run
 MAX_BURST = 64  # updates per iteration at most, so that rings are drained and actors fed in between
 # A waiting actor sleeps, doubling the nap from WAIT_MIN_S to WAIT_MAX_S: on a machine with fewer
-# cores than processes, frequent wake-ups of idle actors preempt the learner (2 actors waking every
-# 0.2 ms halved the learner's rate on 2 cores). The limiter's lead keeps the learner fed meanwhile.
+# cores than processes, frequent wake-ups of idle actors preempt the learner and cut its rate sharply
+# (docs/benchmarks.md, 'Measurements behind the code'). The limiter's lead keeps the learner fed meanwhile.
 WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
 IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
 

@@ -8,8 +8,9 @@ import time
 class _Span:
     """One name's timer: a plain context manager that keeps its own totals. One per name, reused
     (timed blocks of a name never nest): the inline loop times some six blocks per env step, and
-    a fresh object and two dict updates per block cost ~4% of a 64x64 DQN loop at ratio 0.25
-    (a @contextmanager generator cost ~1.4 us a use)."""
+    a fresh object and two dict updates per block cost a visible share of a small DQN loop, and a
+    @contextmanager generator costs more per use still (docs/benchmarks.md, 'Measurements behind
+    the code')."""
 
     __slots__ = ("start", "seconds", "calls")
 
