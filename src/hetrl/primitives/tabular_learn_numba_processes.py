@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hetrl.protocol import Slot, implements
+from hetrl.runtime.processes import without_main
 from hetrl.tabular.units import HostUnit, TabularUnits, UpdateRule, aligned_tables, table_buffer_entries
 
 
@@ -52,7 +53,8 @@ class TabularLearnNumbaProcesses(TabularUnits):
             parent, child = ctx.Pipe()
             args = (child, packed_raw, len(packed), tables_raw, rule, unit, bounds)
             proc = ctx.Process(target=_process_unit, args=args, daemon=True, name=f"hetrl-unit-{unit}")
-            proc.start()
+            with without_main():
+                proc.start()
             self._conns.append(parent)
             self._procs.append(proc)
         self._replies()

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.runtime.processes import actor_context
+from hetrl.runtime.processes import actor_context, without_main
 from hetrl.runtime.shared import Layout, SharedArrays, SharedHandle
 
 INFERENCE = ("actor", "central")  # where a local run's actors act: with their own copy, or through this module
@@ -189,7 +189,8 @@ def measure_round_trip(layout: Layout) -> tuple[list[float], list[float]]:
     actions = np.zeros_like(server.block["actions"][0])
     serve_s: list[float] = []
     try:
-        proc.start()
+        with without_main():
+            proc.start()
         answered, spent = 0, 0.0
         while proc.is_alive() or server.pending():
             server.wait(STOP_POLL_S)

@@ -35,7 +35,7 @@ from hetrl.runtime.acting_role import Actor, ActorSpec
 from hetrl.runtime.inference import INFERENCE, InferenceClient, InferenceServer, InferenceStopped, inference_layout
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.parallel import ParallelBookkeeping
-from hetrl.runtime.processes import actor_context
+from hetrl.runtime.processes import actor_context, without_main
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
@@ -143,7 +143,8 @@ class LocalExecutor(ParallelBookkeeping):
             args=(self.spec, index, self._incarnations[index], self.rings[index].block.handle, self.control.handle,
                   self.weights.block.handle, os.getpid(), self._errors, inference, self._reports),
         )
-        proc.start()
+        with without_main():
+            proc.start()
         self._procs[index] = proc
         self._started_at[index] = time.perf_counter()
 

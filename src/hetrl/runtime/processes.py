@@ -1,8 +1,12 @@
-"""How the local executor starts processes (its actors, and the profiler's round-trip actor)."""
+"""How hetrl starts processes: the local executor's actors, the profiler's round-trip actor and
+tabular learning's unit processes."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -12,3 +16,27 @@ def actor_context() -> Any:
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["hetrl.runtime.local"])
     return ctx
+
+
+@contextmanager
+def without_main() -> Iterator[None]:
+    """Inside the block, processes start without importing the parent's ``__main__``.
+
+    multiprocessing's fork server and spawn children import the parent's main script (or module)
+    before they run their target, so a user's unguarded ``hetrl.train(...)`` would run again in
+    every child. hetrl's children need only hetrl's own modules, so while one starts the main
+    module looks like an interactive session's (no ``__file__``, no ``__spec__``), which
+    multiprocessing leaves alone.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {key: main.__dict__[key] for key in ("__file__", "__spec__") if key in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__dict__["__spec__"] = None
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
