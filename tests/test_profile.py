@@ -152,3 +152,19 @@ def test_profiles_carry_energy_per_call_where_a_meter_works(monkeypatch):
 
 def test_profiles_say_nothing_of_energy_without_a_meter(dqn_profile):
     assert all(t.joules_per_call is None for t in dqn_profile.timings)
+
+
+def test_the_profile_cache_ignores_settings_that_cost_nothing():
+    """A new learning rate or exploration schedule reuses the profile; a new network re-profiles."""
+    from dataclasses import replace
+
+    machine = describe_machine()
+    base = DQNConfig()
+    same = [replace(base, lr=1e-4), replace(base, eps_end=0.1, eps_decay_steps=5), replace(base, gamma=0.9, learning_starts=7)]
+    for agent in same:
+        assert default_path(machine, "dqn", "CartPole-v1", agent) == default_path(machine, "dqn", "CartPole-v1", base)
+    for agent in [replace(base, hidden=(64, 64)), replace(base, batch_size=32), replace(base, prioritized=True), replace(base, dueling=True)]:
+        assert default_path(machine, "dqn", "CartPole-v1", agent) != default_path(machine, "dqn", "CartPole-v1", base)
+    ddpg = DDPGConfig()
+    assert default_path(machine, "ddpg", "Pendulum-v1", replace(ddpg, action_noise=0.3)) == default_path(machine, "ddpg", "Pendulum-v1", ddpg)
+    assert default_path(machine, "ddpg", "Pendulum-v1", replace(ddpg, policy_delay=2)) != default_path(machine, "ddpg", "Pendulum-v1", ddpg)

@@ -107,9 +107,10 @@ class Profile:
 
 
 def default_path(machine: Machine, algo: str, env: str, agent: AgentConfig) -> Path:
-    """Where a profile of this machine and workload is kept: ``$XDG_CACHE_HOME/hetrl/profiles``."""
+    """Where a profile of this machine and workload is kept: ``$XDG_CACHE_HOME/hetrl/profiles``,
+    keyed by the settings that change what primitives cost (not the learning rate or epsilon)."""
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles"
-    key = hashlib.sha256(json.dumps(asdict(agent), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    key = hashlib.sha256(json.dumps(agent.cost_settings(), sort_keys=True, default=str).encode()).hexdigest()[:10]
     return cache / machine.fingerprint() / f"{algo}_{env.replace('/', '-')}_{key}.json"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,6 +40,19 @@ class AgentConfig:
     beta_anneal_steps: int = 100_000  # env steps; absolute so that resuming does not change the schedule
     priority_eps: float = 1e-6
     max_grad_norm: float | None = None
+
+    # Settings that change what is learned but not what any primitive costs per call, so a profile
+    # measured with other values of them still holds (the profile cache ignores them). A setting
+    # left out of here re-profiles when it changes: the safe default for a new one.
+    COST_FREE: ClassVar[frozenset[str]] = frozenset({
+        "lr", "gamma", "alpha", "beta0", "beta_anneal_steps", "priority_eps",
+        "learning_starts",  # the profiler's loop sets its own
+        "train_every",  # likewise; the model reads the run's own
+    })
+
+    def cost_settings(self) -> dict[str, Any]:
+        """The settings a profile's measurements depend on (the profile cache's key)."""
+        return {k: v for k, v in asdict(self).items() if k not in self.COST_FREE}
 
     def validate(self) -> list[str]:
         """Problems with the values, one message each."""

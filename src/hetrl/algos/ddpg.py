@@ -40,6 +40,8 @@ class DDPGConfig(AgentConfig):
     target_noise_clip: float = 0.5
     policy_delay: int = 1  # critic updates per actor (and target) update
 
+    COST_FREE = AgentConfig.COST_FREE | {"action_noise", "target_noise_clip"}
+
     def validate(self) -> list[str]:
         problems = super().validate()
         if not 0 < self.tau <= 1:

@@ -41,6 +41,8 @@ class DQNConfig(AgentConfig):
     eps_decay_steps: int = 16_000
     max_grad_norm: float | None = 10.0
 
+    COST_FREE = AgentConfig.COST_FREE | {"eps_start", "eps_end", "eps_decay_steps"}
+
     def validate(self) -> list[str]:
         problems = super().validate()
         if not 0 < self.tau <= 1:
