@@ -83,3 +83,21 @@ def test_the_python_api_applies_typed_values_without_a_text_round_trip():
         apply_values(cfg, {"batch_size": "many"})
     with pytest.raises(HetrlError, match="hidden"):
         apply_values(cfg, {"hidden": (64, "wide")})
+
+
+@pytest.mark.parametrize("text, value", [("100000", 100_000), ("100_000", 100_000), ("1e5", 100_000), ("100k", 100_000),
+                                         ("1.5M", 1_500_000), ("2K", 2_000)])
+def test_counts_are_read_as_people_write_them(text, value):
+    from hetrl.config import parse_count
+
+    assert parse_count(text) == value
+    assert apply_overrides(default_config("dqn", "CartPole-v1"), [f"steps={text}"]).steps == value
+
+
+def test_other_libraries_names_are_answered_with_hetrls():
+    for key, ours in [("learning_rate", "lr"), ("gradient_steps", "replay_ratio"), ("train_freq", "train_every"),
+                      ("target_update_interval", "target_update_every")]:
+        with pytest.raises(HetrlError, match=f"hetrl calls it {ours}"):
+            apply_overrides(default_config("dqn", "CartPole-v1"), [f"{key}=1"])
+    with pytest.raises(HetrlError, match="1.5"):
+        apply_overrides(default_config("dqn", "CartPole-v1"), ["steps=1.5"])

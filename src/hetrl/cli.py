@@ -31,12 +31,22 @@ def _settings_help() -> str:
     return "\n".join(lines)
 
 
+def _count(text: str) -> int:
+    """argparse type for step counts: 100000, 1e5, 100k."""
+    from hetrl.config import parse_count
+
+    try:
+        return parse_count(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of steps (e.g. 100000, 1e5 or 100k)") from None
+
+
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3) on a Gymnasium env.",
                        epilog=_settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("algo", help="dqn, ddpg or td3")
     p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
-    p.add_argument("--steps", type=int, help="total env steps (default: 100000 for dqn, 20000 for ddpg and td3)")
+    p.add_argument("--steps", type=_count, help="total env steps, e.g. 100000, 1e5 or 100k (default: the algorithm's)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", help="learner device: auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--config", help="a JSON config (e.g. a run's config.json) to start from")
@@ -73,7 +83,7 @@ def _train(args: argparse.Namespace) -> int:
 def _add_resume(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("resume", help="continue a run from its newest checkpoint")
     p.add_argument("run_dir")
-    p.add_argument("--steps", type=int, help="new total env steps (default: the run's own total)")
+    p.add_argument("--steps", type=_count, help="new total env steps, e.g. 150k (default: the run's own total)")
     p.add_argument("--checkpoint", help="resume from this checkpoint file instead of the newest")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_resume)
@@ -171,7 +181,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
                    help="consider inline and local (auto, default) or only one of them")
     p.add_argument("--actors", type=int, help="actor processes for local (default: the planner tries 1 to the core count)")
     p.add_argument("--profile", help="a profile JSON (default: this machine's cached one, measured now if missing)")
-    p.add_argument("--steps", type=int, help="the run's env steps, over which start-up costs are weighed "
+    p.add_argument("--steps", type=_count, help="the run's env steps, over which start-up costs are weighed "
                                               "(default: the algorithm's default run length)")
     p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json)")
     p.set_defaults(func=_plan)
@@ -215,7 +225,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("algo")
     p.add_argument("env")
     p.add_argument("--actors", default="1..4", help="actor counts: a range 1..4 (default) or a list 1,2,4")
-    p.add_argument("--steps", type=int, help="env steps per run (default: learning_starts + 10000)")
+    p.add_argument("--steps", type=_count, help="env steps per run (default: learning_starts + 10000)")
     p.add_argument("--config", help="a JSON config to start from")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
     p.add_argument("--out", default="sweep", help="output folder (default ./sweep; must be new or empty)")

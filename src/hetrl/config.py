@@ -96,6 +96,38 @@ def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainCo
 
 # --- overrides ---------------------------------------------------------------------------------
 _TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+_SUFFIXES = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}
+
+# What other libraries (Stable-Baselines3, CleanRL, rl-baselines3-zoo) call hetrl's settings:
+# an unknown key that is one of these is answered with hetrl's name.
+ALIASES = {
+    "learning_rate": "lr", "gradient_steps": "replay_ratio (updates per env step)", "train_freq": "train_every",
+    "target_update_interval": "target_update_every (counted in updates, not env steps)",
+    "exploration_final_eps": "eps_end", "exploration_initial_eps": "eps_start",
+    "exploration_fraction": "eps_decay_steps (env steps, not a fraction)", "net_arch": "hidden",
+    "n_timesteps": "steps", "total_timesteps": "steps", "n_envs": "num_envs", "num_actors": "actors",
+    "target_policy_noise": "target_noise", "policy_noise": "target_noise", "noise_clip": "target_noise_clip",
+    "policy_frequency": "policy_delay", "buffer_len": "buffer_size", "start_e": "eps_start", "end_e": "eps_end",
+}
+
+
+def suggestion(key: str, known: list[str]) -> str:
+    """' (did you mean X?)', or what hetrl calls another library's setting."""
+    if key in ALIASES:
+        return f" (hetrl calls it {ALIASES[key]})"
+    return did_you_mean(key, known)
+
+
+def parse_count(text: str) -> int:
+    """A whole number as people write one: 100000, 100_000, 1e5, 100k, 1M."""
+    clean = text.strip().replace("_", "").replace(",", "")
+    scale = _SUFFIXES.get(clean[-1:].lower(), 1) if clean else 1
+    if scale != 1:
+        clean = clean[:-1]
+    number = float(clean) * scale
+    if not number.is_integer():
+        raise ValueError(f"{text!r} is not a whole number")
+    return int(number)
 
 
 def _parse(text: str, kind: Any, key: str) -> Any:
@@ -111,10 +143,7 @@ def _parse(text: str, kind: Any, key: str) -> Any:
                 return text.lower() in _TRUE
             raise ValueError
         if kind is int:
-            number = float(text)
-            if not number.is_integer():
-                raise ValueError
-            return int(number)
+            return parse_count(text)
         if kind is float:
             return float(text)
         if kind is str:
@@ -159,7 +188,7 @@ def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
             target, types_ = config, run_types
         else:
             known = sorted(agent_types) + sorted(run_types)
-            raise HetrlError(f"--set {key}: no such setting for {config.algo}{did_you_mean(key, known)}; known: {', '.join(known)}")
+            raise HetrlError(f"--set {key}: no such setting for {config.algo}{suggestion(key, known)}; known: {', '.join(known)}")
         if key in ("algo", "env"):
             raise HetrlError(f"--set {key}: the {key} is given as a positional argument, not with --set")
         setattr(target, key, _parse(value.strip(), types_[key], key))
@@ -178,7 +207,7 @@ def apply_values(config: TrainConfig, values: dict[str, Any], where: str = "hetr
             _from_mapping(config, {key: value}, where)
         else:
             known = sorted(agent_types) + sorted(run_types)
-            raise HetrlError(f"{where}: no setting {key!r} for {config.algo}{did_you_mean(key, known)}; known: {', '.join(known)}")
+            raise HetrlError(f"{where}: no setting {key!r} for {config.algo}{suggestion(key, known)}; known: {', '.join(known)}")
     return config
 
 
@@ -187,7 +216,7 @@ def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
     kinds = _field_types(obj)
     for key, value in data.items():
         if key not in kinds:
-            raise HetrlError(f"{where}: unknown setting {key!r}{did_you_mean(key, kinds)}")
+            raise HetrlError(f"{where}: unknown setting {key!r}{suggestion(key, list(kinds))}")
         kind = kinds[key]
         if key == "agent":
             continue
