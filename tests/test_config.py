@@ -101,3 +101,20 @@ def test_other_libraries_names_are_answered_with_hetrls():
             apply_overrides(default_config("dqn", "CartPole-v1"), [f"{key}=1"])
     with pytest.raises(HetrlError, match="1.5"):
         apply_overrides(default_config("dqn", "CartPole-v1"), ["steps=1.5"])
+
+
+def test_a_partial_yaml_or_json_config_file(tmp_path):
+    from hetrl.config import make_config
+
+    (tmp_path / "some.yaml").write_text("steps: 20k\nseed: 4\nagent:\n  lr: 0.0005\n  hidden: [64, 64]\n")
+    cfg = make_config("dqn", "Acrobot-v1", tmp_path / "some.yaml", ["batch_size=32"])
+    assert (cfg.env, cfg.steps, cfg.seed, cfg.agent.lr, cfg.agent.hidden, cfg.agent.batch_size) == (
+        "Acrobot-v1", 20_000, 4, 5e-4, (64, 64), 32)
+    (tmp_path / "some.json").write_text(json.dumps({"agent": {"gamma": 0.95}}))
+    assert make_config("dqn", "CartPole-v1", tmp_path / "some.json").agent.gamma == 0.95
+    (tmp_path / "bad.yaml").write_text("agent: [unclosed\n")
+    with pytest.raises(HetrlError, match="not valid YAML at line"):
+        make_config("dqn", "CartPole-v1", tmp_path / "bad.yaml")
+    (tmp_path / "ddpg.yaml").write_text("algo: ddpg\n")
+    with pytest.raises(HetrlError, match="the config is for ddpg, not dqn"):
+        make_config("dqn", "CartPole-v1", tmp_path / "ddpg.yaml")

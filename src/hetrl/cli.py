@@ -49,7 +49,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=_count, help="total env steps, e.g. 100000, 1e5 or 100k (default: the algorithm's)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", help="learner device: auto (default), cpu, cuda, cuda:N, mps")
-    p.add_argument("--config", help="a JSON config (e.g. a run's config.json) to start from")
+    p.add_argument("--config", help="a YAML or JSON config to start from: a run's config.json, or only the settings to change")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                    help="override a setting, e.g. --set lr=0.001 --set hidden=64,64 (repeatable)")
     p.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
@@ -137,7 +137,7 @@ def _add_profile(sub: argparse._SubParsersAction) -> None:
                                    "on every device, at the algorithm's sizes; save the profile as JSON.")
     p.add_argument("algo")
     p.add_argument("env")
-    p.add_argument("--config", help="a JSON config to start from")
+    p.add_argument("--config", help="a YAML or JSON config to start from (all settings or some)")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[],
                    help="override an agent setting (batch_size, hidden, prioritized, ...)")
     p.add_argument("--device", dest="devices", action="append", help="profile only this device (repeatable)")
@@ -172,7 +172,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
                        description="Predict env steps/s of every placement the profile can cost and pick the best.")
     p.add_argument("algo")
     p.add_argument("env")
-    p.add_argument("--config", help="a JSON config to start from")
+    p.add_argument("--config", help="a YAML or JSON config to start from (all settings or some)")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
     p.add_argument("--objective", default="throughput", choices=("throughput", "efficiency"),
                    help="throughput (env steps/s, default) or efficiency (env steps per joule; needs a working energy meter)")
@@ -226,7 +226,7 @@ def _add_sweep(sub: argparse._SubParsersAction) -> None:
     p.add_argument("env")
     p.add_argument("--actors", default="1..4", help="actor counts: a range 1..4 (default) or a list 1,2,4")
     p.add_argument("--steps", type=_count, help="env steps per run (default: learning_starts + 10000)")
-    p.add_argument("--config", help="a JSON config to start from")
+    p.add_argument("--config", help="a YAML or JSON config to start from (all settings or some)")
     p.add_argument("--set", dest="overrides", metavar="KEY=VALUE", action="append", default=[])
     p.add_argument("--out", default="sweep", help="output folder (default ./sweep; must be new or empty)")
     p.set_defaults(func=_sweep)

@@ -16,7 +16,7 @@ from typing import Any
 
 from hetrl.algos import AgentConfig, algorithm_class
 from hetrl.errors import HetrlError, did_you_mean
-from hetrl.files import read_json, write_json
+from hetrl.files import read_config_file, read_json, write_json
 from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
 
 
@@ -77,8 +77,10 @@ def default_config(algo: str, env: str) -> TrainConfig:
 
 def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainConfig | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """The config of a run: ``base`` (a JSON file, a dict or a TrainConfig; default: the algorithm's
-    defaults) for ``algo`` on ``env``, then ``key=value`` overrides. ``base`` itself is not changed."""
+    """The config of a run: ``base`` (a YAML or JSON file, a dict or a TrainConfig; default: the
+    algorithm's defaults) for ``algo`` on ``env``, then ``key=value`` overrides. A file or dict may
+    hold only some settings (the rest keep their defaults), with or without algo and env.
+    ``base`` itself is not changed."""
     if base is None:
         config = default_config(algo, env)
     else:
@@ -86,8 +88,11 @@ def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainCo
             data = base.to_dict()
         elif isinstance(base, dict):
             data = {**base, "algo": algo}
-        else:
-            data = load_config(base).to_dict()
+        else:  # a file: a whole config (a run's config.json) or only the settings it changes
+            data = read_config_file(base, "config file", "fix it or pass another --config")
+            if not isinstance(data, dict):
+                raise HetrlError(f"config file {base} must hold a mapping of settings, not {type(data).__name__}")
+            data = {"algo": algo, **data}
         if algorithm_class(data["algo"]).name != algorithm_class(algo).name:
             raise HetrlError(f"the config is for {data['algo']}, not {algo}; pass a {algo} config or drop --config")
         config = config_from_dict({**data, "algo": algo, "env": env})

@@ -20,6 +20,23 @@ def write_json(path: str | Path, data: Any, indent: int = 2) -> Path:
     return path
 
 
+def read_config_file(path: str | Path, what: str, invalid_hint: str = "") -> Any:
+    """A config the user wrote: YAML for a .yaml/.yml file, JSON otherwise (JSON is YAML, too)."""
+    path = Path(path)
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return read_json(path, what, invalid_hint=invalid_hint)
+    import yaml
+
+    try:
+        return yaml.safe_load(path.read_text())
+    except FileNotFoundError:
+        raise HetrlError(f"{what} {path} does not exist") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise HetrlError(f"{what} {path} is not valid YAML{at}" + (f"; {invalid_hint}" if invalid_hint else "")) from None
+
+
 def read_json(path: str | Path, what: str, missing_hint: str = "", invalid_hint: str = "") -> Any:
     """The parsed file; a missing or unparsable one is a HetrlError naming ``what`` and the hint."""
     path = Path(path)
