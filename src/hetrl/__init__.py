@@ -22,6 +22,8 @@ _EXPORTS = {
     "resume": "hetrl.api",
     "evaluate": "hetrl.api",
     "EvalResult": "hetrl.api",
+    "load": "hetrl.policy",
+    "Policy": "hetrl.policy",
     "TrainResult": "hetrl.run.result",
     "HetrlError": "hetrl.errors",
 }
@@ -30,6 +32,7 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from hetrl.api import EvalResult, evaluate, resume, train
     from hetrl.errors import HetrlError
+    from hetrl.policy import Policy, load
     from hetrl.run.result import TrainResult
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

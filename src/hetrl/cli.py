@@ -248,6 +248,31 @@ def _sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_export(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write a run's greedy policy as a TorchScript or ONNX file",
+                       description="Write the greedy policy of a run (its newest checkpoint, or --checkpoint) as one "
+                                   "self-contained file mapping a batch of observations to actions, with the "
+                                   "observation and action spec inside (TorchScript extra file or ONNX metadata "
+                                   "'hetrl_spec').")
+    p.add_argument("run_dir")
+    p.add_argument("--format", choices=("torchscript", "onnx"), default="torchscript")
+    p.add_argument("--out", help="the file to write (default: RUN_DIR/policy.pt, or policy.onnx)")
+    p.add_argument("--checkpoint", help="export this checkpoint file instead of the newest")
+    p.set_defaults(func=_export)
+
+
+def _export(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hetrl.policy import load
+
+    policy = load(args.run_dir, args.checkpoint)
+    out = Path(args.out or Path(args.run_dir) / ("policy.pt" if args.format == "torchscript" else "policy.onnx"))
+    path = policy.export(out, args.format)
+    print(f"{path}: the greedy policy of {policy.source} ({args.format})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
     parser.add_argument("--version", action="version", version=f"hetrl {__import__('hetrl').__version__}")
@@ -256,6 +281,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep(sub)
     _add_resume(sub)
     _add_eval(sub)
+    _add_export(sub)
     _add_devices(sub)
     _add_profile(sub)
     _add_plan(sub)

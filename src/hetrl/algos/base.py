@@ -175,6 +175,10 @@ class Algorithm(ABC):
     def greedy_rule(self, out: np.ndarray) -> np.ndarray:
         """Evaluation actions from the policy network's output."""
 
+    @abstractmethod
+    def greedy_torch(self, out: torch.Tensor) -> torch.Tensor:
+        """:meth:`greedy_rule` in torch ops, for an exported policy (TorchScript, ONNX)."""
+
 
 def seeded_init(seed: int):
     """A context in which module initialisation draws from ``seed`` without touching global RNG state.

@@ -214,6 +214,9 @@ class DDPG(Algorithm):
     def greedy_rule(self, out: np.ndarray) -> np.ndarray:
         return out.astype(np.float32, copy=False)
 
+    def greedy_torch(self, out: torch.Tensor) -> torch.Tensor:
+        return out
+
 
 class TD3(DDPG):
     name = "td3"

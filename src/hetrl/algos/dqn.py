@@ -146,3 +146,6 @@ class DQN(Algorithm):
 
     def greedy_rule(self, out: np.ndarray) -> np.ndarray:
         return out.argmax(axis=1)
+
+    def greedy_torch(self, out: torch.Tensor) -> torch.Tensor:
+        return out.argmax(dim=1)

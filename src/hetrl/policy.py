@@ -1,0 +1,127 @@
+"""A trained policy to ship: load it from a run, act with it, export it.
+
+    policy = hetrl.load("runs/dqn_CartPole-v1_s0_...")        # the run's newest checkpoint
+    action = policy.predict(obs)                                # greedy; deterministic=False explores
+    policy.export("policy.pt")                                  # TorchScript, or "policy.onnx" for ONNX
+
+The policy is the algorithm's acting network with its greedy rule (DQN's argmax, DDPG's actor),
+on the host, independent of where the run learned. An exported file holds the network and the
+rule as one module that maps a batch of observations to actions, with the observation and
+action spec beside it (``hetrl_spec``: a TorchScript extra file, ONNX metadata).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from hetrl.algos import Algorithm, make_algorithm
+from hetrl.envs import env_spec
+from hetrl.errors import HetrlError
+from hetrl.nets import numpy_params
+from hetrl.run.rundir import RunDir
+
+FORMATS = {".pt": "torchscript", ".onnx": "onnx"}
+
+
+class GreedyModule(nn.Module):
+    """The acting network and the algorithm's greedy rule as one module: observations -> actions."""
+
+    def __init__(self, algo: Algorithm, network: nn.Module) -> None:
+        super().__init__()
+        self.network = network
+        self._rule = algo.greedy_torch
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self._rule(self.network(obs))
+
+
+class Policy:
+    """The greedy (or exploring) policy of a checkpoint, acting on host arrays."""
+
+    def __init__(self, algo: Algorithm, network: nn.Module, source: Path, seed: int = 0) -> None:
+        self.algo, self.network, self.source = algo, network.eval().requires_grad_(False), source
+        self.spec = algo.spec
+        self._params, self._forward = numpy_params(network), network.forward_numpy
+        self._rng = np.random.default_rng(seed)
+
+    def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
+        """Actions for one observation (returns one action) or a batch (returns a batch).
+        ``deterministic=False`` explores as training did at its end (DQN: epsilon at its floor;
+        DDPG/TD3: Gaussian noise at its scale)."""
+        x = np.asarray(obs, dtype=np.float32)
+        single = x.shape == self.spec.obs_shape
+        if single:
+            x = x[None]
+        if x.shape[1:] != self.spec.obs_shape:
+            raise HetrlError(f"predict: observations of shape {x.shape[1:]} given, the policy takes {self.spec.obs_shape}")
+        out = self._forward(self._params, x)
+        if deterministic:
+            actions = self.algo.greedy_rule(out)
+        else:
+            explore, random_actions = self.algo.draw_exploration(self._rng, len(x))
+            actions = self.algo.action_rule(out, explore, random_actions, self.algo.exploration(10**12))
+        return actions[0] if single else actions
+
+    def module(self) -> GreedyModule:
+        """The greedy policy as a torch module (observations -> actions), on the host."""
+        return GreedyModule(self.algo, self.network)
+
+    def spec_dict(self) -> dict[str, Any]:
+        """What an exported file says about its inputs and outputs."""
+        return {"algo": self.algo.name, "env": self.spec.env_id, "checkpoint": self.source.name,
+                "observation": {"shape": list(self.spec.obs_shape), "dtype": "float32"},
+                "action": {"shape": list(self.spec.action_shape), "dtype": self.spec.action_dtype,
+                           **({"n": self.spec.n_actions} if self.spec.discrete else
+                              {"low": list(self.spec.action_low), "high": list(self.spec.action_high)})},
+                "hetrl_agent": asdict(self.algo.config)}
+
+    def export(self, path: str | Path, format: str | None = None) -> Path:
+        """Write the greedy policy as a self-contained file: TorchScript (``.pt``) or ONNX
+        (``.onnx``; needs the ``onnx`` extra), with the observation and action spec inside."""
+        path = Path(path)
+        format = format or FORMATS.get(path.suffix.lower())
+        if format not in FORMATS.values():
+            raise HetrlError(f"cannot tell the export format of {path.name}; name it .pt (TorchScript) or .onnx, "
+                             "or pass --format torchscript|onnx")
+        module, example = self.module(), torch.zeros((1, *self.spec.obs_shape))
+        spec = json.dumps(self.spec_dict())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if format == "torchscript":
+            torch.jit.save(torch.jit.trace(module, example), str(path), _extra_files={"hetrl_spec.json": spec})
+            return path
+        try:
+            import onnx
+            import onnxscript  # noqa: F401  torch's torch.export-based exporter writes through it
+        except ImportError:
+            raise HetrlError("ONNX export needs the onnx packages: pip install 'hetrl[onnx]'") from None
+        batch = torch.export.Dim("batch")
+        program = torch.onnx.export(module, (example,), input_names=["obs"], output_names=["actions"],
+                                    dynamic_shapes=({0: batch},), dynamo=True, verbose=False)
+        program.save(str(path))
+        model = onnx.load(str(path))
+        model.metadata_props.add(key="hetrl_spec", value=spec)
+        onnx.save(model, str(path))
+        return path
+
+
+def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -> Policy:
+    """The policy of a run directory (its newest checkpoint, or ``checkpoint``), or of a checkpoint file."""
+    path = Path(run)
+    if path.is_file():
+        run_dir, checkpoint = RunDir.open(path.parent.parent), path
+    else:
+        run_dir = RunDir.open(path)
+    config = run_dir.load_config()
+    source, state = run_dir.load_checkpoint(checkpoint)
+    algo = make_algorithm(config.algo, env_spec(config.env), config.agent)
+    network = algo.make_policy_network()
+    learner = state["executor"]["learner"]
+    network.load_state_dict(learner[algo.policy_key])
+    return Policy(algo, network, source, seed)
