@@ -19,6 +19,23 @@ COLUMNS = (
 )
 
 
+# TensorBoard groups, as Stable-Baselines3 and CleanRL name theirs; a column not listed goes to train/
+GROUPS = {
+    "rollout": ("episodes", "return_mean", "length_mean", "exploration"),
+    "train": ("updates", "loss", "staleness_mean", "staleness_max"),
+    "eval": ("eval_return_mean", "eval_return_std"),
+    "time": ("wall_s", "env_steps_per_s", "updates_per_s"),
+    "system": ("actor_restarts",),
+}
+_GROUP_OF = {column: group for group, columns in GROUPS.items() for column in columns}
+
+
+def tensorboard_tag(column: str) -> str:
+    """``rollout/return_mean``, ``time/share_Learn``: the column under its group."""
+    group = "time" if column.startswith("share_") else _GROUP_OF.get(column, "train")
+    return f"{group}/{column}"
+
+
 class MetricsWriter:
     def __init__(self, csv_path: Path, tensorboard_dir: Path, resume_step: int | None = None) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -37,7 +54,7 @@ class MetricsWriter:
         step = int(row["env_steps"])
         for key, value in row.items():
             if key != "env_steps" and isinstance(value, (int, float)) and not math.isnan(value):
-                self._tb.add_scalar(f"hetrl/{key}", value, step)
+                self._tb.add_scalar(tensorboard_tag(key), value, step)
 
     def close(self) -> None:
         self._file.close()
