@@ -36,7 +36,10 @@ def train(
     """Train ``algo`` on the Gymnasium env ``env``; returns measured rates, evaluation and the run dir.
 
     ``config`` is a base config (a JSON file, a dict or a TrainConfig); ``settings`` override any run
-    or agent field by name (``lr=1e-3``, ``hidden=(64, 64)``, ``stop_at_return=475``).
+    or agent field by name (``lr=1e-3``, ``hidden=(64, 64)``, ``stop_at_return=475``), or Atari
+    preprocessing field (``repeat_action_probability=0.0``; or ``atari=AtariOptions(...)``). DQN's
+    ``network`` also takes a Q-network factory ``(obs_shape, n_actions) -> nn.Module``, defined at the
+    top level of a module (the run keeps it as ``"module:function"``).
     """
     given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
     cfg = apply_values(make_config(algo, env, config), {**given, **settings})
@@ -98,6 +101,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         if not session.spec.supports_rgb_array:
             raise HetrlError(f"{cfg.env} cannot render rgb_array frames, so no video can be recorded; drop --render-video")
         video = run.path / f"eval_{path.stem}.gif"
-        record_gif(greedy_policy(session.algo, session.executor.policy_network), cfg.env, video, cfg.seed)
+        record_gif(greedy_policy(session.algo, session.executor.policy_network), cfg.env, video, cfg.seed,
+                   atari=session.spec.atari)
     session.executor.close()
     return EvalResult(returns=returns, checkpoint=path, video=video)

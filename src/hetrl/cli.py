@@ -209,7 +209,7 @@ def _plan(args: argparse.Namespace) -> int:
                          inference=inference)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
-        plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env), cfg.agent), console.print, args.objective)
+        plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env, cfg.atari), cfg.agent), console.print, args.objective)
     for table in plan_tables(plan):
         console.print(table)
     console.print(f"plan written to {plan.save(args.out)}; train with it: "

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl.algos import AgentConfig, algorithm_class
+from hetrl.envs.pixels import AtariOptions
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_config_file, read_json, write_json
 from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
@@ -46,9 +47,10 @@ class TrainConfig:
     stop_at_return: float | None = None  # stop once an evaluation's mean return reaches this
     checkpoint_every: int = 50_000  # env steps between checkpoints (one is always written at the end)
     agent: AgentConfig = field(default_factory=AgentConfig)
+    atari: AtariOptions = field(default_factory=AtariOptions)  # the preprocessing of ALE ids (hetrl.envs.pixels)
 
     def validate(self) -> None:
-        problems = []
+        problems = [*self.atari.validate()]
         for name in ("steps", "log_every", "eval_episodes", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
@@ -177,8 +179,9 @@ def _field_types(obj: Any) -> dict[str, Any]:
 def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
     """Apply ``key=value`` strings. A key names a run field (steps, seed...) or an agent field (lr,
     hidden...); ``agent.lr`` is accepted too."""
-    run_types = {k: v for k, v in _field_types(config).items() if k != "agent"}
+    run_types = {k: v for k, v in _field_types(config).items() if k not in ("agent", "atari")}
     agent_types = _field_types(config.agent)
+    atari_types = _field_types(config.atari)
     for item in overrides:
         key, sep, value = item.partition("=")
         key = key.strip()
@@ -187,13 +190,20 @@ def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
         if key.startswith("agent."):
             key = key[len("agent."):]
             target, types_ = config.agent, agent_types
+        elif key.startswith("atari."):
+            key = key[len("atari."):]
+            target, types_ = config.atari, atari_types
         elif key in agent_types:
             target, types_ = config.agent, agent_types
         elif key in run_types:
             target, types_ = config, run_types
+        elif key in atari_types:
+            target, types_ = config.atari, atari_types
         else:
-            known = sorted(agent_types) + sorted(run_types)
+            known = sorted(agent_types) + sorted(run_types) + sorted(atari_types)
             raise HetrlError(f"--set {key}: no such setting for {config.algo}{suggestion(key, known)}; known: {', '.join(known)}")
+        if key not in types_:
+            raise HetrlError(f"--set {item.partition('=')[0].strip()}: no such setting{did_you_mean(key, types_)}; known: {', '.join(sorted(types_))}")
         if key in ("algo", "env"):
             raise HetrlError(f"--set {key}: the {key} is given as a positional argument, not with --set")
         setattr(target, key, _parse(value.strip(), types_[key], key))
@@ -203,15 +213,24 @@ def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
 def apply_values(config: TrainConfig, values: dict[str, Any], where: str = "hetrl.train") -> TrainConfig:
     """Apply typed values by setting name (the Python API's keyword arguments): each is checked
     against the setting's annotated type as a config file's would be, never turned into text."""
-    run_types = {k: v for k, v in _field_types(config).items() if k not in ("agent", "algo", "env")}
+    run_types = {k: v for k, v in _field_types(config).items() if k not in ("agent", "atari", "algo", "env")}
     agent_types = _field_types(config.agent)
+    atari_types = _field_types(config.atari)
     for key, value in values.items():
-        if key in agent_types:
+        if key == "network" and callable(value):  # a Q-network factory: kept by its import name
+            from hetrl.algos.dqn import factory_name
+
+            value = factory_name(value)
+        if key == "atari" and isinstance(value, AtariOptions):
+            config.atari = dataclasses.replace(value)
+        elif key in agent_types:
             _from_mapping(config.agent, {key: value}, where)
         elif key in run_types:
             _from_mapping(config, {key: value}, where)
+        elif key in atari_types:
+            _from_mapping(config.atari, {key: value}, where)
         else:
-            known = sorted(agent_types) + sorted(run_types)
+            known = sorted(agent_types) + sorted(run_types) + sorted(atari_types)
             raise HetrlError(f"{where}: no setting {key!r} for {config.algo}{suggestion(key, known)}; known: {', '.join(known)}")
     return config
 
@@ -223,7 +242,7 @@ def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
         if key not in kinds:
             raise HetrlError(f"{where}: unknown setting {key!r}{suggestion(key, list(kinds))}")
         kind = kinds[key]
-        if key == "agent":
+        if key in ("agent", "atari"):
             continue
         if typing.get_origin(kind) is tuple and isinstance(value, (list, tuple)):
             value = tuple(_parse(json.dumps(v), typing.get_args(kind)[0], key) for v in value)
@@ -245,6 +264,10 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig
         raise HetrlError(f"{where}: 'agent' must be a mapping of {config.algo} settings")
     _from_mapping(config, {k: v for k, v in data.items() if k not in ("algo", "env")}, where)
     _from_mapping(config.agent, agent, f"{where} (agent)")
+    atari = data.get("atari", {})
+    if not isinstance(atari, dict):
+        raise HetrlError(f"{where}: 'atari' must be a mapping of Atari settings")
+    _from_mapping(config.atari, atari, f"{where} (atari)")
     return config
 
 

@@ -304,7 +304,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         each timed primitive's cost per call in that run (``InRun`` rows), which the model sets
         against its cost measured alone: in a loop, caches and branch predictors are shared."""
         fast = type(algo)(spec, replace(cfg, learning_starts=B, train_every=1))
-        placement = default_placement(torch.device("cpu"), (1, 1))
+        placement = default_placement(torch.device("cpu"), (1, 1), mlp_policy=algo.mlp_networks())
         executor = InlineExecutor(fast, placement, 1, seed=0)
         timers = executor.timers
         per_step, per_call = [], defaultdict(list)

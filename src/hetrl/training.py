@@ -3,6 +3,7 @@ a progress bar and a summary. ``hetrl.train`` and ``hetrl.resume`` are thin wrap
 
 from __future__ import annotations
 
+import copy
 import json
 import signal
 import time
@@ -30,9 +31,17 @@ from hetrl.runtime.timers import timer_table
 
 
 def greedy_policy(algo: Algorithm, network: Any):
-    """A host snapshot of ``network`` acting greedily (independent of where the learner runs)."""
-    params, forward = numpy_params(network), network.forward_numpy
-    return lambda obs: algo.greedy_rule(forward(params, obs))
+    """A host snapshot of ``network`` acting greedily (independent of where the learner runs): its
+    numpy forward where it has one (the MLPs), else a torch copy on the host (conv networks)."""
+    if hasattr(network, "forward_numpy"):
+        params, forward = numpy_params(network), network.forward_numpy
+        return lambda obs: algo.greedy_rule(forward(params, obs))
+    host = copy.deepcopy(network).to("cpu").requires_grad_(False).eval()
+
+    def policy(obs: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return algo.greedy_rule(host(torch.as_tensor(obs)).numpy())
+    return policy
 
 
 class Session:
@@ -45,7 +54,7 @@ class Session:
         config.validate()
         self.config = config
         self.console = console or Console(stderr=True)
-        self.spec = env_spec(config.env)
+        self.spec = env_spec(config.env, config.atari)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
         self.run_plan = resolve(config, self.algo, self.console.print, plan)
         self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
@@ -79,7 +88,7 @@ class Session:
 
     def evaluate(self, episodes: int) -> np.ndarray:
         policy = greedy_policy(self.algo, self.executor.policy_network)
-        return evaluate_policy(policy, self.config.env, episodes, self.config.seed)
+        return evaluate_policy(policy, self.config.env, episodes, self.config.seed, self.spec.atari)
 
     def save_checkpoint(self) -> Path:
         return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)

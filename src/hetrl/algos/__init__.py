@@ -21,6 +21,9 @@ def algorithm_class(name: str) -> type[Algorithm]:
 def make_algorithm(name: str, spec: EnvSpec, config: AgentConfig) -> Algorithm:
     """The algorithm ``name`` for ``spec``, after checking that it can handle the env's actions."""
     cls = algorithm_class(name)
+    if spec.is_image and cls is not DQN:
+        raise HetrlError(f"{cls.name} has MLP networks only, and {spec.env_id} has image observations "
+                         f"{spec.obs_shape}; train dqn on it")
     if cls.discrete_actions and not spec.discrete:
         raise HetrlError(
             f"{cls.name} needs a discrete action space, but {spec.env_id} has continuous actions; "

@@ -147,6 +147,10 @@ class Algorithm(ABC):
     def make_networks(self) -> dict[str, nn.Module]:
         """The trained networks, freshly initialised on the CPU (targets are copies of them)."""
 
+    def mlp_networks(self) -> bool:
+        """Whether every network is one of ``hetrl.nets.mlp``'s MLPs (the host backends serve no other)."""
+        return True
+
     def make_policy_network(self) -> nn.Module:
         """A fresh acting network (an actor fills in the learner's weights)."""
         return self.make_networks()[self.policy_key]

@@ -2,6 +2,12 @@
 uniform or prioritized replay, an epsilon schedule, hard or Polyak target updates, Huber loss and
 gradient clipping.
 
+The Q-network follows the observations (``network="auto"``): the MinAtar network (Young and Tian
+2019) for small images (at most 16x16), the Nature CNN (Mnih et al. 2015) for larger ones, an MLP
+of ``hidden`` for vectors; ``network`` names one of them, or ``"module:function"``, a factory
+``(obs_shape, n_actions) -> nn.Module`` of the user's (importable, so actor processes and resumed
+runs build the same network), checked on a dummy batch.
+
 Defaults are the tuned CartPole-v1 values of rl-baselines3-zoo (lr 2.3e-3, batch 64, 256x256,
 updates in bursts: 128 updates every 256 env steps, epsilon 1 -> 0.04 over 16k steps), with the
 target network refreshed every 128 updates (zoo: every 10 env steps, i.e. once per burst) and
@@ -11,6 +17,8 @@ double Q-learning on.
 from __future__ import annotations
 
 import copy
+import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +26,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from torch import nn
+
 from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, polyak_, seeded_init
+from hetrl.envs.spec import EnvSpec
+from hetrl.errors import HetrlError
 from hetrl.nets import QNetwork
+from hetrl.nets.conv import MinAtarNet, NatureCNN
+
+NETWORKS = ("auto", "nature", "minatar", "mlp")  # or "module:function", a factory of the user's
+SMALL_IMAGE = 16  # auto: images at most this high and wide get the MinAtar network, larger ones the Nature CNN
 
 
 @dataclass
@@ -40,11 +56,14 @@ class DQNConfig(AgentConfig):
     eps_end: float = 0.04
     eps_decay_steps: int = 16_000
     max_grad_norm: float | None = 10.0
+    network: str = "auto"  # auto (by the observations), nature, minatar, mlp, or "module:function" (a factory)
 
     COST_FREE = AgentConfig.COST_FREE | {"eps_start", "eps_end", "eps_decay_steps"}
 
     def validate(self) -> list[str]:
         problems = super().validate()
+        if self.network not in NETWORKS and ":" not in self.network:
+            problems.append(f"network must be one of {', '.join(NETWORKS)} or 'module:function' (got {self.network!r})")
         if not 0 < self.tau <= 1:
             problems.append(f"tau must be in (0, 1] (got {self.tau})")
         if self.target_update_every <= 0:
@@ -124,9 +143,24 @@ class DQN(Algorithm):
     def build_learner(self, device: torch.device, seed: int) -> DQNLearner:
         return DQNLearner(self, device, seed)
 
-    def make_networks(self) -> dict[str, QNetwork]:
-        cfg, spec = self.config, self.spec
-        return {"q": QNetwork(int(np.prod(spec.obs_shape)), spec.n_actions, cfg.hidden, cfg.dueling)}
+    def __init__(self, spec: EnvSpec, config: DQNConfig) -> None:
+        super().__init__(spec, config)
+        self.network_kind = network_kind(spec, config.network)
+
+    def mlp_networks(self) -> bool:
+        return self.network_kind == "mlp"
+
+    def make_networks(self) -> dict[str, nn.Module]:
+        cfg, spec, kind = self.config, self.spec, self.network_kind
+        if kind == "mlp":
+            return {"q": QNetwork(int(np.prod(spec.obs_shape)), spec.n_actions, cfg.hidden, cfg.dueling)}
+        if kind in ("nature", "minatar"):
+            net = NatureCNN if kind == "nature" else MinAtarNet
+            try:
+                return {"q": net(spec.obs_shape, spec.n_actions, cfg.dueling, scale=spec.pixel_scale)}
+            except ValueError as exc:
+                raise HetrlError(f"network={kind} on {spec.env_id}: {exc}; use network=auto") from None
+        return {"q": checked_q_network(load_factory(cfg.network), spec, cfg.network)}
 
     def random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
         # floor(u * n_actions) of one float64 draw: uniform, and a third of rng.integers' cost per call
@@ -149,3 +183,65 @@ class DQN(Algorithm):
 
     def greedy_torch(self, out: torch.Tensor) -> torch.Tensor:
         return out.argmax(dim=1)
+
+
+def network_kind(spec: EnvSpec, network: str) -> str:
+    """What ``network`` means for ``spec``: "mlp", "nature", "minatar" or "custom" (a factory)."""
+    if ":" in network:
+        return "custom"
+    if network == "auto":
+        if not spec.is_image:
+            return "mlp"
+        return "minatar" if max(spec.obs_shape[1:]) <= SMALL_IMAGE else "nature"
+    if network in ("nature", "minatar") and not spec.is_image:
+        raise HetrlError(f"network={network} is a conv network, but {spec.env_id} has {spec.obs_shape}-shaped "
+                         "observations, not images (C, H, W); use network=mlp or auto")
+    return network
+
+
+def factory_name(factory: Callable[..., nn.Module]) -> str:
+    """``factory`` as the ``network`` setting that names it ("module:function"), after checking that
+    the name finds it again (a lambda or a nested function cannot be found in another process)."""
+    name = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
+    try:
+        found = load_factory(name)
+    except HetrlError:
+        found = None
+    if found is not factory:
+        raise HetrlError(f"network factory {name} cannot be imported by that name (a lambda or a nested "
+                         "function?); define it at the top level of a module")
+    return name
+
+
+def load_factory(name: str) -> Callable[..., nn.Module]:
+    """The factory a ``"module:function"`` setting names."""
+    module_name, _, attr = name.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise HetrlError(f"network={name}: cannot import it ({exc}); give 'module:function' of an importable module") from None
+    if not callable(obj):
+        raise HetrlError(f"network={name} is not callable; give a function (obs_shape, n_actions) -> torch.nn.Module")
+    return obj
+
+
+def checked_q_network(factory: Callable[..., nn.Module], spec: EnvSpec, name: str) -> nn.Module:
+    """``factory(obs_shape, n_actions)``, checked to be a module mapping a batch of observations (of
+    the env's dtype) to (batch, n_actions) Q-values."""
+    net = factory(tuple(spec.obs_shape), spec.n_actions)
+    if not isinstance(net, nn.Module):
+        raise HetrlError(f"network factory {name} returned {type(net).__name__}, not a torch.nn.Module")
+    dummy = torch.zeros((2, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype))
+    with torch.no_grad():
+        try:
+            out = net(dummy)
+        except Exception as exc:  # the user's module failed on a batch of the env's observations
+            raise HetrlError(f"network factory {name} fails on a batch of {spec.env_id} observations "
+                             f"{tuple(dummy.shape)} {spec.obs_dtype}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(out, torch.Tensor) or tuple(out.shape) != (2, spec.n_actions):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise HetrlError(f"network factory {name} maps a batch of 2 {spec.env_id} observations to {shape}; "
+                         f"a Q-network must give (2, {spec.n_actions}): one Q-value per action")
+    return net

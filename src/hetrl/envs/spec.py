@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import numpy as np
 
+from hetrl.envs.pixels import AtariOptions, is_ale, is_minatar, make_atari, register, wrap_minatar
 from hetrl.errors import HetrlError, did_you_mean
 
 
@@ -21,16 +22,47 @@ class EnvSpec:
     action_high: tuple[float, ...]
     reward_threshold: float | None  # Gymnasium's "solved" return, where it defines one
     supports_rgb_array: bool
+    obs_dtype: str = "float32"  # what EnvStep returns: "uint8" for pixel envs (MinAtar, Atari), else "float32"
+    atari: AtariOptions | None = None  # the preprocessing of an ALE id (None for other envs)
 
     @property
     def action_dtype(self) -> str:
         return "int64" if self.discrete else "float32"
 
+    @property
+    def is_image(self) -> bool:
+        """Observations are images, channels first: (C, H, W)."""
+        return len(self.obs_shape) == 3
 
-def make_env(env_id: str, render_mode: str | None = None, **kwargs) -> gym.Env:
-    """``gym.make`` with a one-line error for an unknown id."""
+    @property
+    def pixel_scale(self) -> float:
+        """What a network divides uint8 observations by to bring them to [0, 1]: 255 for camera-like
+        frames (Atari), 1 for MinAtar's 0/1 channels (and for float observations)."""
+        return 255.0 if self.obs_dtype == "uint8" and not is_minatar(self.env_id) else 1.0
+
+    @property
+    def is_atari(self) -> bool:
+        return self.atari is not None
+
+    def make(self, training: bool, render_mode: str | None = None) -> gym.Env:
+        """One env of this spec (see :func:`make_env`)."""
+        return make_env(self.env_id, render_mode, training=training, atari=self.atari)
+
+
+def make_env(env_id: str, render_mode: str | None = None, *, training: bool = False,
+             atari: AtariOptions | None = None, **kwargs) -> gym.Env:
+    """``gym.make`` with a one-line error for an unknown id. MinAtar ids give uint8 (C, 10, 10)
+    observations; ALE ids get the DQN preprocessing of ``atari`` (default :class:`AtariOptions`),
+    with life loss as terminal and clipped rewards only when ``training`` (evaluation plays full
+    games with raw scores). Other envs are as Gymnasium makes them, ``training`` or not."""
+    register(env_id)
     try:
-        return gym.make(env_id, render_mode=render_mode, **kwargs)
+        if is_ale(env_id):
+            options = atari or AtariOptions()
+            options.check()
+            return make_atari(env_id, options, training, render_mode, **kwargs)
+        env = gym.make(env_id, render_mode=render_mode, **kwargs)
+        return wrap_minatar(env) if is_minatar(env_id) else env
     except gym.error.NameNotFound as exc:  # also covers an unknown namespace's env
         raise HetrlError(f"unknown environment {env_id!r}{did_you_mean(env_id, gym.registry)}: {exc}") from None
     except gym.error.VersionNotFound as exc:
@@ -43,9 +75,11 @@ def make_env(env_id: str, render_mode: str | None = None, **kwargs) -> gym.Env:
         ) from None
 
 
-def env_spec(env_id: str) -> EnvSpec:
-    """Read spaces and metadata of ``env_id``; only flat Box observations are supported."""
-    env = make_env(env_id)
+def env_spec(env_id: str, atari: AtariOptions | None = None) -> EnvSpec:
+    """Read spaces and metadata of ``env_id``; only Box observations are supported: flat vectors,
+    or images (MinAtar, ALE: uint8, channels first). ``atari``: the preprocessing of an ALE id."""
+    atari = (atari or AtariOptions()) if is_ale(env_id) else None
+    env = make_env(env_id, atari=atari)
     try:
         obs_space, act_space = env.observation_space, env.action_space
         if not isinstance(obs_space, gym.spaces.Box):
@@ -53,6 +87,7 @@ def env_spec(env_id: str) -> EnvSpec:
                 f"{env_id} has {type(obs_space).__name__} observations; the deep RL algorithms need a Box "
                 "(for discrete observations use `hetrl tabular`, or wrap the env in a one-hot wrapper)"
             )
+        pixels = is_ale(env_id) or is_minatar(env_id)
         if isinstance(act_space, gym.spaces.Discrete):
             discrete, n, shape, low, high = True, int(act_space.n), (), (), ()
         elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:
@@ -73,6 +108,8 @@ def env_spec(env_id: str) -> EnvSpec:
             action_high=high,
             reward_threshold=spec.reward_threshold if spec is not None else None,
             supports_rgb_array="rgb_array" in env.metadata.get("render_modes", []),
+            obs_dtype="uint8" if pixels else "float32",
+            atari=atari,
         )
     finally:
         env.close()

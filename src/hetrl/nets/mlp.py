@@ -48,6 +48,8 @@ class QNetwork(nn.Module):
             self.trunk = mlp(obs_dim, hidden, n_actions)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        if obs.dim() > 2:  # image observations through an MLP (network=mlp): flattened, as float, as they are
+            obs = obs.flatten(1).float()
         h = self.trunk(obs)
         if not self.dueling:
             return h
@@ -55,6 +57,8 @@ class QNetwork(nn.Module):
         return self.value(h) + a - a.mean(dim=1, keepdim=True)
 
     def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+        if obs.ndim > 2:
+            obs = obs.reshape(len(obs), -1).astype(np.float32)
         h = _numpy_sequential(params, "trunk", len(self.trunk), obs)
         if not self.dueling:
             return h

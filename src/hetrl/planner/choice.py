@@ -59,7 +59,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
     threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
     if config.plan == "rule":
         work = (algorithm.learner_parameters(), config.agent.batch_size)
-        placement = default_placement(resolve_device(config.device), work, threads)
+        placement = default_placement(resolve_device(config.device), work, threads, mlp_policy=algorithm.mlp_networks())
         executor = "inline" if config.executor == "auto" else config.executor
         actors = 0 if executor == "inline" else (config.actors or default_actors())
         return Plan(config.algo, config.env, config.num_envs or 1, "rule", "-", placement, None, [], executor, actors)

@@ -1,9 +1,10 @@
 """The fixed placement rule (``--plan rule``), used where nothing is profiled: the learner on the
 requested device, the replay beside the learner (numpy storage on a host learner, torch storage
 on an accelerator so batches need no transfer), acting with the numpy policy on the host (small
-policy networks are bound by per-call overhead, which numpy has least of), and a host learner's
-thread count by the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads
-(inline loop, 2 cores)', has the measurements behind the threshold)."""
+policy networks are bound by per-call overhead, which numpy has least of; a conv network, which has
+no numpy forward, acts with torch on the learner's device), and a host learner's thread count by
+the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads (inline loop,
+2 cores)', has the measurements behind the threshold)."""
 
 from __future__ import annotations
 
@@ -24,14 +25,17 @@ def learner_threads(n_params: int, batch_size: int, cores: int) -> int:
     return 1 if n_params * batch_size < SMALL_LEARNER_WORK else cores
 
 
-def default_placement(device: torch.device, learner_work: tuple[int, int], threads: int = 0) -> Placement:
-    """The fixed rule; ``learner_work`` is (parameters, batch size); ``threads`` 0 means by rule."""
+def default_placement(device: torch.device, learner_work: tuple[int, int], threads: int = 0,
+                      mlp_policy: bool = True) -> Placement:
+    """The fixed rule; ``learner_work`` is (parameters, batch size); ``threads`` 0 means by rule.
+    ``mlp_policy`` False (a conv Q-network, which has no numpy forward): acting with torch, on the
+    learner's device."""
     host = device.type == "cpu"
     if host and threads == 0:
         threads = learner_threads(*learner_work, cores=os.cpu_count() or 1)
     return Placement(
         env=Slot("gymnasium", "cpu"),
-        act=Slot("numpy", "cpu"),
+        act=Slot("numpy", "cpu") if mlp_policy else Slot("torch", str(device)),
         replay=Slot("numpy", "cpu") if host else Slot("torch", str(device)),
         learn=Slot("torch", str(device), threads=threads if host else None),
     )

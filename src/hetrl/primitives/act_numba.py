@@ -51,6 +51,9 @@ class ActNumba(ActNumpy):
 
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
+        reason = super().unsupported(algorithm)
+        if reason:
+            return reason
         if isinstance(algorithm.config, DQNConfig) and algorithm.config.dueling:
             return "the numba policy has no dueling head; use the numpy policy"
         return None

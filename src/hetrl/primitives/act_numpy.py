@@ -29,6 +29,14 @@ class ActNumpy(Act):
     backend = "numpy"
 
     @classmethod
+    def unsupported(cls, algorithm: Any) -> str | None:
+        if not algorithm.mlp_networks():
+            return (f"the {cls.backend} policy runs MLP networks only (it has a numpy forward for those), not "
+                    f"{algorithm.name}'s {getattr(algorithm, 'network_kind', 'own')} network; use the torch policy "
+                    "(plan=rule, or backend torch for act in a plan.json)")
+        return None
+
+    @classmethod
     def build(cls, slot: Slot, algorithm: Any, seed: int, *, source: nn.Module, **_: Any) -> "ActNumpy":
         return cls(source, algorithm.action_rule, slot.device, epsilon_greedy=algorithm.exploration_rule == "epsilon-greedy")
 

@@ -359,6 +359,9 @@ class LearnBlas(LearnOnHost):
         if not isinstance(algorithm, DDPG):
             return (f"the blas learner implements DDPG and TD3 only, not {algorithm.name}; use the numba or torch "
                     "learner (plan=rule, or backend torch for learn in a plan.json)")
+        if not algorithm.mlp_networks():
+            return ("the blas learner runs MLP networks only; use the torch learner "
+                    "(plan=rule, or backend torch for learn in a plan.json)")
         return None
 
     @staticmethod

@@ -156,6 +156,8 @@ class LearnNumba(LearnOnHost):
         use_torch = "use the torch learner (plan=rule, or backend torch for learn in a plan.json)"
         if not isinstance(algorithm, DQN):
             return f"the numba learner implements DQN only, not {algorithm.name}; {use_torch}"
+        if not algorithm.mlp_networks():
+            return f"the numba learner runs MLP Q-networks only, not DQN's {algorithm.network_kind} network; {use_torch}"
         if algorithm.config.dueling:
             return f"the numba learner has no dueling head; set dueling=false or {use_torch}"
         return None

@@ -9,7 +9,8 @@ One off-policy iteration is a dataflow between these primitives::
 
 A contract names each input and output with a symbolic shape and a dtype. Symbols are filled from
 the algorithm's spec: ``N`` envs stepped together, ``B`` the batch size, ``obs`` the observation
-shape, ``act`` the action shape (empty for discrete actions); for tabular learning ``T``
+shape, ``act`` the action shape (empty for discrete actions), ``obs_dtype`` what EnvStep returns
+(the spec's: uint8 for pixel envs, float32 when left out; the replays store float32 for now); for tabular learning ``T``
 transitions, ``U`` units and ``table`` the entries of a flat Q-table. Randomness is an *input* (uniform
 draws, noise): the executor owns the random number generator, so every implementation of a
 primitive computes the same function and a run is reproducible whatever backend runs it.
@@ -59,13 +60,14 @@ class Contract:
                 want.extend(resolved if isinstance(resolved, tuple) else (resolved,))
             if shape != tuple(want):
                 raise TypeError(f"{self.name}: {spec.name} has shape {shape}, contract says {tuple(want)}")
-            dtype = dims.get(spec.dtype, spec.dtype)
+            dtype = dims.get(spec.dtype, DTYPE_DEFAULTS.get(spec.dtype, spec.dtype))
             got = str(value.dtype).replace("torch.", "")
             if got != np.dtype(dtype).name:
                 raise TypeError(f"{self.name}: {spec.name} has dtype {got}, contract says {dtype}")
 
 
 A = ArraySpec
+DTYPE_DEFAULTS = {"obs_dtype": "float32"}  # a dtype symbol that dims may leave out: vector envs' observations
 _TRANSITION = (
     A("obs", ("B", "obs"), "float32"),
     A("actions", ("B", "act"), "action_dtype"),
@@ -81,18 +83,18 @@ PRIMITIVES: dict[str, Contract] = {
             "EnvStep",
             inputs=(A("actions", ("N", "act"), "action_dtype"),),
             outputs=(
-                A("next_obs", ("N", "obs"), "float32", "after auto-reset: first obs of the new episode"),
+                A("next_obs", ("N", "obs"), "obs_dtype", "after auto-reset: first obs of the new episode (uint8 for pixel envs)"),
                 A("rewards", ("N",), "float32"),
                 A("terminated", ("N",), "bool"),
                 A("truncated", ("N",), "bool"),
-                A("final_obs", ("N", "obs"), "float32", "the last obs of an episode that ended, else next_obs"),
+                A("final_obs", ("N", "obs"), "obs_dtype", "the last obs of an episode that ended, else next_obs"),
             ),
             doc="Step N environments; ended episodes reset automatically.",
         ),
         Contract(
             "Act",
             inputs=(
-                A("obs", ("N", "obs"), "float32"),
+                A("obs", ("N", "obs"), "obs_dtype"),
                 A("explore", ("N", "act"), "float32", "exploration draws: DQN uniform [0,1) per env; DDPG Gaussian noise"),
                 A("random_actions", ("N", "act"), "action_dtype", "what a fully random policy would do"),
             ),

@@ -17,7 +17,7 @@ import numpy as np
 from torch import nn
 
 from hetrl.algos import AgentConfig, Algorithm, make_algorithm
-from hetrl.envs import env_spec
+from hetrl.envs import AtariOptions, env_spec
 from hetrl.primitives import build
 from hetrl.protocol import Placement
 from hetrl.runtime.nstep import NStepAssembler
@@ -94,6 +94,7 @@ class ActorSpec:
     num_envs: int
     seed: int
     placement: Placement
+    atari: AtariOptions | None = None  # an ALE id's preprocessing (the run's; None: the defaults)
 
     def actor_seed(self, index: int, incarnation: int) -> int:
         """Distinct streams per actor and per restart of an actor."""
@@ -109,7 +110,7 @@ class Actor:
         import torch
 
         torch.set_num_threads(1)  # an actor's work is small: one thread, no spinning pool beside the learner
-        algo = make_algorithm(spec.algo, env_spec(spec.env), spec.agent)
+        algo = make_algorithm(spec.algo, env_spec(spec.env, spec.atari), spec.agent)
         self.source = algo.make_policy_network().requires_grad_(False)
         self.weights: dict[str, np.ndarray] = {k: v.numpy() for k, v in self.source.state_dict().items()}
         self.role = ActingRole(algo, spec.placement, spec.num_envs, seed, np.random.default_rng(seed), timers,

@@ -1,0 +1,81 @@
+"""Convolutional Q-networks for image observations (uint8, channels first).
+
+- :class:`NatureCNN`: Mnih et al. 2015 ("Human-level control through deep reinforcement
+  learning"): 32 8x8 filters stride 4, 64 4x4 stride 2, 64 3x3 stride 1, a 512-unit layer, ReLU
+  after each; for 84x84 Atari frames (1,686,180 parameters with 4 frames in and 4 actions out).
+  Its input is divided by 255 (pixels to [0, 1]).
+- :class:`MinAtarNet`: Young and Tian 2019 ("MinAtar: An Atari-inspired testbed"): 16 3x3 filters
+  stride 1, a 128-unit layer, ReLU. MinAtar's channels are 0/1 already, so its input is taken as is.
+- The divisor is the env's, not the network's: DQN passes ``EnvSpec.pixel_scale`` (1 for MinAtar,
+  255 for other uint8 images), so either network reads either env's pixels in [0, 1].
+- ``dueling=True``: the layer after the convolutions is split into a value and an advantage stream,
+  each with its own hidden layer of the same width, Q = V + A - mean(A) (Wang et al. 2016).
+
+Inputs are converted to float on the network's device inside ``forward`` (``x.float() / scale``),
+so uint8 observations travel to the device as bytes; float inputs holding the same values give the
+same outputs. These networks have no numpy forward: they act through Act/torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+
+class ConvQNetwork(nn.Module):
+    """Convolutions (``convs``: (filters, kernel, stride) each, ReLU after), then a ``hidden``-unit
+    layer and the Q-values (or value and advantage streams)."""
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, convs: Sequence[tuple[int, int, int]],
+                 hidden: int, scale: float, dueling: bool = False) -> None:
+        super().__init__()
+        if len(obs_shape) != 3:
+            raise ValueError(f"a conv network needs image observations (C, H, W), not shape {tuple(obs_shape)}")
+        channels, height, width = (int(d) for d in obs_shape)
+        layers: list[nn.Module] = []
+        for filters, kernel, stride in convs:
+            if height < kernel or width < kernel:
+                raise ValueError(f"{type(self).__name__}: a {kernel}x{kernel} convolution does not fit a "
+                                 f"{height}x{width} input (observation shape {tuple(obs_shape)})")
+            layers += [nn.Conv2d(channels, filters, kernel, stride), nn.ReLU()]
+            channels, height, width = filters, (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        layers.append(nn.Flatten())
+        self.features = nn.Sequential(*layers)
+        self.scale, self.dueling, self.obs_shape = float(scale), dueling, tuple(int(d) for d in obs_shape)
+        flat = channels * height * width
+        if dueling:
+            self.value = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+            self.advantage = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
+        else:
+            self.head = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float()
+        if self.scale != 1.0:
+            x = x / self.scale
+        h = self.features(x)
+        if not self.dueling:
+            return self.head(h)
+        a = self.advantage(h)
+        return self.value(h) + a - a.mean(dim=1, keepdim=True)
+
+
+class NatureCNN(ConvQNetwork):
+    """The DQN network of Mnih et al. 2015 (inputs / 255 by default)."""
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, dueling: bool = False, scale: float = 255.0) -> None:
+        super().__init__(obs_shape, n_actions, convs=((32, 8, 4), (64, 4, 2), (64, 3, 1)), hidden=512,
+                         scale=scale, dueling=dueling)
+
+
+class MinAtarNet(ConvQNetwork):
+    """The MinAtar DQN network of Young and Tian 2019 (0/1 inputs as they are by default)."""
+
+    def __init__(self, obs_shape: Sequence[int], n_actions: int, dueling: bool = False, scale: float = 1.0) -> None:
+        super().__init__(obs_shape, n_actions, convs=((16, 3, 1),), hidden=128, scale=scale, dueling=dueling)
+
+
+def parameter_count(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
