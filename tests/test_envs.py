@@ -200,7 +200,7 @@ def test_ale_vector_episode_structure():
     n = 2
     env = EnvStepAleVector(BREAKOUT, n, 0, AtariOptions())
     spec = env_spec(BREAKOUT)
-    obs = env.reset()
+    env.reset()
     rng = np.random.default_rng(0)
     lives_lost, games = 0, []
     for _ in range(1500):
