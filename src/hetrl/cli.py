@@ -32,11 +32,11 @@ def _settings_help() -> str:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3) on a Gymnasium env.",
+    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3, sac) on a Gymnasium env.",
                        epilog=_settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("algo", help="dqn, ddpg or td3")
+    p.add_argument("algo", help="dqn, ddpg, td3 or sac")
     p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
-    p.add_argument("--steps", type=int, help="total env steps (default: 100000 for dqn, 20000 for ddpg and td3)")
+    p.add_argument("--steps", type=int, help="total env steps (default: 100000 for dqn, 20000 for ddpg, td3 and sac)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", help="learner device: auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--config", help="a JSON config (e.g. a run's config.json) to start from")

@@ -122,6 +122,9 @@ class NumbaPolicy(NumpyPolicy):
 
     @staticmethod
     def unsupported(algorithm: object) -> str | None:
+        if getattr(algorithm, "stochastic_policy", False):
+            return (f"the numba policy runs deterministic MLP actors and Q-networks, not {algorithm.name}'s "  # type: ignore[attr-defined]
+                    "Gaussian policy; use the numpy or torch policy")
         if getattr(algorithm.config, "dueling", False):  # type: ignore[attr-defined]
             return "the numba policy has no dueling head; use the numpy policy"
         return None
