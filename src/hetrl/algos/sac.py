@@ -90,10 +90,10 @@ class SACConfig(AgentConfig):
     def temperature(self) -> tuple[bool, float]:
         """(whether alpha is tuned, its initial value), from ``ent_coef``; ValueError names a bad one."""
         text = self.ent_coef.strip().lower()
-        tuned = text.startswith("auto")
-        value = text[len("auto"):].lstrip("_") if tuned else text
+        tuned = text == "auto" or text.startswith("auto_")
+        value = text[len("auto_"):] if text.startswith("auto_") else ("1" if tuned else text)
         try:
-            alpha = float(value) if value else 1.0
+            alpha = float(value)
         except ValueError:
             alpha = -1.0
         if not (alpha > 0 and math.isfinite(alpha)):
