@@ -92,7 +92,9 @@ class LocalExecutor(ParallelBookkeeping):
                        if inference == "central" else None)
         self.synced_at = -1  # learner.updates at the acting copy's last sync (central inference)
         self.server: InferenceServer | None = None
-        self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, default_lead(actors, num_envs))
+        # updates start once learning has started and the replay holds a batch, as inline: the actors must be let
+        # that far (SAC starts learning at 100 env steps with batches of 256)
+        self.limiter = RateLimiter(cfg.replay_ratio, max(cfg.learning_starts, cfg.batch_size), default_lead(actors, num_envs))
         self.env_steps = 0
         self._init_bookkeeping()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="hetrl-prefetch") if prefetch else None

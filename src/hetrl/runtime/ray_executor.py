@@ -126,7 +126,7 @@ class RayExecutor(ParallelBookkeeping):
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
         self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed)
         lead = default_lead(actors, num_envs)
-        self.limiter = RateLimiter(cfg.replay_ratio, cfg.learning_starts, lead)
+        self.limiter = RateLimiter(cfg.replay_ratio, max(cfg.learning_starts, cfg.batch_size), lead)  # as local.py
         self.chunk_steps = max(1, lead // (2 * actors * num_envs))  # steps per env per collect call
         self.policy_network = algo.make_policy_network()
         self.timers = Timers()
