@@ -69,15 +69,20 @@ class RefActor(nn.Module):
         return y_t * self.action_scale + self.action_bias, log_prob.sum(1)
 
 
+def _as_reference_actor(state, act_dim):
+    """hetrl's GaussianActor (one output layer: mean rows, then log std rows) as RefActor's parameters."""
+    out_w, out_b = state["net.4.weight"], state["net.4.bias"]
+    return {"fc1.weight": state["net.0.weight"], "fc1.bias": state["net.0.bias"], "fc2.weight": state["net.2.weight"],
+            "fc2.bias": state["net.2.bias"], "fc_mean.weight": out_w[:act_dim], "fc_mean.bias": out_b[:act_dim],
+            "fc_logstd.weight": out_w[act_dim:], "fc_logstd.bias": out_b[act_dim:]}
+
+
 def _reference(learner, algo):
     """The plain modules and optimisers, holding the learner's initial weights."""
     spec, hidden = algo.spec, algo.config.hidden
     obs_dim, act_dim = spec.obs_shape[0], spec.action_shape[0]
     actor = RefActor(obs_dim, act_dim, hidden, np.asarray(spec.action_low), np.asarray(spec.action_high))
-    a = learner.actor.state_dict()
-    actor.load_state_dict({"fc1.weight": a["trunk.0.weight"], "fc1.bias": a["trunk.0.bias"], "fc2.weight": a["trunk.2.weight"],
-                           "fc2.bias": a["trunk.2.bias"], "fc_mean.weight": a["mu.weight"], "fc_mean.bias": a["mu.bias"],
-                           "fc_logstd.weight": a["log_std.weight"], "fc_logstd.bias": a["log_std.bias"]})
+    actor.load_state_dict(_as_reference_actor(learner.actor.state_dict(), act_dim))
 
     def q_from(state, i):
         q = SoftQ(obs_dim, act_dim, hidden)
@@ -151,10 +156,9 @@ def test_the_update_equals_a_plain_sac_update(env):
         _close(learner.alpha_loss, want["alpha_loss"], f"alpha loss, update {i}")
         _close(learner.log_alpha.detach(), ref["log_alpha"].detach(), f"log alpha, update {i}")
     state = learner.state_dict()
-    pairs = {"actor": {"trunk.0": "fc1", "trunk.2": "fc2", "mu": "fc_mean", "log_std": "fc_logstd"}}
-    for ours, theirs in pairs["actor"].items():
-        for kind in ("weight", "bias"):
-            _close(state["actor"][f"{ours}.{kind}"], ref["actor"].state_dict()[f"{theirs}.{kind}"], f"actor {ours}.{kind}")
+    for key, value in _as_reference_actor(state["actor"], act_dim).items():
+        _close(value, ref["actor"].state_dict()[key], f"actor {key}")
+        assert not torch.equal(value, _as_reference_actor(start["actor"], act_dim)[key]), key
     for head, q in ((0, "qf1"), (1, "qf2")):
         for j in (0, 2, 4):
             for kind in ("weight", "bias"):
@@ -163,7 +167,6 @@ def test_the_update_equals_a_plain_sac_update(env):
                 _close(state["critic_target"][key], ref[f"{q}_target"].state_dict()[theirs], f"critic target {key}")
                 assert not torch.equal(state["critic"][key], start["critic"][key]), key  # the comparison is not vacuous
                 assert not torch.equal(state["critic_target"][key], start["critic_target"][key]), key
-    assert not torch.equal(state["actor"]["log_std.weight"], start["actor"]["log_std.weight"])
     assert learner.alpha != 1.0 and learner.updates == 3
 
 
@@ -209,7 +212,7 @@ def test_the_policy_delay_spaces_the_actor_and_temperature_steps():
         actor, critic = copy.deepcopy(learner.actor.state_dict()), copy.deepcopy(learner.critic.state_dict())
         alpha = learner.alpha
         learner.update(_batch(_sac(), seed=i))
-        moved = not torch.equal(actor["mu.weight"], learner.actor.state_dict()["mu.weight"])
+        moved = not torch.equal(actor["net.4.weight"], learner.actor.state_dict()["net.4.weight"])
         assert moved == (learner.alpha != alpha)
         actor_moved.append(moved)
         critic_moved.append(not torch.equal(critic["heads.0.0.weight"], learner.critic.state_dict()["heads.0.0.weight"]))
@@ -275,8 +278,8 @@ def test_the_gaussian_actors_numpy_forward_matches_torch():
     torch.manual_seed(0)
     actor = GaussianActor(5, 2, (32, 16), low=(-2.0, 0.0), high=(2.0, 1.0))
     with torch.no_grad():
-        actor.log_std.bias.fill_(-30.0)  # some log stds below the clamp
-        actor.log_std.bias[1] = 0.0
+        actor.net[-1].bias[2] = -30.0  # the first action's log std below the clamp
+        actor.net[-1].bias[3] = 0.0
     obs = 3 * np.random.default_rng(0).standard_normal((50, 5)).astype(np.float32)
     got = actor.forward_numpy(numpy_params(actor), obs)
     with torch.no_grad():
@@ -324,3 +327,18 @@ def test_numba_acting_and_the_blas_learner_refuse_sac():
     assert get("Act", "numpy").unsupported(algo) is None and get("Learn", "torch").unsupported(algo) is None
     with pytest.raises(HetrlError, match="implements DDPG and TD3 only"):
         get("Learn", "blas").cls(algo, "cpu", seed=0)
+
+
+def test_a_checkpoint_from_another_device_type_reseeds_the_generator():
+    """A GPU run's state (a CUDA generator's) loads into a host learner, reseeded the same way each time."""
+    algo = _sac()
+    state = TorchLearn(algo, "cpu", seed=0).learner.state_dict()
+    state["generator"], state["generator_device"] = torch.arange(16, dtype=torch.uint8), "cuda"
+    draws = []
+    for _ in range(2):
+        learner = TorchLearn(algo, "cpu", seed=1).learner
+        learner.load_state_dict(state)
+        draws.append(learner.draw_inputs({"actions": torch.zeros(4, 1)})["next_noise"])
+    assert torch.equal(draws[0], draws[1])
+    fresh = TorchLearn(algo, "cpu", seed=1).learner
+    assert not torch.equal(draws[0], fresh.draw_inputs({"actions": torch.zeros(4, 1)})["next_noise"])

@@ -97,16 +97,17 @@ class GaussianActor(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int], low: Sequence[float], high: Sequence[float]) -> None:
         super().__init__()
         self.action_dim = action_dim
-        self.trunk = mlp(obs_dim, hidden)
-        self.mu = nn.Linear(hidden[-1], action_dim)
-        self.log_std = nn.Linear(hidden[-1], action_dim)
+        # One output layer for mean and log std (its first and second half): the same function and
+        # initial distribution as two heads, and a plain MLP, whose flat layout (FlatMLP) and
+        # hand-written passes (Learn/blas's MLPPass) a host learner could take as they are.
+        self.net = mlp(obs_dim, hidden, 2 * action_dim)
         low_t, high_t = torch.tensor(low, dtype=torch.float32), torch.tensor(high, dtype=torch.float32)
         self.register_buffer("scale", (high_t - low_t) / 2)
         self.register_buffer("center", (high_t + low_t) / 2)
 
     def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.trunk(obs)
-        return self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        out = self.net(obs)
+        return out[:, :self.action_dim], out[:, self.action_dim:].clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.cat(self._heads(obs), dim=1)
@@ -124,10 +125,9 @@ class GaussianActor(nn.Module):
         return y * self.scale + self.center, log_prob
 
     def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
-        h = _numpy_sequential(params, "trunk", len(self.trunk), obs)
-        mu = h @ params["mu.weight"].T + params["mu.bias"]
-        log_std = np.clip(h @ params["log_std.weight"].T + params["log_std.bias"], LOG_STD_MIN, LOG_STD_MAX)
-        return np.concatenate([mu, log_std], axis=1)
+        out = _numpy_sequential(params, "net", len(self.net), obs)
+        np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX, out=out[:, self.action_dim:])
+        return out
 
 
 class Critic(nn.Module):
