@@ -36,9 +36,10 @@ Acting: the policy network's output is its mean and log std; the behaviour actio
 
 Defaults are rl-baselines3-zoo's for Pendulum-v1 (lr 1e-3, 20k steps) over SB3's SAC defaults:
 256x256 networks, batch 256, 100 random steps, tau 0.005, gamma 0.99, one update per env step,
-``ent_coef="auto"`` starting at alpha 1. The replay holds 100k transitions, not SB3's 1M: hetrl's
-replay is allocated whole and checkpointed whole, and a 20k-step run never fills even 100k (set
-``buffer_size=1000000`` for SB3's).
+``ent_coef="auto"`` starting at alpha 1. Updates start once the replay holds a batch (256
+transitions; SB3 samples its first batches from the 100 it has). The replay holds 100k
+transitions, not SB3's 1M: hetrl's replay is allocated whole and checkpointed whole, and a
+20k-step run never fills even 100k (set ``buffer_size=1000000`` for SB3's).
 """
 
 from __future__ import annotations
