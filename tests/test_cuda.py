@@ -30,7 +30,7 @@ def _cuda(require_cuda):
     yield
 
 
-@pytest.mark.parametrize("algo, env", [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1")])
+@pytest.mark.parametrize("algo, env", [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("sac", "Pendulum-v1")])
 def test_a_run_with_the_learner_on_cuda_trains_and_resumes(tmp_path, algo, env):
     extra = dict(prioritized=True) if algo == "dqn" else {}
     first = hetrl.train(algo, env, steps=500, seed=0, device="cuda", plan="rule", run_dir=tmp_path / "run",

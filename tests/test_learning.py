@@ -1,4 +1,4 @@
-"""They learn: DQN solves CartPole-v1, DDPG and TD3 solve Pendulum-v1, in at least 4 of 5 seeds.
+"""They learn: DQN solves CartPole-v1, DDPG, TD3 and SAC solve Pendulum-v1, in at least 4 of 5 seeds.
 
 Each seed is a real `hetrl train` run in its own process (two at a time, one torch thread each),
 stopping early once a greedy evaluation reaches the threshold; a seed counts only if that happens
@@ -44,6 +44,13 @@ def test_ddpg_and_td3_solve_pendulum(tmp_path, algo):
     # smaller networks than the 400x300 default keep CI fast; Pendulum does not need more
     settings = {"hidden": "64,64", "eval_every": 1000}
     solved, results = solved_seeds(tmp_path, algo, "Pendulum-v1", 20_000, -200, settings)
+    assert len(solved) >= 4, results
+
+
+def test_sac_solves_pendulum(tmp_path):
+    # 64x64 instead of the 256x256 default keeps CI fast (as for DDPG and TD3 above); the rest are SAC's defaults
+    settings = {"hidden": "64,64", "eval_every": 1000}
+    solved, results = solved_seeds(tmp_path, "sac", "Pendulum-v1", 20_000, -200, settings)
     assert len(solved) >= 4, results
 
 

@@ -156,6 +156,14 @@ def test_local_executor_learns_at_the_configured_ratio(ratio, prefetch):
         assert len(ex.drain_episodes()) > 0
 
 
+def test_learning_starts_below_the_batch_size_does_not_stall():
+    """Updates wait for a full batch; the actors must be let run until the replay holds one (the
+    limiter once let them stop at learning_starts + lead, short of it, and both sides waited)."""
+    with closed_cleanly(executor(1.0, actors=1, learning_starts=10, batch_size=100)) as ex:
+        run_to(ex, 600, timeout=60)
+        assert ex.updates > 0 and abs(ex.updates - (ex.env_steps - 100)) <= default_lead(1, 1) + 2
+
+
 # --- central inference ---------------------------------------------------------------------------
 @pytest.mark.parametrize("act, num_envs", [("numpy", 1), ("numba", 3)])
 def test_central_inference_acts_for_every_actor_in_the_learner(act, num_envs):

@@ -17,7 +17,7 @@ SMALL = dict(hidden=(16, 16), learning_starts=200, batch_size=16, buffer_size=1_
              progress=False, log_every=500, plan="rule")
 
 
-@pytest.fixture(scope="module", params=[("dqn", "CartPole-v1"), ("td3", "Pendulum-v1")], ids=["dqn", "td3"])
+@pytest.fixture(scope="module", params=[("dqn", "CartPole-v1"), ("td3", "Pendulum-v1"), ("sac", "Pendulum-v1")], ids=["dqn", "td3", "sac"])
 def run(request, tmp_path_factory):
     algo, env = request.param
     result = hetrl.train(algo, env, steps=600, run_dir=tmp_path_factory.mktemp("runs") / algo, **SMALL)

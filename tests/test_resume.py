@@ -14,8 +14,9 @@ SMALL = {
                 target_update_every=16, prioritized=True, n_step=3, buffer_size=500),
     "ddpg": dict(hidden=(16, 16), learning_starts=200, batch_size=16, buffer_size=500),
     "td3": dict(hidden=(16, 16), learning_starts=200, batch_size=16, buffer_size=500),
+    "sac": dict(hidden=(16, 16), learning_starts=100, batch_size=16, buffer_size=500, policy_delay=2),
 }
-ENV = {"dqn": "CartPole-v1", "ddpg": "Pendulum-v1", "td3": "Pendulum-v1"}
+ENV = {"dqn": "CartPole-v1", "ddpg": "Pendulum-v1", "td3": "Pendulum-v1", "sac": "Pendulum-v1"}
 
 
 def _state(run_dir):
@@ -55,7 +56,7 @@ def _assert_identical(a, b, path="state"):
         assert a == b, path
 
 
-@pytest.mark.parametrize("algo", ["dqn", "ddpg", "td3"])
+@pytest.mark.parametrize("algo", ["dqn", "ddpg", "td3", "sac"])
 def test_resume_is_bit_exact(tmp_path, algo):
     common = dict(seed=3, progress=False, eval_every=0, eval_episodes=2, log_every=100, checkpoint_every=10_000, **SMALL[algo])
     straight = hetrl.train(algo, ENV[algo], steps=900, run_dir=tmp_path / "straight", **common)

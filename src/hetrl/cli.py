@@ -42,9 +42,9 @@ def _count(text: str) -> int:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3) on a Gymnasium env.",
+    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3, sac) on a Gymnasium env.",
                        epilog=_settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("algo", help="dqn, ddpg or td3")
+    p.add_argument("algo", help="dqn, ddpg, td3 or sac")
     p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
     p.add_argument("--steps", type=_count, help="total env steps, e.g. 100000, 1e5 or 100k (default: the algorithm's)")
     p.add_argument("--seed", type=int)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
+from hetrl.algos import DDPGConfig, DQNConfig, SACConfig, make_algorithm
 from hetrl.primitives.learn_torch import LearnTorch
 from hetrl.envs import env_spec
 from hetrl.primitives.env_step_gymnasium import EnvStepGymnasium
@@ -72,10 +72,12 @@ def test_env_step_matches_gymnasium_vector_env():
     assert ended > 5  # the comparison covered auto-resets
 
 
-@pytest.fixture(params=["dqn", "ddpg"])
+@pytest.fixture(params=["dqn", "ddpg", "sac"])
 def algo(request):
     if request.param == "dqn":
         return make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(32, 32), dueling=True))
+    if request.param == "sac":
+        return make_algorithm("sac", env_spec("Pendulum-v1"), SACConfig(hidden=(32, 32)))
     return make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(32, 32)))
 
 
@@ -202,8 +204,9 @@ def test_algorithms_never_name_a_device():
 
     import hetrl.algos.ddpg as ddpg
     import hetrl.algos.dqn as dqn
+    import hetrl.algos.sac as sac
 
-    for module in (dqn, ddpg):
+    for module in (dqn, ddpg, sac):
         source = inspect.getsource(module)
         for word in ('"cpu"', '"cuda"', "'cpu'", "'cuda'", ".cuda(", ".cpu()", '"mps"'):
             assert word not in source, f"{module.__name__} names a device: {word}"

@@ -21,6 +21,9 @@ GRAPH_CASES = {
     "dqn max target, Polyak": ("dqn", "Acrobot-v1", dict(double=False, tau=0.05, hidden=(32, 16, 24))),
     "ddpg": ("ddpg", "Pendulum-v1", dict()),
     "td3 (noise drawn outside the graph, delayed actor)": ("td3", "Pendulum-v1", dict(policy_delay=2)),
+    "sac (two noise draws, tuned temperature, its own Adam)": ("sac", "Pendulum-v1", dict()),
+    "sac, delayed actor and temperature, clipped": ("sac", "MountainCarContinuous-v0", dict(policy_delay=2, max_grad_norm=1.0)),
+    "sac, fixed temperature": ("sac", "Pendulum-v1", dict(ent_coef="0.3")),
 }
 
 
@@ -41,6 +44,8 @@ def _learner_states_close(a, b):
         if isinstance(a[name], dict) and "param_groups" not in a[name]:  # networks
             for key in a[name]:
                 torch.testing.assert_close(a[name][key].cpu(), b[name][key].cpu(), rtol=1e-4, atol=2e-5, msg=f"{name}.{key}")
+    if "log_alpha" in a:  # SAC's temperature
+        torch.testing.assert_close(a["log_alpha"].cpu(), b["log_alpha"].cpu(), rtol=1e-4, atol=1e-6, msg="log_alpha")
 
 
 @pytest.mark.parametrize("case", GRAPH_CASES)
@@ -67,13 +72,14 @@ def test_the_graphed_update_matches_the_torch_update(case):
     torch.testing.assert_close(graphed.learn(**batch)["td_errors"], plain.learn(**batch)["td_errors"], rtol=1e-4, atol=1e-5)
 
 
-def test_graphed_checkpoints_resume_on_the_host_and_back():
+@pytest.mark.parametrize("name", ["td3", "sac"])
+def test_graphed_checkpoints_resume_on_the_host_and_back(name):
     from hetrl.algos import make_algorithm
     from hetrl.primitives.learn_torch import LearnTorch
     from hetrl.primitives.learn_cudagraph import LearnCudagraph
     from hetrl.envs import env_spec
 
-    algo = make_algorithm("td3", env_spec("Pendulum-v1"), _config("td3", hidden=(32, 32), batch_size=32))
+    algo = make_algorithm(name, env_spec("Pendulum-v1"), _config(name, hidden=(32, 32), batch_size=32))
     rng = np.random.default_rng(1)
     batches = [_host_batch(rng, algo, 32) for _ in range(8)]
     graphed = LearnCudagraph(algo, "cuda", seed=0)

@@ -1,14 +1,15 @@
-"""Algorithms, written once against the protocol: DQN, DDPG and TD3."""
+"""Algorithms, written once against the protocol: DQN, DDPG, TD3 and SAC."""
 
 from __future__ import annotations
 
 from hetrl.algos.base import AgentConfig, Algorithm, Learner, TorchLearner
 from hetrl.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
 from hetrl.algos.dqn import DQN, DQNConfig
+from hetrl.algos.sac import SAC, SACConfig
 from hetrl.envs.spec import EnvSpec
 from hetrl.errors import HetrlError, did_you_mean
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (DQN, DDPG, TD3)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (DQN, DDPG, TD3, SAC)}
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
@@ -27,7 +28,7 @@ def make_algorithm(name: str, spec: EnvSpec, config: AgentConfig) -> Algorithm:
     if cls.discrete_actions and not spec.discrete:
         raise HetrlError(
             f"{cls.name} needs a discrete action space, but {spec.env_id} has continuous actions; "
-            "use ddpg or td3 for it"
+            "use ddpg, td3 or sac for it"
         )
     if not cls.discrete_actions and spec.discrete:
         raise HetrlError(
@@ -41,5 +42,5 @@ def make_algorithm(name: str, spec: EnvSpec, config: AgentConfig) -> Algorithm:
 
 __all__ = [
     "ALGORITHMS", "AgentConfig", "Algorithm", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "Learner",
-    "TD3", "TD3Config", "TorchLearner", "algorithm_class", "make_algorithm",
+    "SAC", "SACConfig", "TD3", "TD3Config", "TorchLearner", "algorithm_class", "make_algorithm",
 ]

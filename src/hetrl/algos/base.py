@@ -100,7 +100,8 @@ class TorchLearner(Learner):
     """A learner written in torch ops, whose update is split so that it can be captured as CUDA graphs
     (Learn/cudagraph): the part every update does (:meth:`step`), and a part due only on some updates
     (:meth:`periodic`: a target refresh, TD3's delayed actor), chosen by a counter kept outside both.
-    Random inputs are drawn before the step (:meth:`draw_inputs`), so a graph replays the same draws.
+    Random inputs are drawn before the step (:meth:`draw_inputs`), so a graph replays the same draws;
+    ``step`` and ``periodic`` both read them.
     """
 
     @abstractmethod
@@ -122,10 +123,11 @@ class TorchLearner(Learner):
         return {}
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        out = self.step({**batch, **self.draw_inputs(batch)})
+        inputs = {**batch, **self.draw_inputs(batch)}  # periodic reads the draws too (SAC's actor noise), as in a graph
+        out = self.step(inputs)
         self.updates += 1
         if self.periodic_due():
-            self.periodic(batch)
+            self.periodic(inputs)
         return out
 
 
@@ -135,6 +137,7 @@ class Algorithm(ABC):
     discrete_actions: ClassVar[bool]
     default_steps: ClassVar[int]  # env steps of a run when none are given (what the defaults are tuned for)
     policy_key: ClassVar[str]  # which of make_networks() the acting policy is
+    stochastic_policy: ClassVar[bool] = False  # the acting network outputs a distribution, not actions (SAC)
     exploration_rule: ClassVar[str]  # what action_rule does ("epsilon-greedy", "gaussian-noise"): an Act backend may fuse it
 
     def __init__(self, spec: EnvSpec, config: AgentConfig) -> None:

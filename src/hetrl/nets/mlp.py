@@ -1,7 +1,8 @@
-"""MLP networks for DQN (Q-network, optionally dueling) and DDPG/TD3 (actor, critic)."""
+"""MLP networks for DQN (Q-network, optionally dueling), DDPG/TD3 (actor, critic) and SAC (Gaussian actor, critic)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -82,6 +83,55 @@ class Actor(nn.Module):
 
     def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
         return np.tanh(_numpy_sequential(params, "net", len(self.net), obs)) * params["scale"] + params["center"]
+
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of a squashed Gaussian's log std
+TANH_EPS = 1e-6  # in log(1 - tanh(u)^2 + eps), as Stable-Baselines3 and CleanRL write the squashing correction
+
+
+class GaussianActor(nn.Module):
+    """SAC's stochastic policy: a diagonal Gaussian over pre-squash actions ``u``, squashed by tanh and
+    scaled to the action bounds: ``a = tanh(u) * scale + center``, ``u = mu + std * eps``.
+
+    ``forward`` (and ``forward_numpy``) return the mean and the clamped log std side by side, shape
+    (N, 2 * action_dim): what an acting copy computes; the algorithm's action rules make actions of
+    it with the executor's draws. The learner calls :meth:`sample` with noise it drew itself.
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int], low: Sequence[float], high: Sequence[float]) -> None:
+        super().__init__()
+        self.action_dim = action_dim
+        # One output layer for mean and log std (its first and second half): the same function and
+        # initial distribution as two heads, and a plain MLP, whose flat layout (FlatMLP) and
+        # hand-written passes (Learn/blas's MLPPass) a host learner could take as they are.
+        self.net = mlp(obs_dim, hidden, 2 * action_dim)
+        low_t, high_t = torch.tensor(low, dtype=torch.float32), torch.tensor(high, dtype=torch.float32)
+        self.register_buffer("scale", (high_t - low_t) / 2)
+        self.register_buffer("center", (high_t + low_t) / 2)
+
+    def _heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.net(obs)
+        return out[:, :self.action_dim], out[:, self.action_dim:].clamp(LOG_STD_MIN, LOG_STD_MAX)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.cat(self._heads(obs), dim=1)
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised actions for standard normal ``noise`` (N, action_dim), and their log
+        density (N,) as squashed actions in [-1, 1]: the Gaussian's at ``u`` less the tanh's log
+        Jacobian. The affine map to the bounds would add the constant ``-sum(log scale)``; it is left
+        out, as in Stable-Baselines3 (whose policy acts in [-1, 1]), so a target entropy means the same
+        whatever the bounds."""
+        mu, log_std = self._heads(obs)
+        y = torch.tanh(mu + log_std.exp() * noise)
+        gaussian = -0.5 * noise.square() - log_std - 0.5 * math.log(2 * math.pi)
+        log_prob = (gaussian - torch.log(1 - y.square() + TANH_EPS)).sum(dim=1)
+        return y * self.scale + self.center, log_prob
+
+    def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+        out = _numpy_sequential(params, "net", len(self.net), obs)
+        np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX, out=out[:, self.action_dim:])
+        return out
 
 
 class Critic(nn.Module):

@@ -51,6 +51,9 @@ class ActNumba(ActNumpy):
 
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
+        if algorithm.stochastic_policy:
+            return (f"the numba policy runs deterministic MLP actors and Q-networks, not {algorithm.name}'s "
+                    "Gaussian policy; use the numpy or torch policy")
         reason = super().unsupported(algorithm)
         if reason:
             return reason

@@ -43,9 +43,14 @@ class ReplaySchedule:
 
     @classmethod
     def of(cls, agent: Any, actors: int = 0, envs_per_actor: int = 1) -> "ReplaySchedule":
-        """The schedule of an agent config; with ``actors``, the lead for that many actors."""
-        lead = default_lead(actors, envs_per_actor) if actors else DEFAULT_LEAD
-        return cls(agent.replay_ratio, agent.learning_starts, agent.train_every, lead)
+        """The schedule of an agent config; with ``actors``, the rate limiter for that many actors.
+        A limiter counts from when the replay can give a batch, as the inline loop waits for one:
+        held at ``learning_starts + lead`` while the learner waits for ``batch_size`` transitions,
+        actors and learner would wait for each other (SAC: 100 random steps, batches of 256)."""
+        if not actors:
+            return cls(agent.replay_ratio, agent.learning_starts, agent.train_every, DEFAULT_LEAD)
+        starts = max(agent.learning_starts, agent.batch_size)
+        return cls(agent.replay_ratio, starts, agent.train_every, default_lead(actors, envs_per_actor))
 
     # --- in one process --------------------------------------------------------------------
     def accrue(self, due: float, env_steps: int) -> float:
