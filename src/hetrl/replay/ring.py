@@ -195,9 +195,9 @@ class RingReplay:
             }
         except KeyError as missing:
             raise ValueError(f"replay state lacks {missing}") from None
-        for key, value in mine.items():
-            if theirs[key] != value:
-                raise ValueError(f"replay state mismatch: {key} is {theirs[key]!r} in the state, {value!r} here")
+        for key, value in theirs.items():  # a subclass checks what its own header adds
+            if mine[key] != value:
+                raise ValueError(f"replay state mismatch: {key} is {value!r} in the state, {mine[key]!r} here")
         for name, array in self._data.items():
             got = np.asarray(state[name])
             want = (tuple(array.shape), self._specs[name][1])
