@@ -8,9 +8,11 @@ three bytes, so a wrong frame anywhere in a rebuilt stack is detected."""
 
 from __future__ import annotations
 
+import itertools
 from types import SimpleNamespace
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -19,6 +21,7 @@ from hetrl.algos import DQNConfig, make_algorithm
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.primitives import build, implementations
+from hetrl.primitives.env_step_gymnasium import EnvStepGymnasium
 from hetrl.primitives.replay_frames_numpy import ReplayFramesNumpy
 from hetrl.primitives.replay_frames_torch import ReplayFramesTorch
 from hetrl.primitives.replay_numpy import ReplayNumpy
@@ -120,15 +123,16 @@ class Reference:
                 assert np.array_equal(got, item[key].astype(got.dtype)), (key, int(k))
 
 
-def drive(replay, *, num_envs: int, n_step: int, steps: int, seed: int, tensors: bool = False,
+def drive(replay, *, num_envs: int, n_step: int, steps: int, seed: int, tensors: bool = False, stream=None,
           **env_kwargs: Any) -> tuple[Reference, list[dict[str, np.ndarray]], int]:
-    """Adds, samples (checked against the reference) and priority updates; returns the reference,
-    the batches and how many adds saw a ring that had wrapped and evicted early."""
+    """Adds (``stream``, or the fake envs' transitions), samples (checked against the reference)
+    and priority updates; returns the reference, the batches and how many adds found transitions
+    evicted early."""
     rng = np.random.default_rng(seed + 1)
     reference = Reference(replay.capacity)
     convert = (lambda x: torch.as_tensor(x, device=replay.device)) if tensors else (lambda x: x)
     batches, evicting = [], 0
-    for ready in transitions(num_envs, n_step, steps, seed, **env_kwargs):
+    for ready in stream if stream is not None else transitions(num_envs, n_step, steps, seed, **env_kwargs):
         replay.add(**{key: convert(value) for key, value in ready.items()})
         reference.add(ready)
         assert len(replay) <= min(len(reference.items), replay.capacity)
@@ -162,6 +166,75 @@ def test_samples_equal_the_naive_buffer_through_wrap_around(cls, prioritized, n_
     assert replay._written > 10 * replay.frame_capacity  # the frame ring wrapped too
 
 
+class CountingFrames(gym.Env):
+    """Frames that count (as above), episodes of 1 to 11 steps; wrapped below in Gymnasium's own
+    TimeLimit and FrameStackObservation."""
+
+    counter = itertools.count(1)
+    observation_space = gym.spaces.Box(0, 255, (H, W), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def _frame(self) -> np.ndarray:
+        k = next(self.counter)
+        out = np.full((H, W), (k * 7) % 251, np.uint8)
+        out[0, :3] = (k & 255, (k >> 8) & 255, (k >> 16) & 255)
+        return out
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.left = int(self.np_random.integers(1, 12))
+        return self._frame(), {}
+
+    def step(self, action):
+        self.left -= 1
+        return self._frame(), float(action), self.left <= 0, False, {}
+
+
+for _padding in ("reset", "zero"):
+    gym.register(f"HetrlCountingFrames-{_padding}-v0", entry_point=lambda padding=_padding, **_: gym.wrappers.FrameStackObservation(
+        gym.wrappers.TimeLimit(CountingFrames(), 8), C, padding_type=padding))
+
+
+@pytest.mark.parametrize("cls", BACKENDS)
+@pytest.mark.parametrize("padding", ["reset", "zero"])
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_gymnasium_frame_stacks_through_env_step(cls, padding, n_step):
+    """The real thing: Gymnasium's FrameStackObservation and TimeLimit stepped by EnvStep/gymnasium
+    (same-step auto-reset, true final obs), NStepAssembler, then the frame replay."""
+    env_id = f"HetrlCountingFrames-{padding}-v0"
+    spec = env_spec(env_id)
+    assert (spec.obs_shape, spec.obs_dtype) == ((C, H, W), "uint8")
+    assert ReplayFramesNumpy.unsupported(SimpleNamespace(spec=spec)) is None
+
+    ended = {"terminated": 0, "truncated": 0, "episodes": 0}
+
+    def stream(num_envs=3, steps=300):
+        envs, rng = EnvStepGymnasium(env_id, num_envs, 0), np.random.default_rng(0)
+        assembler = NStepAssembler(num_envs, n_step, 0.9)
+        obs = envs.reset()
+        for _ in range(steps):
+            actions = rng.integers(0, 2, num_envs)
+            out = envs.step(actions)
+            ready = assembler(obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
+            obs = out["next_obs"]
+            for key in ("terminated", "truncated"):
+                ended[key] += int(out[key].sum())
+            ended["episodes"] += int((out["terminated"] | out["truncated"]).sum())
+            if ready is not None:
+                yield ready
+        envs.close()
+        assert min(ended.values()) > 10  # both kinds of episode end were covered
+
+    replay = make(cls, 64, prioritized=True, lookback=32)
+    reference, _, _ = drive(replay, num_envs=3, n_step=n_step, steps=0, seed=0, stream=stream())
+    assert len(reference.items) > 10 * replay.capacity
+    # Each frame once: one per step and each episode's first (the zero frame, when not found within
+    # the lookback, again); the steps of the episodes still under way are frames of no transition yet.
+    episodes = 3 + ended["episodes"]
+    assert len(reference.items) + episodes <= replay._written + 3 * n_step
+    assert replay._written <= len(reference.items) + episodes * (2 if padding == "zero" else 1) + 3 * n_step
+
+
 @pytest.mark.parametrize("cls", BACKENDS)
 @pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
 def test_short_episodes_evict_whole_dependencies(cls, prioritized):
@@ -175,15 +248,20 @@ def test_short_episodes_evict_whole_dependencies(cls, prioritized):
 
 @pytest.mark.parametrize("cls", BACKENDS)
 def test_a_priority_update_does_not_revive_an_evicted_transition(cls):
+    """An update for a slot evicted since it was sampled leaves it at priority 0, never drawn."""
     replay = make(cls, 16, prioritized=True, lookback=8, frame_capacity=32)
-    batches = transitions(2, 1, 200, seed=3, end_p=0.7, max_len=1)
-    replay.add(**next(batches))
-    first = replay.sample(np.full(4, 0.1))["indices"]
-    while len(replay) == min(replay._position or replay.capacity, replay.capacity) or int(to_numpy(first)[0]) in [
-            (replay._position - 1 - k) % replay.capacity for k in range(len(replay))]:
-        replay.add(**next(batches))  # until the sampled slot is evicted
-    replay.update_priorities(first, np.full(4, 100.0, np.float32))
-    assert float(to_numpy(replay.tree.leaves)[int(to_numpy(first)[0])]) == 0.0
+    stream = transitions(2, 1, 200, seed=3, end_p=0.7, max_len=1)  # ~2 frames per transition
+    replay.add(**next(stream))
+    sampled = replay.sample(np.full(4, 0.1))["indices"]
+    slot = int(to_numpy(sampled)[0])
+    for ready in stream:
+        replay.add(**ready)
+        if slot not in {(replay._position - 1 - k) % replay.capacity for k in range(len(replay))}:
+            break
+    else:
+        pytest.fail("the sampled slot was never evicted")
+    replay.update_priorities(sampled, np.full(4, 100.0, np.float32))
+    assert float(to_numpy(replay.tree.leaves)[slot]) == 0.0
 
 
 @pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])

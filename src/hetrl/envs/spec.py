@@ -21,6 +21,7 @@ class EnvSpec:
     action_high: tuple[float, ...]
     reward_threshold: float | None  # Gymnasium's "solved" return, where it defines one
     supports_rgb_array: bool
+    obs_dtype: str = "float32"  # the observation space's dtype ("uint8" for image frames); EnvStep gives float32 of it
 
     @property
     def action_dtype(self) -> str:
@@ -73,6 +74,7 @@ def env_spec(env_id: str) -> EnvSpec:
             action_high=high,
             reward_threshold=spec.reward_threshold if spec is not None else None,
             supports_rgb_array="rgb_array" in env.metadata.get("render_modes", []),
+            obs_dtype=np.dtype(obs_space.dtype).name,
         )
     finally:
         env.close()
