@@ -50,30 +50,36 @@ def stream(envs: int, n_step: int, rng: np.random.Generator):
             yield ready
 
 
-def measure(replay, args, seed: int = 0) -> dict[str, float]:
+def measure(replays: dict, args, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Median add and sample seconds per call of each replay, their calls interleaved (so a busy
+    machine slows them alike), each fed the same transitions and draws."""
     rng = np.random.default_rng(seed)
     source = stream(args.envs, args.n_step, rng)
 
     def as_env_gives(ready):
         return {k: v.astype(np.float32) if k in ("obs", "next_obs") else v for k, v in ready.items()}
 
-    while len(replay) < replay.capacity:  # fill, then keep adding: the ring wraps during the timed adds
-        replay.add(**as_env_gives(next(source)))
-    add_times = []
-    for _ in range(args.calls):
+    capacity = min(r.capacity for r in replays.values())
+    while min(len(r) for r in replays.values()) < capacity:  # fill; the ring wraps during the timed adds
         batch = as_env_gives(next(source))
-        start = time.perf_counter()
-        replay.add(**batch)
-        add_times.append(time.perf_counter() - start)
+        for replay in replays.values():
+            replay.add(**batch)
+    times = {name: {"add": [], "sample": []} for name in replays}
     draws = [rng.random(args.batch) for _ in range(64)]
-    sample_times = []
     for k in range(args.calls):
-        start = time.perf_counter()
-        out = replay.sample(draws[k % 64], 0.4)
-        sample_times.append(time.perf_counter() - start)
-        if replay.prioritized:
-            replay.update_priorities(out["indices"], rng.random(args.batch).astype(np.float32))
-    return {"add": statistics.median(add_times), "sample": statistics.median(sample_times)}
+        batch = as_env_gives(next(source))
+        td = rng.random(args.batch).astype(np.float32)
+        for name, replay in replays.items():
+            start = time.perf_counter()
+            replay.add(**batch)
+            middle = time.perf_counter()
+            out = replay.sample(draws[k % 64], 0.4)
+            times[name]["add"].append(middle - start)
+            times[name]["sample"].append(time.perf_counter() - middle)
+            if replay.prioritized:
+                replay.update_priorities(out["indices"], td)
+            del out
+    return {name: {key: statistics.median(values) for key, values in kinds.items()} for name, kinds in times.items()}
 
 
 def plain_bytes(capacity: int, prioritized: bool) -> int:
@@ -102,19 +108,21 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = []
     for prioritized in (False, True):
-        for name, cls in (("numpy (plain)", ReplayNumpy), ("frames-numpy", ReplayFramesNumpy),
-                          ("frames-torch, cpu", ReplayFramesTorch)):
-            replay = cls(args.capacity, SHAPE, (), "int64", prioritized=prioritized)
-            times = measure(replay, args)
-            nbytes = replay.nbytes if hasattr(replay, "nbytes") else plain_bytes(args.capacity, prioritized)
-            million = (frames_bytes_at if hasattr(replay, "nbytes") else plain_bytes)(1_000_000, prioritized)
+        replays = {name: cls(args.capacity, SHAPE, (), "int64", prioritized=prioritized)
+                   for name, cls in (("numpy (plain)", ReplayNumpy), ("frames-numpy", ReplayFramesNumpy),
+                                     ("frames-torch, cpu", ReplayFramesTorch))}
+        times = measure(replays, args)
+        for name, replay in replays.items():
+            frames = hasattr(replay, "nbytes")
+            nbytes = replay.nbytes if frames else plain_bytes(args.capacity, prioritized)
+            million = (frames_bytes_at if frames else plain_bytes)(1_000_000, prioritized)
             rows.append((name, "prioritized" if prioritized else "uniform", nbytes / args.capacity, million / 1e9,
-                         times["add"] * 1e6, times["sample"] * 1e6))
-            del replay
+                         times[name]["add"] * 1e6, times[name]["sample"] * 1e6))
+        del replays
     print("## The frame replay against the plain numpy replay (4x84x84 uint8 stacks)\n")
     print(f"`python bench/replay_frames.py --capacity {args.capacity} --envs {args.envs} --n-step {args.n_step} "
           f"--batch {args.batch} --calls {args.calls}` on {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
-          f"1 torch thread, Python {platform.python_version()}. Medians over {args.calls} calls on a full ring; "
+          f"1 torch thread, Python {platform.python_version()}. Medians over {args.calls} calls on a full ring, the replays' calls interleaved; "
           f"an add is one call with {args.envs} envs' n-step transitions (obs and next_obs float32 of byte values, "
           f"as EnvStep gives them); a sample is batch {args.batch} (+ its priority update, untimed).\n")
     print("| replay | sampling | bytes/transition at this capacity | GB at 1M transitions (default sizes) | add µs/call | sample µs/call |")

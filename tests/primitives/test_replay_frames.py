@@ -466,3 +466,11 @@ def test_non_image_observations_are_refused_with_the_fix(backend):
     assert implementations("ReplayAdd")[backend].unsupported(image_algorithm()) is None
     with pytest.raises(ValueError, match="C >= 2"):
         ReplayFramesNumpy(16, (84, 84), (), "int64")
+
+
+def test_the_fixed_rule_places_image_stacks_in_a_frame_replay():
+    from hetrl.planner.rule import default_placement
+
+    assert default_placement(torch.device("cpu"), (1, 1), 1, frames=True).replay == Slot("frames-numpy", "cpu")
+    assert default_placement(torch.device("cuda:0"), (1, 1), frames=True).replay == Slot("frames-torch", "cuda:0")
+    assert default_placement(torch.device("cpu"), (1, 1), 1).replay == Slot("numpy", "cpu")

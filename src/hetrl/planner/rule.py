@@ -24,15 +24,17 @@ def learner_threads(n_params: int, batch_size: int, cores: int) -> int:
     return 1 if n_params * batch_size < SMALL_LEARNER_WORK else cores
 
 
-def default_placement(device: torch.device, learner_work: tuple[int, int], threads: int = 0) -> Placement:
-    """The fixed rule; ``learner_work`` is (parameters, batch size); ``threads`` 0 means by rule."""
+def default_placement(device: torch.device, learner_work: tuple[int, int], threads: int = 0,
+                      frames: bool = False) -> Placement:
+    """The fixed rule; ``learner_work`` is (parameters, batch size); ``threads`` 0 means by rule;
+    ``frames``: observations are stacked uint8 frames, stored by the frame replay of that storage."""
     host = device.type == "cpu"
     if host and threads == 0:
         threads = learner_threads(*learner_work, cores=os.cpu_count() or 1)
     return Placement(
         env=Slot("gymnasium", "cpu"),
         act=Slot("numpy", "cpu"),
-        replay=Slot("numpy", "cpu") if host else Slot("torch", str(device)),
+        replay=Slot(("frames-" if frames else "") + ("numpy" if host else "torch"), "cpu" if host else str(device)),
         learn=Slot("torch", str(device), threads=threads if host else None),
     )
 
