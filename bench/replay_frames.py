@@ -59,19 +59,25 @@ def measure(replays: dict, args, seed: int = 0) -> dict[str, dict[str, float]]:
     def as_env_gives(ready):
         return {k: v.astype(np.float32) if k in ("obs", "next_obs") else v for k, v in ready.items()}
 
+    def fed(name, ready, batch):  # "uint8 in": the frames as a uint8 EnvStep would give them
+        return ready if name.endswith("uint8 in") else batch
+
     capacity = min(r.capacity for r in replays.values())
     while min(len(r) for r in replays.values()) < capacity:  # fill; the ring wraps during the timed adds
-        batch = as_env_gives(next(source))
-        for replay in replays.values():
-            replay.add(**batch)
+        ready = next(source)
+        batch = as_env_gives(ready)
+        for name, replay in replays.items():
+            replay.add(**fed(name, ready, batch))
     times = {name: {"add": [], "sample": []} for name in replays}
     draws = [rng.random(args.batch) for _ in range(64)]
     for k in range(args.calls):
-        batch = as_env_gives(next(source))
+        ready = next(source)
+        batch = as_env_gives(ready)
         td = rng.random(args.batch).astype(np.float32)
         for name, replay in replays.items():
+            given = fed(name, ready, batch)
             start = time.perf_counter()
-            replay.add(**batch)
+            replay.add(**given)
             middle = time.perf_counter()
             out = replay.sample(draws[k % 64], 0.4)
             times[name]["add"].append(middle - start)
@@ -110,6 +116,7 @@ def main() -> None:
     for prioritized in (False, True):
         replays = {name: cls(args.capacity, SHAPE, (), "int64", prioritized=prioritized)
                    for name, cls in (("numpy (plain)", ReplayNumpy), ("frames-numpy", ReplayFramesNumpy),
+                                     ("frames-numpy, uint8 in", ReplayFramesNumpy),
                                      ("frames-torch, cpu", ReplayFramesTorch))}
         times = measure(replays, args)
         for name, replay in replays.items():
@@ -124,7 +131,7 @@ def main() -> None:
           f"--batch {args.batch} --calls {args.calls}` on {time.strftime('%Y-%m-%d')}, {platform.processor() or platform.machine()}, "
           f"1 torch thread, Python {platform.python_version()}. Medians over {args.calls} calls on a full ring, the replays' calls interleaved; "
           f"an add is one call with {args.envs} envs' n-step transitions (obs and next_obs float32 of byte values, "
-          f"as EnvStep gives them); a sample is batch {args.batch} (+ its priority update, untimed).\n")
+          f"as EnvStep gives them; \"uint8 in\": the same frames as uint8); a sample is batch {args.batch} (+ its priority update, untimed).\n")
     print("| replay | sampling | bytes/transition at this capacity | GB at 1M transitions (default sizes) | add µs/call | sample µs/call |")
     print("|---|---|---:|---:|---:|---:|")
     for name, kind, per, gb, add, sample in rows:
