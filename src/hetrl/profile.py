@@ -171,8 +171,8 @@ def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str,
         # stacked frames of byte values, as a stream gives them: row i's obs is frames i..i+C-1, its
         # next_obs one frame on (a frame replay stores each frame once)
         frames = rng.integers(0, 256, (n + shape[0],) + tuple(shape[1:])).astype(np.float32)
-        obs = np.stack([frames[i : i + shape[0]] for i in range(n + 1)])
-        obs, next_obs = obs[:-1], obs[1:]
+        stacks = np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, shape[0], axis=0), -1, 1)  # views
+        obs, next_obs = stacks[:-1], stacks[1:]
     else:
         obs, next_obs = (rng.standard_normal((n,) + shape).astype(np.float32) for _ in range(2))
     return {
