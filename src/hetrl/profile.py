@@ -168,11 +168,19 @@ def _devices_of(impl, devices: list[str]) -> list[str]:
 
 def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     shape = algo.spec.obs_shape
+    if getattr(algo.spec, "obs_dtype", "float32") == "uint8":
+        # stacked frames of byte values, as a stream gives them: row i's obs is frames i..i+C-1, its
+        # next_obs one frame on (a frame replay stores each frame once)
+        frames = rng.integers(0, 256, (n + shape[0],) + tuple(shape[1:])).astype(np.float32)
+        stacks = np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, shape[0], axis=0), -1, 1)  # views
+        obs, next_obs = stacks[:-1], stacks[1:]
+    else:
+        obs, next_obs = (rng.standard_normal((n,) + shape).astype(np.float32) for _ in range(2))
     return {
-        "obs": rng.standard_normal((n,) + shape).astype(np.float32),
+        "obs": obs,
         "actions": algo.random_actions(rng, n),
         "rewards": rng.standard_normal(n).astype(np.float32),
-        "next_obs": rng.standard_normal((n,) + shape).astype(np.float32),
+        "next_obs": next_obs,
         "discounts": np.full(n, algo.config.gamma, np.float32),
     }
 
@@ -235,6 +243,8 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             yield f"Act+WeightSync {backend} on {device}", act
 
     for backend, impl in implementations("ReplayAdd").items():
+        if impl.unsupported(algo):  # e.g. a frame replay for vector observations
+            continue
         for device in _devices_of(impl, devices):
             def replay(impl=impl, device=device, backend=backend):
                 storage = build("ReplayAdd", Slot(backend, device), algo, 0)
@@ -249,7 +259,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 if cfg.prioritized:
                     indices = storage.sample(uniform, 0.5)["indices"]
                     td = rng.uniform(0, 2, B).astype(np.float32)
-                    td = td if backend == "numpy" else torch.as_tensor(td, device=device)
+                    td = td if impl.cls.host_arrays else torch.as_tensor(td, device=device)
                     out.append(timing("PriorityUpdate", backend, device, B, lambda: storage.update_priorities(indices, td)))
                 return out
             yield f"Replay {backend} on {device}", replay

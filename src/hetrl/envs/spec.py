@@ -87,7 +87,8 @@ def env_spec(env_id: str, atari: AtariOptions | None = None) -> EnvSpec:
                 f"{env_id} has {type(obs_space).__name__} observations; the deep RL algorithms need a Box "
                 "(for discrete observations use `hetrl tabular`, or wrap the env in a one-hot wrapper)"
             )
-        pixels = is_ale(env_id) or is_minatar(env_id)
+        # byte images stay bytes end to end: MinAtar and Atari, and a user's env with uint8 (C, H, W) frames
+        pixels = is_ale(env_id) or is_minatar(env_id) or (obs_space.dtype == np.uint8 and len(obs_space.shape) == 3)
         if isinstance(act_space, gym.spaces.Discrete):
             discrete, n, shape, low, high = True, int(act_space.n), (), (), ()
         elif isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1:

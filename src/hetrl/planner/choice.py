@@ -17,7 +17,7 @@ from hetrl.hardware import describe_machine
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.rule import default_actors, default_placement
 from hetrl.planner.search import make_plan
-from hetrl.primitives import implementations
+from hetrl.primitives import get, implementations
 from hetrl.protocol import Placement
 from hetrl.profile import Profile, default_path, profile_workload
 from hetrl.runtime.inference import INFERENCE
@@ -59,7 +59,10 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
     threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
     if config.plan == "rule":
         work = (algorithm.learner_parameters(), config.agent.batch_size)
-        placement = default_placement(resolve_device(config.device), work, threads, mlp_policy=algorithm.mlp_networks())
+        # Atari's stacked frames: the frame replay stores each once (MinAtar's channels are not frames)
+        frames = algorithm.spec.atari is not None and not get("ReplayAdd", "frames-numpy").unsupported(algorithm)
+        placement = default_placement(resolve_device(config.device), work, threads, mlp_policy=algorithm.mlp_networks(),
+                                      frames=frames)
         executor = "inline" if config.executor == "auto" else config.executor
         actors = 0 if executor == "inline" else (config.actors or default_actors())
         return Plan(config.algo, config.env, config.num_envs or 1, "rule", "-", placement, None, [], executor, actors)

@@ -28,6 +28,7 @@ import numpy as np
 
 from hetrl.algos import AgentConfig
 from hetrl.errors import HetrlError
+from hetrl.primitives import get
 from hetrl.profile import Profile
 from hetrl.protocol import Placement
 from hetrl.runtime.learner_role import needs_transfer
@@ -93,7 +94,7 @@ def measured_as(name: str, placement: Placement, agent: AgentConfig, num_envs: i
     """The profile row (primitive, backend, device, size, threads) that a stage of the model is costed by."""
     act, replay, learn = placement.act, placement.replay, placement.learn
     if name == "Transfer":
-        source = "numpy" if replay.backend == "numpy" else replay.device
+        source = "numpy" if get("ReplayAdd", replay.backend).cls.host_arrays else replay.device
         return "Transfer", f"{source}->{learn.device}", learn.device, agent.batch_size, None
     if name == "Learn":
         return "Learn", learn.backend, learn.device, agent.batch_size, learn.threads

@@ -26,17 +26,17 @@ def learner_threads(n_params: int, batch_size: int, cores: int) -> int:
 
 
 def default_placement(device: torch.device, learner_work: tuple[int, int], threads: int = 0,
-                      mlp_policy: bool = True) -> Placement:
+                      mlp_policy: bool = True, frames: bool = False) -> Placement:
     """The fixed rule; ``learner_work`` is (parameters, batch size); ``threads`` 0 means by rule.
     ``mlp_policy`` False (a conv Q-network, which has no numpy forward): acting with torch, on the
-    learner's device."""
+    learner's device. ``frames``: observations are stacked uint8 frames, kept by the frame replay."""
     host = device.type == "cpu"
     if host and threads == 0:
         threads = learner_threads(*learner_work, cores=os.cpu_count() or 1)
     return Placement(
         env=Slot("gymnasium", "cpu"),
         act=Slot("numpy", "cpu") if mlp_policy else Slot("torch", str(device)),
-        replay=Slot("numpy", "cpu") if host else Slot("torch", str(device)),
+        replay=Slot(("frames-" if frames else "") + ("numpy" if host else "torch"), "cpu" if host else str(device)),
         learn=Slot("torch", str(device), threads=threads if host else None),
     )
 

@@ -30,6 +30,7 @@ class ReplayNumpy(RingReplay, Replay):
     """Replay storage in host numpy arrays; ``sample`` returns numpy arrays."""
 
     backend = "numpy"
+    host_arrays = True
 
     @classmethod
     def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "ReplayNumpy":

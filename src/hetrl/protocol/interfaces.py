@@ -89,7 +89,10 @@ class Act(Primitive):
 
 
 class Replay(Primitive):
-    """Ring storage of transitions: ReplayAdd, ReplaySample (uniform or prioritized), PriorityUpdate."""
+    """Ring storage of transitions: ReplayAdd, ReplaySample (uniform or prioritized), PriorityUpdate.
+    ``host_arrays``: ``sample`` returns host numpy arrays (and ``update_priorities`` takes them)."""
+
+    host_arrays: ClassVar[bool] = False
 
     @abstractmethod
     def add(self, **transitions: Any) -> None: ...

@@ -23,6 +23,8 @@ _BELOW_ONE = 1.0 - 2.0**-52  # x * _BELOW_ONE < x for any float64 x > 0
 class RingReplay:
     """The storage logic, on whichever arrays ``ops`` makes (see ReplayNumpy and ReplayTorch)."""
 
+    _evicts = False  # whether a subclass may evict its oldest items early (FrameReplay)
+
     def __init__(
         self,
         ops: ArrayOps,
@@ -44,13 +46,7 @@ class RingReplay:
         self.alpha = alpha
         self.eps = eps
         self._ops = ops
-        self._specs = {  # field -> (per-item shape, dtype)
-            "obs": (self.obs_shape, "float32"),
-            "actions": (self.action_shape, self.action_dtype),
-            "rewards": ((), "float32"),
-            "next_obs": (self.obs_shape, "float32"),
-            "discounts": ((), "float32"),
-        }
+        self._specs = self._stored_fields()  # field -> (per-item shape, dtype)
         self._data = {name: ops.zeros((self.capacity, *shape), dtype) for name, (shape, dtype) in self._specs.items()}
         self._position = 0  # the slot the next item goes to
         self._size = 0
@@ -59,6 +55,17 @@ class RingReplay:
 
     def __len__(self) -> int:
         return self._size
+
+    def _stored_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
+        """What each slot stores: field -> (per-item shape, dtype). A subclass may store other fields
+        (FrameReplay stores frame indices in place of obs and next_obs)."""
+        return {
+            "obs": (self.obs_shape, "float32"),
+            "actions": (self.action_shape, self.action_dtype),
+            "rewards": ((), "float32"),
+            "next_obs": (self.obs_shape, "float32"),
+            "discounts": ((), "float32"),
+        }
 
     def add(self, obs: Any, actions: Any, rewards: Any, next_obs: Any, discounts: Any) -> None:
         """Append N transitions (arrays with a leading N, cast to the storage dtypes).
@@ -73,19 +80,25 @@ class RingReplay:
         for value, (name, (shape, _)) in zip(batch, self._specs.items()):
             if tuple(value.shape) != (n, *shape):
                 raise ValueError(f"add: {name} has shape {tuple(value.shape)}, expected {(n, *shape)}")
+        self._write(dict(zip(_FIELDS, batch)), n)
+
+    def _write(self, batch: dict[str, Any], n: int) -> Any:
+        """Store ``n`` items (``batch``: every stored field, converted and checked) at the ring's
+        position; returns the slots written (a slice, or an int64 array when wrapping or skipping)."""
         skip = max(0, n - self.capacity)
         if skip == 0 and self._position + n <= self.capacity:  # no wrap: a slice, cheaper than indexing
             slots = slice(self._position, self._position + n)
         else:
             slots = (self._position + skip + self._ops.arange(n - skip)) % self.capacity
         data = self._data
-        for name, value in zip(_FIELDS, batch):
+        for name, value in batch.items():
             data[name][slots] = value[skip:] if skip else value
         if self.tree is not None:
             leaves = slots if not isinstance(slots, slice) else self._position + self._ops.arange(n)
             self.tree.update(leaves, self._max_priority.repeat(n - skip))
         self._position = (self._position + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
+        return slots
 
     def sample(self, uniform: Any, beta: float = 0.4) -> dict[str, Array]:
         """A batch of B items for B float64 draws ``uniform`` in [0, 1); deterministic.
@@ -95,26 +108,48 @@ class RingReplay:
         ``(len * P(i)) ** -beta`` divided by their maximum *in this batch* (so they are <= 1 and
         only scale updates down, as in Schaul et al. 2016, without a min-tree over the buffer).
         """
+        indices, weights = self._draw(uniform, beta)
+        out = {name: self._data[name][indices] for name in _FIELDS}
+        out["indices"] = indices
+        out["weights"] = weights
+        return out
+
+    def _sampling_base(self) -> int:
+        """The slot that sample index 0 maps to: 0, unless a subclass evicted the oldest items of a
+        ring that had wrapped (FrameReplay); then the live items are the arc of ``len`` slots that
+        ends at the position. The plain ring never evicts, so its base is always 0."""
+        if self._size == self.capacity:
+            return 0
+        return (self._position - self._size) % self.capacity
+
+    def _draw(self, uniform: Any, beta: float) -> tuple[Array, Array]:
+        """The sampled slots and their importance weights (see :meth:`sample`)."""
         if self._size == 0:
             raise ValueError("cannot sample from an empty replay buffer: add transitions first")
         u = self._ops.asarray(uniform, "float64")
         batch_size = len(u)
+        base = self._sampling_base()
         if self.tree is None:
             indices = self._ops.asarray(u * self._size, "int64")  # truncation is floor for u >= 0
+            if base:
+                indices = (indices + base) % self.capacity
         else:
             total = self.tree.total
             targets = (self._ops.arange(batch_size) + u) / batch_size * total
             indices = self.tree.find(targets.clip(max=total * _BELOW_ONE))
-        # Never past the last item: rounding in the descent can end on an empty leaf beyond it.
-        indices = indices.clip(max=self._size - 1)
-        out = {name: self._data[name][indices] for name in _FIELDS}
-        out["indices"] = indices
+        if self.tree is not None and not base:
+            # Never past the last item: rounding in the descent can end on an empty leaf beyond it.
+            indices = indices.clip(max=self._size - 1)
+        elif self.tree is not None:  # the same, for a live arc: an index outside it becomes the newest item
+            newest = (self._position - 1) % self.capacity
+            outside = (indices - base) % self.capacity >= self._size
+            indices = indices + (newest - indices) * outside
         if self.tree is None:
-            out["weights"] = self._ops.ones(batch_size, "float32")
+            weights = self._ops.ones(batch_size, "float32")
         else:
             weights = (self._size * self.tree.leaves[indices] / self.tree.total) ** -beta
-            out["weights"] = self._ops.asarray(weights / weights.max(), "float32")
-        return out
+            weights = self._ops.asarray(weights / weights.max(), "float32")
+        return indices, weights
 
     def update_priorities(self, indices: Any, td_errors: Any) -> None:
         """Set the priorities of items ``indices`` to ``(|td| + eps) ** alpha`` (computed in float64).
@@ -126,6 +161,10 @@ class RingReplay:
             return
         indices = self._ops.asarray(indices, "int64")
         priorities = (abs(self._ops.asarray(td_errors, "float64")) + self.eps) ** self.alpha
+        if self._evicts and self._size < self.capacity:
+            # An item evicted since it was sampled keeps priority 0, so it is never drawn again.
+            base = self._sampling_base()
+            priorities = priorities * ((indices - base) % self.capacity < self._size)
         self.tree.update(indices, priorities)
         # Read back from the tree: the max over the values that won, not those of overridden duplicates.
         self._max_priority = self._ops.maximum(self._max_priority, self.tree.leaves[indices].max())
@@ -156,9 +195,9 @@ class RingReplay:
             }
         except KeyError as missing:
             raise ValueError(f"replay state lacks {missing}") from None
-        for key, value in mine.items():
-            if theirs[key] != value:
-                raise ValueError(f"replay state mismatch: {key} is {theirs[key]!r} in the state, {value!r} here")
+        for key, value in theirs.items():  # a subclass checks what its own header adds
+            if mine[key] != value:
+                raise ValueError(f"replay state mismatch: {key} is {value!r} in the state, {mine[key]!r} here")
         for name, array in self._data.items():
             got = np.asarray(state[name])
             want = (tuple(array.shape), self._specs[name][1])

@@ -25,7 +25,8 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Te
 def needs_transfer(placement: Placement) -> bool:
     """False where the learner reads the replay's numpy batch as it is (a host replay feeding a
     learner that takes host arrays, Learn/numba): no Transfer happens, and the model costs none."""
-    return not (placement.replay.backend == "numpy" and get("Learn", placement.learn.backend).takes_host_arrays)
+    return not (get("ReplayAdd", placement.replay.backend).cls.host_arrays
+                and get("Learn", placement.learn.backend).takes_host_arrays)
 
 
 class LearnerRole:
@@ -41,7 +42,7 @@ class LearnerRole:
         self.learn = build("Learn", placement.learn, algo, seed)
         self.learner = self.learn.learner
         self.replay = build("ReplayAdd", placement.replay, algo, seed)
-        self.host_replay = placement.replay.backend == "numpy"
+        self.host_replay = self.replay.host_arrays  # sample gives numpy arrays; priorities go back as numpy
         self.transfers = needs_transfer(placement)
         self.losses: list[torch.Tensor] = []  # not yet reported
 
