@@ -27,8 +27,22 @@ class EnvSpec:
         return "int64" if self.discrete else "float32"
 
 
+def _check_extras(env_id: str) -> None:
+    """Box2D envs need hetrl's ``box2d`` extra; say so in one line before Gymnasium's longer message."""
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return  # unknown ids are reported by make_env below
+    if entry_point.startswith("gymnasium.envs.box2d"):
+        try:
+            import Box2D  # noqa: F401
+        except ImportError:
+            raise HetrlError(f"environment {env_id!r} needs Box2D: pip install 'hetrl[box2d]'") from None
+
+
 def make_env(env_id: str, render_mode: str | None = None, **kwargs) -> gym.Env:
-    """``gym.make`` with a one-line error for an unknown id."""
+    """``gym.make`` with a one-line error for an unknown id or a missing optional dependency."""
+    _check_extras(env_id)
     try:
         return gym.make(env_id, render_mode=render_mode, **kwargs)
     except gym.error.NameNotFound as exc:  # also covers an unknown namespace's env
