@@ -51,6 +51,8 @@ def pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
 def run_seed(algo: str, env: str, seed: int, steps: int | None, eval_every: int, settings: list[str], root: Path,
              plan: str) -> dict:
     run = root / f"{algo}_{env}_s{seed}"
+    if (run / "summary.json").exists():  # done by an earlier invocation with the same --out: reused, not rerun
+        return collect(run, seed, None, "")
     cmd = [sys.executable, "-m", "hetrl", "train", algo, env, "--seed", str(seed), "--run-dir", str(run),
            "--no-progress", "--device", "cpu", "--plan", plan, "--set", f"eval_every={eval_every}"]
     if steps is not None:
@@ -61,14 +63,18 @@ def run_seed(algo: str, env: str, seed: int, steps: int | None, eval_every: int,
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         raise RuntimeError(f"{algo} {env} seed {seed} failed:\n{proc.stderr[-2000:]}")
-    summary = json.loads((run / "summary.json").read_text())
+    return collect(run, seed, time.perf_counter() - start, proc.stderr.splitlines()[0])
+
+
+def collect(run: Path, seed: int, wall_s: float | None, first_line: str) -> dict:
     import hetrl
 
+    summary = json.loads((run / "summary.json").read_text())
     best = hetrl.evaluate(run, episodes=20, checkpoint="best", seed=seed + 10_000)  # fresh episodes
     curve = [(int(r["env_steps"]), float(r["eval_return_mean"])) for r in csv.DictReader((run / "metrics.csv").open())
              if r.get("eval_return_mean")]
     return {"seed": seed, "summary": summary, "best_fresh": best.mean, "curve": curve,
-            "wall_s": time.perf_counter() - start, "first_line": proc.stderr.splitlines()[0]}
+            "wall_s": summary["wall_s"] if wall_s is None else wall_s, "first_line": first_line}
 
 
 def plot(algo: str, env: str, results: list[dict], path: Path, published: str | None) -> None:
