@@ -21,7 +21,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -40,7 +39,7 @@ def pairs(args: argparse.Namespace) -> list[tuple[str, str]]:
     from hetrl.tuned import TUNED
 
     if args.pairs:
-        chosen = [tuple(p.split(":", 1)) for p in args.pairs]
+        chosen = [tuple(p.split(":")[:2]) for p in args.pairs]
         unknown = [p for p in chosen if p not in TUNED]
         if unknown:
             raise SystemExit(f"no tuned row for {unknown}; rows: {sorted(TUNED)}")
@@ -59,11 +58,10 @@ def run_seed(algo: str, env: str, seed: int, steps: int | None, eval_every: int,
         cmd += ["--steps", str(steps)]
     for item in settings:
         cmd += ["--set", item]
-    start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if proc.returncode != 0:
         raise RuntimeError(f"{algo} {env} seed {seed} failed:\n{proc.stderr[-2000:]}")
-    return collect(run, seed, time.perf_counter() - start, proc.stderr.splitlines()[0])
+    return collect(run, seed, None, proc.stderr.splitlines()[0])
 
 
 def collect(run: Path, seed: int, wall_s: float | None, first_line: str) -> dict:
@@ -74,7 +72,7 @@ def collect(run: Path, seed: int, wall_s: float | None, first_line: str) -> dict
     curve = [(int(r["env_steps"]), float(r["eval_return_mean"])) for r in csv.DictReader((run / "metrics.csv").open())
              if r.get("eval_return_mean")]
     return {"seed": seed, "summary": summary, "best_fresh": best.mean, "curve": curve,
-            "wall_s": summary["wall_s"] if wall_s is None else wall_s, "first_line": first_line}
+            "wall_s": summary["wall_s"] if wall_s is None else wall_s, "first_line": first_line}  # the training loop's time
 
 
 def plot(algo: str, env: str, results: list[dict], path: Path, published: str | None) -> None:
@@ -100,7 +98,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=list(ALGOS))
     parser.add_argument("--envs", nargs="+", help="only these env ids")
-    parser.add_argument("--pairs", nargs="+", metavar="ALGO:ENV", help="exactly these pairs (overrides --algos/--envs)")
+    parser.add_argument("--pairs", nargs="+", metavar="ALGO:ENV[:SEEDS]",
+                        help="exactly these pairs (overrides --algos/--envs), each with its own seed count if given")
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--max-steps", type=int, help="cap every pair's budget (the table says which were shortened)")
@@ -115,10 +114,11 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     lines = ["| algo | env | seeds | env steps | final return (mean ± std over seeds) | final >= solved | best, fresh episodes | "
-             "best during training (step) | zoo published | wall s per run | env steps/s |",
+             "best during training (step) | zoo published | training wall s per run | env steps/s |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
-    notes = []
-    for algo, env in pairs(args):
+    notes, prepared = [], []
+    chosen = pairs(args)
+    for algo, env in chosen:
         budget = TUNED[(algo, env)]["steps"]
         steps = min(budget, args.max_steps) if args.max_steps else None
         steps_run = steps or budget
@@ -133,10 +133,15 @@ def main() -> None:
             subprocess.run([sys.executable, "-m", "hetrl", "plan", algo, env, "--device", "cpu", "--steps", str(steps_run),
                             "--out", str(out / f"plan_{algo}_{env}.json"), *sum((["--set", s] for s in args.settings), [])],
                            capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, check=True)
-        every = max(1, steps_run // args.evals)
-        seeds = range(args.first_seed, args.first_seed + args.seeds)
-        with ThreadPoolExecutor(2) as pool:
-            results = list(pool.map(lambda s: run_seed(algo, env, s, steps, every, args.settings, out, args.plan), seeds))
+        prepared.append((algo, env, spec, budget, steps, steps_run, max(1, steps_run // args.evals)))
+    counts = {tuple(p.split(":")[:2]): int(p.split(":")[2]) for p in args.pairs or [] if p.count(":") == 2}
+    jobs = [(p, seed) for p in prepared  # one queue over every pair: two runs at all times
+            for seed in range(args.first_seed, args.first_seed + counts.get(p[:2], args.seeds))]
+    with ThreadPoolExecutor(2) as pool:
+        done = list(pool.map(lambda job: run_seed(job[0][0], job[0][1], job[1], job[0][4], job[0][6], args.settings, out,
+                                                  args.plan), jobs))
+    for algo, env, spec, budget, steps, steps_run, _ in prepared:
+        results = [r for (p, _), r in zip(jobs, done) if p[:2] == (algo, env)]
         finals = np.array([r["summary"]["eval_return_mean"] for r in results])
         fresh = np.array([r["best_fresh"] for r in results])
         threshold = spec.reward_threshold
@@ -157,6 +162,9 @@ def main() -> None:
             notes.append(f"- {algo} {env}: published figure from {published[1]}")
         plot(algo, env, results, out / f"{algo}_{env}.png", published[0] if published else None)
         print(lines[-1], flush=True)
+    skipped = [f"{a} {e}" for (a, e) in TUNED if a in ALGOS and (a, e) not in chosen]
+    if skipped:
+        notes.append(f"- not run in this invocation: {', '.join(skipped)}")
     text = "\n".join(lines) + "\n\n" + "\n".join(notes) + "\n"
     header = f"`python bench/zoo.py {' '.join(sys.argv[1:])}`\n\n"
     (out / "table.md").write_text(header + text)

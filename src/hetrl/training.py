@@ -121,12 +121,11 @@ class Session:
         return session
 
     @classmethod
-    def open(cls, run: RunDir, config: TrainConfig | None = None, keep_plan: bool = True,
-             defaults: str = "") -> "Session":
+    def open(cls, run: RunDir, config: TrainConfig | None = None, keep_plan: bool = True) -> "Session":
         """A session on an existing run; ``keep_plan`` reuses the run's plan.json, so a resumed run
         places every primitive where it was."""
         plan = Plan.load(run.plan) if keep_plan and run.plan.exists() else None
-        session = cls(config or run.load_config(), plan=plan, defaults=defaults)
+        session = cls(config or run.load_config(), plan=plan)
         session.run = run
         return session
 
