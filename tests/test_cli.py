@@ -64,8 +64,8 @@ def test_resume_of_a_finished_run_says_how_to_extend(run_dir):
 def test_eval_and_video(run_dir, capsys):
     assert main(["eval", str(run_dir), "--episodes", "3", "--render-video"]) == 0
     out = capsys.readouterr().out
-    assert "over 3 episodes" in out and "video:" in out
-    gif = next(run_dir.glob("eval_step_*.gif"))
+    assert "over 3 episodes" in out and "video:" in out and out.startswith("best policy (")
+    gif = run_dir / "eval_best.gif"
     assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
 
 
@@ -119,7 +119,7 @@ def test_missing_and_corrupt_checkpoints(tmp_path, run_dir):
     before = _snapshot(copy)
     proc = cli("resume", str(copy), "--no-progress")
     assert proc.returncode == 2 and "is corrupt or truncated" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    proc = cli("eval", str(copy))
+    proc = cli("eval", str(copy), "--checkpoint", "final")
     assert proc.returncode == 2 and "is corrupt or truncated" in proc.stderr
     assert _snapshot(copy) == before  # nothing touched
     ckpt.unlink()
@@ -128,8 +128,11 @@ def test_missing_and_corrupt_checkpoints(tmp_path, run_dir):
     proc = cli("resume", str(run_dir), "--checkpoint", str(copy / "missing.pt"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
     (copy / "checkpoints" / "step_0000000100.pt").write_text("not a checkpoint")
-    proc = cli("eval", str(copy))
+    proc = cli("eval", str(copy), "--checkpoint", "final")
     assert proc.returncode == 2 and "corrupt" in proc.stderr
+    (copy / "checkpoints" / "best.pt").write_bytes(b"")
+    proc = cli("eval", str(copy))
+    assert proc.returncode == 2 and "best.pt is corrupt" in proc.stderr
 
 
 def test_video_needs_rgb_array(tmp_path, monkeypatch):
@@ -138,16 +141,11 @@ def test_video_needs_rgb_array(tmp_path, monkeypatch):
 
     run = tmp_path / "r"
     assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run), *FAST]) == 0
-    real = api.Session
-
-    class NoRender(real):
-        def __init__(self, *a, **k):
-            super().__init__(*a, **k)
-            self.spec = type(self.spec)(**{**self.spec.__dict__, "supports_rgb_array": False})
-
-    monkeypatch.setattr(api, "Session", NoRender)
-    with pytest.raises(HetrlError, match="cannot render rgb_array"):
-        api.evaluate(run, 2, render_video=True)
+    real = api.env_spec
+    monkeypatch.setattr(api, "env_spec", lambda env, atari=None: type(real(env))(**{**real(env).__dict__, "supports_rgb_array": False}))
+    for checkpoint in ("best", "final"):
+        with pytest.raises(HetrlError, match="cannot render rgb_array"):
+            api.evaluate(run, 2, render_video=True, checkpoint=checkpoint)
 
 
 def test_python_api_is_as_short_as_the_cli(tmp_path):

@@ -6,10 +6,10 @@ from hetrl.config import apply_overrides, config_from_dict, default_config, load
 from hetrl.errors import HetrlError
 
 
-def test_defaults_come_from_the_algorithm():
-    cfg = default_config("DQN", "CartPole-v1")
-    assert cfg.algo == "dqn" and cfg.agent.lr == pytest.approx(2.3e-3) and cfg.agent.double
-    td3 = default_config("td3", "Pendulum-v1").agent
+def test_generic_defaults_come_from_the_algorithm():
+    cfg = default_config("DQN", "CartPole-v1", tuned=False)
+    assert cfg.algo == "dqn" and cfg.agent.lr == pytest.approx(2.3e-3) and cfg.agent.double and cfg.steps == 100_000
+    td3 = default_config("td3", "Pendulum-v1", tuned=False).agent
     assert td3.twin_critics and td3.policy_delay == 2 and td3.target_noise == pytest.approx(0.2)
 
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from hetrl.config import TrainConfig, apply_values, make_config, save_config
+from hetrl.algos import make_algorithm
+from hetrl.config import TrainConfig, apply_values, defaults_origin, make_config, save_config
+from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
-from hetrl.evaluation import record_gif
+from hetrl.evaluation import evaluate_policy, record_gif
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session, TrainResult, greedy_policy
 
@@ -35,15 +37,17 @@ def train(
 ) -> TrainResult:
     """Train ``algo`` on the Gymnasium env ``env``; returns measured rates, evaluation and the run dir.
 
-    ``config`` is a base config (a JSON file, a dict or a TrainConfig); ``settings`` override any run
-    or agent field by name (``lr=1e-3``, ``hidden=(64, 64)``, ``stop_at_return=475``), or Atari
-    preprocessing field (``repeat_action_probability=0.0``; or ``atari=AtariOptions(...)``). DQN's
-    ``network`` also takes a Q-network factory ``(obs_shape, n_actions) -> nn.Module``, defined at the
-    top level of a module (the run keeps it as ``"module:function"``).
+    Settings are layered: the algorithm's generic defaults < the tuned row for ``env``
+    (``hetrl.tuned``) < ``config`` (a YAML or JSON file, a dict or a TrainConfig) < ``settings``,
+    which override any run or agent field by name (``lr=1e-3``, ``hidden=(64, 64)``,
+    ``stop_at_return=475``), or Atari preprocessing field (``repeat_action_probability=0.0``; or
+    ``atari=AtariOptions(...)``). DQN's ``network`` also takes a Q-network factory
+    ``(obs_shape, n_actions) -> nn.Module``, defined at the top level of a module (the run keeps it
+    as ``"module:function"``).
     """
     given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
     cfg = apply_values(make_config(algo, env, config), {**given, **settings})
-    session = Session.create(cfg, run_dir)
+    session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, env, config, [*given, *settings]))
     result = session.train(progress=progress)
     if summary:
         session.print_summary(result)
@@ -57,6 +61,8 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     session = Session.open(run)
     cfg = session.config
     session.restore(checkpoint)
+    session.defaults = resumed_origin(run)
+    session.console.print(f"defaults: {session.defaults}", highlight=False, soft_wrap=True)
     if steps is None and session.executor.env_steps >= cfg.steps:
         raise HetrlError(f"{run.path} already reached its {cfg.steps} env steps; pass --steps N (a larger total) to continue")
     if steps is not None:
@@ -70,11 +76,26 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     return result
 
 
+def resumed_origin(run: RunDir) -> str:
+    """A resumed run's settings are its saved config.json, whatever the tuned table says today."""
+    import json
+
+    text = f"the run's saved {run.config}"
+    try:
+        first = json.loads(run.summary.read_text()).get("defaults")
+    except (OSError, ValueError):
+        first = None
+    return text + (f" (made from: {first})" if first else "")
+
+
 @dataclass
 class EvalResult:
     returns: np.ndarray
     checkpoint: Path
     video: Path | None
+    which: str = "final"  # "best" (checkpoints/best.pt), "final" (the newest periodic checkpoint) or "given"
+    env_steps: int | None = None  # the env step of the evaluated policy
+    note: str = ""  # e.g. why the final policy was evaluated when the best was asked for
 
     @property
     def mean(self) -> float:
@@ -87,21 +108,48 @@ class EvalResult:
 
 def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path | None = None,
              render_video: bool = False, seed: int | None = None) -> EvalResult:
-    """Greedy returns of a run's newest (or given) checkpoint; optionally a GIF of one episode."""
+    """Greedy returns of one of a run's policies; optionally a GIF of one episode.
+
+    ``checkpoint``: ``"best"`` (checkpoints/best.pt, the best evaluation during training),
+    ``"final"`` (the newest periodic checkpoint), or a checkpoint file. By default the best, or
+    the final where the run has no best.pt (it was never evaluated, or predates best.pt).
+    Episodes are seeded from the run's seed (``seed`` to change it) apart from training's envs.
+    """
     run = RunDir.open(run_dir)
     cfg = run.load_config()
     if seed is not None:
         cfg.seed = seed
-    cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
-    session = Session.open(run, cfg, keep_plan=False)
-    path = session.restore(checkpoint)
-    returns = session.evaluate(episodes)
+    which, note = "given", ""
+    if checkpoint is None or checkpoint == "best":
+        which = "best"
+        if not run.best.exists():
+            if checkpoint == "best":
+                raise HetrlError(f"{run.path} has no {run.best.relative_to(run.path)} (no evaluation was written); "
+                                 "evaluate the final policy with --checkpoint final")
+            which, note = "final", "the run has no best.pt, so its final policy is evaluated"
+    elif checkpoint == "final":
+        which = "final"
+    path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint)
+    spec = env_spec(cfg.env, cfg.atari)
+    if state.get("kind") == "best":  # the policy only: no executor to build
+        which = "best" if path.resolve() == run.best.resolve() else which
+        algo = make_algorithm(cfg.algo, spec, cfg.agent)
+        network = algo.make_policy_network()
+        network.load_state_dict(state["policy"])
+        policy, env_steps = greedy_policy(algo, network), int(state["env_steps"])
+    else:
+        cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
+        session = Session.open(run, cfg, keep_plan=False)
+        try:
+            session.restore(path)
+            policy, env_steps = greedy_policy(session.algo, session.executor.policy_network), session.executor.env_steps
+        finally:
+            session.executor.close()
+    returns = evaluate_policy(policy, cfg.env, episodes, cfg.seed, spec.atari)
     video = None
     if render_video:
-        if not session.spec.supports_rgb_array:
+        if not spec.supports_rgb_array:
             raise HetrlError(f"{cfg.env} cannot render rgb_array frames, so no video can be recorded; drop --render-video")
         video = run.path / f"eval_{path.stem}.gif"
-        record_gif(greedy_policy(session.algo, session.executor.policy_network), cfg.env, video, cfg.seed,
-                   atari=session.spec.atari)
-    session.executor.close()
-    return EvalResult(returns=returns, checkpoint=path, video=video)
+        record_gif(policy, cfg.env, video, cfg.seed, atari=spec.atari)
+    return EvalResult(returns=returns, checkpoint=path, video=video, which=which, env_steps=env_steps, note=note)

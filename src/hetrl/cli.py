@@ -24,10 +24,15 @@ def _settings_help() -> str:
     run_fields = [f for f in fields(TrainConfig) if f.name not in ("algo", "env", "agent")]
     run_defaults = {f.name: f.default for f in run_fields}
     run_defaults["steps"] = "/".join(f"{cls.default_steps}({name})" for name, cls in ALGORITHMS.items())
-    lines = ["settings for --set KEY=VALUE (defaults shown):", f"  run: {listing(run_fields, run_defaults)}"]
+    from hetrl.tuned import TUNED
+
+    lines = ["settings for --set KEY=VALUE (generic defaults shown):", f"  run: {listing(run_fields, run_defaults)}"]
     for name, cls in ALGORITHMS.items():
         config = cls.Config()
         lines.append(f"  {name}: {listing(fields(config), {f.name: getattr(config, f.name) for f in fields(config)})}")
+    lines.append("tuned defaults (hetrl.tuned, from rl-baselines3-zoo) replace the generic ones for:")
+    for name in ALGORITHMS:
+        lines.append(f"  {name}: {', '.join(env for algo, env in TUNED if algo == name) or 'none'}")
     return "\n".join(lines)
 
 
@@ -46,7 +51,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                        epilog=_settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("algo", help="dqn, ddpg, td3 or sac")
     p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
-    p.add_argument("--steps", type=_count, help="total env steps, e.g. 100000, 1e5 or 100k (default: the algorithm's)")
+    p.add_argument("--steps", type=_count, help="total env steps, e.g. 100000, 1e5 or 100k (default: the tuned row's "
+                                                 "budget for the env, else the algorithm's)")
     p.add_argument("--seed", type=int)
     p.add_argument("--device", help="learner device: auto (default), cpu, cuda, cuda:N, mps")
     p.add_argument("--config", help="a YAML or JSON config to start from: a run's config.json, or only the settings to change")
@@ -64,7 +70,7 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from hetrl.config import make_config
+    from hetrl.config import defaults_origin, make_config
     from hetrl.training import Session
 
     flags = [f"{k}={v}" for k, v in (("steps", args.steps), ("seed", args.seed), ("device", args.device),
@@ -73,7 +79,8 @@ def _train(args: argparse.Namespace) -> int:
                                       ("ray_address", args.ray_address)) if v is not None]
     cfg = make_config(args.algo, args.env, args.config, flags + args.overrides)
     console = Console(stderr=True)
-    session = Session.create(cfg, args.run_dir, console)
+    session = Session.create(cfg, args.run_dir, console,
+                             defaults=defaults_origin(args.algo, args.env, args.config, flags + args.overrides))
     console.print(f"run directory: {session.run.path}")
     result = session.train(progress=not args.no_progress)
     session.print_summary(result)
@@ -100,7 +107,8 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a run's greedy policy")
     p.add_argument("run_dir")
     p.add_argument("--episodes", type=int, default=20)
-    p.add_argument("--checkpoint", help="evaluate this checkpoint file instead of the newest")
+    p.add_argument("--checkpoint", help="best (default: checkpoints/best.pt, the best evaluation during training), "
+                                        "final (the newest periodic checkpoint), or a checkpoint file")
     p.add_argument("--seed", type=int)
     p.add_argument("--render-video", action="store_true", help="save a GIF of one episode (rgb_array envs)")
     p.set_defaults(func=_eval)
@@ -112,8 +120,10 @@ def _eval(args: argparse.Namespace) -> int:
     if args.episodes <= 0:
         raise HetrlError(f"--episodes must be > 0 (got {args.episodes})")
     res = evaluate(args.run_dir, args.episodes, checkpoint=args.checkpoint, render_video=args.render_video, seed=args.seed)
-    print(f"{res.checkpoint}: return {res.mean:.2f} ± {res.std:.2f} over {len(res.returns)} episodes "
-          f"(min {res.returns.min():.1f}, max {res.returns.max():.1f})")
+    if res.note:
+        print(f"note: {res.note}")
+    print(f"{res.which} policy ({res.checkpoint}, env step {res.env_steps:,}): return {res.mean:.2f} ± {res.std:.2f} "
+          f"over {len(res.returns)} episodes (min {res.returns.min():.1f}, max {res.returns.max():.1f})")
     if res.video is not None:
         print(f"video: {res.video}")
     return 0

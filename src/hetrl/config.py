@@ -2,6 +2,9 @@
 
 Saved as ``config.json`` in every run directory and loadable again (``--config FILE``). Values can
 be overridden by ``key=value`` strings (the CLI's ``--set``), parsed by the field's declared type.
+A new run's config is layered: the algorithm's generic defaults < the tuned row for its env
+(``hetrl.tuned``) < a ``--config`` file < ``--set`` / API keyword arguments. A run directory's own
+config.json is read over the generic defaults only, so the table never changes a saved run.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from hetrl.envs.pixels import AtariOptions
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_config_file, read_json, write_json
 from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
+from hetrl.tuned import lookup as lookup_tuned
 
 
 EXECUTORS = ("inline", "local", "ray", "auto")
@@ -72,17 +76,38 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def default_config(algo: str, env: str) -> TrainConfig:
+def default_config(algo: str, env: str, tuned: bool = True) -> TrainConfig:
+    """The algorithm's generic defaults, then (``tuned``) the tuned row for ``env`` where there is one."""
     cls = algorithm_class(algo)
-    return TrainConfig(algo=cls.name, env=env, steps=cls.default_steps, agent=cls.Config())
+    config = TrainConfig(algo=cls.name, env=env, steps=cls.default_steps, agent=cls.Config())
+    if tuned:
+        for key, value in lookup_tuned(cls.name, env)[0].items():
+            setattr(config.agent if key in _field_types(config.agent) else config, key, value)
+    return config
+
+
+def defaults_origin(algo: str, env: str, base: str | Path | dict[str, Any] | TrainConfig | None = None,
+                    overrides: list[str] | tuple[str, ...] = ()) -> str:
+    """Where a new run's settings come from, in one line: the tuned row or the generic defaults,
+    then a --config file and the hyperparameters set explicitly (run plumbing such as seed or
+    device is not listed)."""
+    cls = algorithm_class(algo)
+    text = lookup_tuned(cls.name, env)[1]
+    if base is not None:
+        text += f"; then --config {base}" if isinstance(base, (str, Path)) else "; then a base config"
+    hyper = {f.name for f in fields(cls.Config)} | {"steps"}
+    keys = [k for k in dict.fromkeys(item.partition("=")[0].strip().removeprefix("agent.") for item in overrides) if k in hyper]
+    if keys:
+        text += f"; set explicitly: {', '.join(keys)}"
+    return text
 
 
 def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainConfig | None = None,
                 overrides: list[str] | tuple[str, ...] = ()) -> TrainConfig:
-    """The config of a run: ``base`` (a YAML or JSON file, a dict or a TrainConfig; default: the
-    algorithm's defaults) for ``algo`` on ``env``, then ``key=value`` overrides. A file or dict may
-    hold only some settings (the rest keep their defaults), with or without algo and env.
-    ``base`` itself is not changed."""
+    """The config of a new run of ``algo`` on ``env``: generic defaults, the tuned row for ``env``,
+    ``base`` (a YAML or JSON file, a dict or a TrainConfig; a file or dict may hold only some
+    settings, with or without algo and env), then ``key=value`` overrides. ``base`` itself is not
+    changed."""
     if base is None:
         config = default_config(algo, env)
     else:
@@ -97,7 +122,7 @@ def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainCo
             data = {"algo": algo, **data}
         if algorithm_class(data["algo"]).name != algorithm_class(algo).name:
             raise HetrlError(f"the config is for {data['algo']}, not {algo}; pass a {algo} config or drop --config")
-        config = config_from_dict({**data, "algo": algo, "env": env})
+        config = config_from_dict({**data, "algo": algo, "env": env}, str(base) if isinstance(base, (str, Path)) else "config", tuned=True)
     return apply_overrides(config, list(overrides))
 
 
@@ -255,10 +280,11 @@ def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
         setattr(obj, key, value)
 
 
-def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig:
+def config_from_dict(data: dict[str, Any], where: str = "config", tuned: bool = False) -> TrainConfig:
+    """``data`` over the generic defaults, or over the tuned ones for its env (``tuned``: a new run)."""
     if not isinstance(data, dict) or "algo" not in data or "env" not in data:
         raise HetrlError(f"{where}: a config needs at least 'algo' and 'env' keys")
-    config = default_config(data["algo"], data["env"])
+    config = default_config(data["algo"], data["env"], tuned)
     agent = data.get("agent", {})
     if not isinstance(agent, dict):
         raise HetrlError(f"{where}: 'agent' must be a mapping of {config.algo} settings")
@@ -271,8 +297,8 @@ def config_from_dict(data: dict[str, Any], where: str = "config") -> TrainConfig
     return config
 
 
-def load_config(path: str | Path, invalid_hint: str = "fix it or pass another --config") -> TrainConfig:
-    return config_from_dict(read_json(path, "config file", invalid_hint=invalid_hint), str(path))
+def load_config(path: str | Path, invalid_hint: str = "fix it or pass another --config", tuned: bool = False) -> TrainConfig:
+    return config_from_dict(read_json(path, "config file", invalid_hint=invalid_hint), str(path), tuned)
 
 
 def save_config(config: TrainConfig, path: Path) -> None:

@@ -112,16 +112,28 @@ class Policy:
 
 
 def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -> Policy:
-    """The policy of a run directory (its newest checkpoint, or ``checkpoint``), or of a checkpoint file."""
+    """The policy of a run directory, or of a checkpoint file. ``checkpoint``: ``"best"``
+    (checkpoints/best.pt, the best evaluation during training), ``"final"`` (the newest periodic
+    checkpoint) or a file; by default the best where the run has one, else the final, as
+    ``hetrl eval`` picks."""
     path = Path(run)
     if path.is_file():
         run_dir, checkpoint = RunDir.open(path.parent.parent), path
     else:
         run_dir = RunDir.open(path)
+    if checkpoint in (None, "best"):
+        if run_dir.best.exists():
+            checkpoint = run_dir.best
+        elif checkpoint == "best":
+            raise HetrlError(f"{run_dir.path} has no best.pt (no evaluation was written); load the final policy with checkpoint='final'")
+        else:
+            checkpoint = None
+    elif checkpoint == "final":
+        checkpoint = None
     config = run_dir.load_config()
     source, state = run_dir.load_checkpoint(checkpoint)
-    algo = make_algorithm(config.algo, env_spec(config.env), config.agent)
+    algo = make_algorithm(config.algo, env_spec(config.env, config.atari), config.agent)
     network = algo.make_policy_network()
-    learner = state["executor"]["learner"]
-    network.load_state_dict(learner[algo.policy_key])
+    weights = state["policy"] if state.get("kind") == "best" else state["executor"]["learner"][algo.policy_key]
+    network.load_state_dict(weights)
     return Policy(algo, network, source, seed)

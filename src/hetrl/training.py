@@ -16,7 +16,9 @@ from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.config import TrainConfig
+from hetrl.devices import resolve_device
 from hetrl.envs import env_spec
+from hetrl.errors import HetrlError
 from hetrl.evaluation import evaluate_policy
 from hetrl.nets import numpy_params
 from hetrl.run.metrics import STAGES, MetricsWriter, read_metrics
@@ -50,12 +52,17 @@ class Session:
 
     run: RunDir
 
-    def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None) -> None:
+    def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None,
+                 defaults: str = "") -> None:
         config.validate()
         self.config = config
         self.console = console or Console(stderr=True)
+        self.defaults = defaults
         self.spec = env_spec(config.env, config.atari)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
+        resolve_device(config.device)  # a missing device is refused before anything is printed
+        if defaults:  # the first line a run prints (once the env and settings are known good): where its settings came from
+            self.console.print(f"defaults: {defaults}", highlight=False, soft_wrap=True)
         self.run_plan = resolve(config, self.algo, self.console.print, plan)
         self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
         self.executor_kind, self.actors = self.run_plan.executor, self.run_plan.actors
@@ -64,10 +71,12 @@ class Session:
             torch.set_num_threads(self.placement.learn.threads)
         self.executor = make_executor(self.run_plan, config, self.algo, self.console.print)
         self.resumed_from: int | None = None
+        self.best: tuple[float, float, int] | None = None  # (mean, std, env step) of the best evaluation
 
     @classmethod
-    def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None) -> "Session":
-        session = cls(config, console)
+    def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None,
+               defaults: str = "") -> "Session":
+        session = cls(config, console, defaults=defaults)
         session.run = RunDir.create(run_dir, config)
         return session
 
@@ -82,8 +91,17 @@ class Session:
 
     def restore(self, checkpoint: str | Path | None = None) -> Path:
         path, state = self.run.load_checkpoint(checkpoint)
+        if state.get("kind") == "best":
+            raise HetrlError(f"{path} holds only the best evaluation's policy, not the training state; "
+                             f"resume from a periodic checkpoint (checkpoints/step_*.pt) instead")
         self.executor.load_state_dict(state["executor"])
         self.resumed_from = self.executor.env_steps
+        if self.run.best.exists():  # a resumed run keeps improving on the best it had
+            try:
+                _, best = self.run.load_checkpoint(self.run.best)
+                self.best = (best["eval_return_mean"], best["eval_return_std"], best["env_steps"])
+            except HetrlError as exc:
+                self.console.print(f"warning: {exc}; the next evaluation writes a new best.pt", highlight=False)
         return path
 
     def evaluate(self, episodes: int) -> np.ndarray:
@@ -92,6 +110,19 @@ class Session:
 
     def save_checkpoint(self) -> Path:
         return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)
+
+    def _keep_if_best(self, returns: np.ndarray) -> None:
+        """Write checkpoints/best.pt when this evaluation's mean beats every earlier one of the run."""
+        mean, std = float(returns.mean()), float(returns.std())
+        if self.best is not None and mean <= self.best[0]:
+            return
+        self.best = (mean, std, self.executor.env_steps)
+        network = self.executor.policy_network
+        self.run.save_best({
+            "config": self.config.to_dict(), "env_steps": self.executor.env_steps, "policy_key": self.algo.policy_key,
+            "policy": {k: v.detach().cpu().clone() for k, v in network.state_dict().items()},
+            "eval_return_mean": mean, "eval_return_std": std, "eval_episodes": len(returns),
+        })
 
     def train(self, progress: bool = True) -> TrainResult:
         """Run to ``config.steps`` (or the target return, or Ctrl-C); the executor is closed at the
@@ -120,6 +151,7 @@ class Session:
         last_t, last_steps, last_updates = start, ex.env_steps, ex.updates
         last_timers = ex.timer_totals()
         last_eval: np.ndarray | None = None
+        last_eval_step: int | None = None
         solved_at: int | None = None
         learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
         eval_seconds = 0.0  # spent evaluating since learning started
@@ -153,7 +185,8 @@ class Session:
                     last_timers = timers
                     if next_eval is not None and ex.env_steps >= next_eval:
                         eval_start = time.perf_counter()
-                        last_eval = self.evaluate(cfg.eval_episodes)
+                        last_eval, last_eval_step = self.evaluate(cfg.eval_episodes), ex.env_steps
+                        self._keep_if_best(last_eval)
                         eval_seconds += (time.perf_counter() - eval_start) if learning_from else 0.0
                         row["eval_return_mean"], row["eval_return_std"] = float(last_eval.mean()), float(last_eval.std())
                         next_eval = _next_multiple(ex.env_steps, cfg.eval_every)
@@ -188,8 +221,9 @@ class Session:
         prediction = self.plan.prediction if same else None
         learning_updates = ex.updates - start_updates
         learning_steps = ex.env_steps - max(start_steps, cfg.agent.learning_starts)
-        if solved_at is None and not interrupted.set:
+        if solved_at is None and not interrupted.set and last_eval_step != ex.env_steps:  # the final policy's evaluation
             last_eval = self.evaluate(cfg.eval_episodes)
+            self._keep_if_best(last_eval)
             metrics.write({"env_steps": ex.env_steps, "updates": ex.updates, "wall_s": round(wall, 3),
                            "eval_return_mean": float(last_eval.mean()), "eval_return_std": float(last_eval.std())})
         metrics.close()
@@ -213,6 +247,10 @@ class Session:
             energy=energy.describe(),
             joules_per_env_step=energy.joules_per_step(ex.env_steps - start_steps) if ex.env_steps > start_steps else None,
             predicted_joules_per_env_step=prediction.joules_per_env_step if prediction else None,
+            defaults=self.defaults,
+            best_eval_return_mean=self.best[0] if self.best else None,
+            best_eval_return_std=self.best[1] if self.best else None,
+            best_eval_step=self.best[2] if self.best else None,
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         return result

@@ -3,9 +3,10 @@
 TD3 = DDPG + twin critics (the smaller target Q is used), target policy smoothing (clipped
 Gaussian noise on the target action) and delayed actor and target updates.
 
-Defaults are the tuned Pendulum-v1 values of rl-baselines3-zoo: lr 1e-3, gamma 0.98, tau 0.005,
-batch 256, 400x300 networks, Gaussian exploration noise 0.1 (in units of half the action range),
-10k random steps before learning, one update per env step.
+The config's defaults are the generic ones, used for an env without a row in ``hetrl.tuned``: the
+tuned Pendulum-v1 values of rl-baselines3-zoo (lr 1e-3, gamma 0.98, tau 0.005, batch 256, 400x300
+networks, Gaussian exploration noise 0.1 in units of half the action range, 10k random steps
+before learning, one update per env step).
 """
 
 from __future__ import annotations

@@ -8,10 +8,10 @@ of ``hidden`` for vectors; ``network`` names one of them, or ``"module:function"
 ``(obs_shape, n_actions) -> nn.Module`` of the user's (importable, so actor processes and resumed
 runs build the same network), checked on a dummy batch.
 
-Defaults are the tuned CartPole-v1 values of rl-baselines3-zoo (lr 2.3e-3, batch 64, 256x256,
-updates in bursts: 128 updates every 256 env steps, epsilon 1 -> 0.04 over 16k steps), with the
-target network refreshed every 128 updates (zoo: every 10 env steps, i.e. once per burst) and
-double Q-learning on.
+The config's defaults are the generic ones, used for an env without a row in ``hetrl.tuned``
+(which holds the tuned values per env). They began as rl-baselines3-zoo's CartPole-v1 values
+(lr 2.3e-3, batch 64, 256x256, 128 updates every 256 env steps, epsilon 1 -> 0.04 over 16k steps,
+the target refreshed every 128 updates), with double Q-learning on.
 """
 
 from __future__ import annotations

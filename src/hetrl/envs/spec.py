@@ -49,6 +49,19 @@ class EnvSpec:
         return make_env(self.env_id, render_mode, training=training, atari=self.atari)
 
 
+def _check_extras(env_id: str) -> None:
+    """Box2D envs need hetrl's ``box2d`` extra; say so in one line before Gymnasium's longer message."""
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return  # unknown ids are reported by make_env below
+    if entry_point.startswith("gymnasium.envs.box2d"):
+        try:
+            import Box2D  # noqa: F401
+        except ImportError:
+            raise HetrlError(f"environment {env_id!r} needs Box2D: pip install 'hetrl[box2d]'") from None
+
+
 def make_env(env_id: str, render_mode: str | None = None, *, training: bool = False,
              atari: AtariOptions | None = None, **kwargs) -> gym.Env:
     """``gym.make`` with a one-line error for an unknown id. MinAtar ids give uint8 (C, 10, 10)
@@ -56,6 +69,7 @@ def make_env(env_id: str, render_mode: str | None = None, *, training: bool = Fa
     with life loss as terminal and clipped rewards only when ``training`` (evaluation plays full
     games with raw scores). Other envs are as Gymnasium makes them, ``training`` or not."""
     register(env_id)
+    _check_extras(env_id)
     try:
         if is_ale(env_id):
             options = atari or AtariOptions()

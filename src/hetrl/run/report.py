@@ -33,6 +33,7 @@ def summary_table(result: "TrainResult") -> Table:
     evaluation = "n/a" if ev is None else f"{ev:.1f} ± {result.eval_return_std:.1f} over {result.eval_episodes} episodes"
     rows = [
         ("run directory", str(result.run_dir)),
+        ("defaults", result.defaults or "n/a"),
         ("env steps", f"{result.env_steps:,}" + (f" (stopped at target return at {result.solved_at:,})" if result.solved_at else "")),
         ("gradient updates", f"{result.updates:,}"),
         ("wall time", f"{result.wall_s:.1f} s"),
@@ -44,10 +45,18 @@ def summary_table(result: "TrainResult") -> Table:
         ("policy staleness", _staleness(result)),
         ("energy", _energy(result)),
         ("final evaluation return", evaluation),
+        ("best evaluation return", _best(result)),
     ]
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _best(result: "TrainResult") -> str:
+    if result.best_eval_return_mean is None:
+        return "n/a"
+    return (f"{result.best_eval_return_mean:.1f} ± {result.best_eval_return_std:.1f} at env step {result.best_eval_step:,}"
+            f" (checkpoints/best.pt; `hetrl eval` uses it, --checkpoint final the final one)")
 
 
 def _energy(result: "TrainResult") -> str:

@@ -16,7 +16,7 @@ class TrainResult:
     wall_s: float  # this session only (a resumed run counts from the resume)
     env_steps_per_s: float
     updates_per_s: float
-    eval_return_mean: float | None
+    eval_return_mean: float | None  # the final evaluation (the policy at the end of the run)
     eval_return_std: float | None
     eval_episodes: int
     solved_at: int | None  # env step at which stop_at_return was reached
@@ -37,4 +37,8 @@ class TrainResult:
     energy: str = "not measured"  # what the meters measured over the training loop, or why nothing
     joules_per_env_step: float | None = None  # measured by RAPL/NVML; None where no meter works
     predicted_joules_per_env_step: float | None = None  # the plan's model, from the profile's measured energy
+    defaults: str = ""  # where the settings came from: a tuned row (hetrl.tuned) or the generic defaults
+    best_eval_return_mean: float | None = None  # the best evaluation of the run so far (its policy: checkpoints/best.pt)
+    best_eval_return_std: float | None = None
+    best_eval_step: int | None = None  # the env step of that evaluation
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)

@@ -19,6 +19,7 @@ from hetrl.errors import HetrlError
 
 CHECKPOINT_FORMAT = "hetrl-checkpoint-v1"
 _STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+BEST = "best.pt"  # the policy of the best evaluation so far; never a periodic checkpoint (no training state)
 
 
 class RunDir:
@@ -32,6 +33,7 @@ class RunDir:
     checkpoint_dir = property(lambda self: self.path / "checkpoints")
     plot = property(lambda self: self.path / "returns.png")
     summary = property(lambda self: self.path / "summary.json")
+    best = property(lambda self: self.checkpoint_dir / BEST)
 
     @classmethod
     def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs") -> "RunDir":
@@ -69,7 +71,13 @@ class RunDir:
         return [p for _, p in sorted(found)]
 
     def save_checkpoint(self, state: dict[str, Any], env_steps: int) -> Path:
-        path = self.checkpoint_dir / f"step_{env_steps:010d}.pt"
+        return self._write(self.checkpoint_dir / f"step_{env_steps:010d}.pt", state)
+
+    def save_best(self, state: dict[str, Any]) -> Path:
+        """``checkpoints/best.pt``: replaced atomically, so a crash leaves the previous best whole."""
+        return self._write(self.best, {"kind": "best", **state})
+
+    def _write(self, path: Path, state: dict[str, Any]) -> Path:
         tmp = path.with_suffix(".tmp")
         torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
         os.replace(tmp, path)

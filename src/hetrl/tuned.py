@@ -1,0 +1,167 @@
+"""Tuned defaults per (algorithm, env id): the rows of rl-baselines3-zoo, translated to hetrl.
+
+``ZOO`` holds the zoo's hyperparameter files as they are (``rl_zoo3/hyperparams/{dqn,ddpg,td3}.yml``,
+rl_zoo3 2.9.2), keys in SB3's names; a key the zoo leaves out takes SB3's default (``SB3_DEFAULTS``).
+``translate`` turns a zoo row into hetrl settings (the same keys ``--set`` takes); ``DEVIATIONS``
+lists, per row, where hetrl departs from the translation on purpose, each with its reason.
+``lookup(algo, env)`` is what ``hetrl train`` uses: the settings and a line saying where they came
+from. Precedence (``config.make_config``): the algorithm's generic defaults < this table < a
+``--config`` file < ``--set`` / API keyword arguments. A resumed run keeps its own config.json.
+
+How SB3's settings become hetrl's:
+
+- ``n_timesteps`` -> ``steps`` (the run's default budget).
+- ``train_freq`` (env steps between training bursts) -> ``train_every``; ``gradient_steps`` per burst
+  (``-1``: as many as env steps collected) -> ``replay_ratio = gradient_steps / train_freq``.
+- DQN ``target_update_interval`` counts env steps; hetrl's ``target_update_every`` counts gradient
+  updates. SB3 checks the interval every env step but trains only at the end of a burst, so the
+  target moves once per ``max(target_update_interval, train_freq)`` env steps on average, i.e.
+  every ``max(interval, train_freq) * replay_ratio`` updates (CartPole: once per 128-update burst).
+- ``exploration_fraction * n_timesteps`` -> ``eps_decay_steps`` (absolute env steps, so extending
+  a run does not stretch the schedule); ``exploration_initial_eps``/``final_eps`` -> ``eps_start``/``eps_end``.
+- ``policy_kwargs: net_arch`` -> ``hidden`` (SB3 builds actor and critic with the same list).
+- ``noise_type: normal, noise_std`` -> ``action_noise``: SB3 adds the noise to the action scaled to
+  [-1, 1], the unit of hetrl's ``action_noise`` (a fraction of half the action range).
+  ``ornstein-uhlenbeck`` has no hetrl counterpart: the row uses Gaussian noise of the same std (a
+  deviation, listed).
+- SB3's DQN is not double DQN (``double=False``); its loss is Huber with gradient-norm clipping at 10,
+  as hetrl's. SB3's DDPG is its TD3 with one critic, no target smoothing and no policy delay, as hetrl's.
+- SB3 trains from ``learning_starts`` on even with fewer stored transitions than a batch (it samples
+  with replacement); hetrl waits until the replay holds a batch (at most ``batch_size`` env steps later).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ZOO_SOURCE = "rl-baselines3-zoo"
+
+# SB3 2.x defaults for the keys the zoo rows leave out (DQN, and TD3; DDPG = TD3 with its variant keys)
+SB3_DEFAULTS: dict[str, dict[str, Any]] = {
+    "dqn": {"learning_rate": 1e-4, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 32, "gamma": 0.99,
+            "train_freq": 4, "gradient_steps": 1, "target_update_interval": 10_000, "exploration_fraction": 0.1,
+            "exploration_initial_eps": 1.0, "exploration_final_eps": 0.05, "max_grad_norm": 10.0, "tau": 1.0,
+            "net_arch": [64, 64]},
+    "ddpg": {"learning_rate": 1e-3, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 256, "tau": 0.005,
+             "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "net_arch": [400, 300], "noise_type": None,
+             "noise_std": 0.0},
+    "td3": {"learning_rate": 1e-3, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 256, "tau": 0.005,
+            "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "net_arch": [400, 300], "noise_type": None,
+            "noise_std": 0.0, "policy_delay": 2, "target_policy_noise": 0.2, "target_noise_clip": 0.5},
+}
+
+_CLASSIC_CONTINUOUS = {  # ddpg.yml and td3.yml hold the same rows for these envs
+    "Pendulum-v1": {"n_timesteps": 20_000, "gamma": 0.98, "buffer_size": 200_000, "learning_starts": 10_000,
+                    "noise_type": "normal", "noise_std": 0.1, "gradient_steps": 1, "train_freq": 1,
+                    "learning_rate": 1e-3, "net_arch": [400, 300]},
+    "MountainCarContinuous-v0": {"n_timesteps": 300_000, "noise_type": "ornstein-uhlenbeck", "noise_std": 0.5,
+                                 "gradient_steps": 1, "train_freq": 1, "learning_rate": 1e-3, "batch_size": 256,
+                                 "net_arch": [400, 300]},
+    "LunarLanderContinuous-v3": {"n_timesteps": 300_000, "gamma": 0.98, "buffer_size": 200_000, "learning_starts": 10_000,
+                                 "noise_type": "normal", "noise_std": 0.1, "gradient_steps": 1, "train_freq": 1,
+                                 "learning_rate": 1e-3, "net_arch": [400, 300]},
+    "BipedalWalker-v3": {"n_timesteps": 1_000_000, "gamma": 0.98, "buffer_size": 200_000, "learning_starts": 10_000,
+                         "noise_type": "normal", "noise_std": 0.1, "gradient_steps": 1, "train_freq": 1,
+                         "learning_rate": 1e-3, "net_arch": [400, 300]},
+}
+
+# the zoo's rows as published (SB3 names; ``policy_kwargs: dict(net_arch=...)`` written as ``net_arch``)
+ZOO: dict[str, dict[str, dict[str, Any]]] = {
+    "dqn": {
+        "CartPole-v1": {"n_timesteps": 50_000, "learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000,
+                        "learning_starts": 1_000, "gamma": 0.99, "target_update_interval": 10, "train_freq": 256,
+                        "gradient_steps": 128, "exploration_fraction": 0.16, "exploration_final_eps": 0.04,
+                        "net_arch": [256, 256]},
+        "MountainCar-v0": {"n_timesteps": 120_000, "learning_rate": 4e-3, "batch_size": 128, "buffer_size": 10_000,
+                           "learning_starts": 1_000, "gamma": 0.98, "target_update_interval": 600, "train_freq": 16,
+                           "gradient_steps": 8, "exploration_fraction": 0.2, "exploration_final_eps": 0.07,
+                           "net_arch": [256, 256]},
+        "LunarLander-v3": {"n_timesteps": 100_000, "learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000,
+                           "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250, "train_freq": 4,
+                           "gradient_steps": -1, "exploration_fraction": 0.12, "exploration_final_eps": 0.1,
+                           "net_arch": [256, 256]},
+        "Acrobot-v1": {"n_timesteps": 100_000, "learning_rate": 6.3e-4, "batch_size": 128, "buffer_size": 50_000,
+                       "learning_starts": 0, "gamma": 0.99, "target_update_interval": 250, "train_freq": 4,
+                       "gradient_steps": -1, "exploration_fraction": 0.12, "exploration_final_eps": 0.1,
+                       "net_arch": [256, 256]},
+    },
+    "ddpg": dict(_CLASSIC_CONTINUOUS),
+    "td3": dict(_CLASSIC_CONTINUOUS),
+}
+
+# where hetrl departs from the translated zoo row on purpose: {algo: {env: {key: (value, reason)}}}
+DEVIATIONS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
+    # the zoo's CartPole row learns, then collapses and relearns: its greedy policy rests on action
+    # gaps of ~0.05% of Q (~100 everywhere, the discounted sum of a never-ending episode), which
+    # the jitter of Adam at lr 2.3e-3 (a step ~lr per weight whatever the batch) and hard target
+    # copies flip; max targets also push Q past 100, the largest possible value (docs/results.md)
+    "dqn": {"CartPole-v1": {
+        "lr": (2.5e-4, "Adam's stationary jitter scales with lr; at 2.3e-3 the greedy policy flips between evaluations"),
+        "tau": (0.005, "Polyak targets (every update) instead of a hard copy every 128 updates: a smoother bootstrap target"),
+        "double": (True, "max targets pushed Q past 1/(1 - gamma) = 100, the largest return possible; double DQN is hetrl's default"),
+        "steps": (100_000, "at lr 2.5e-4 the policy is first solved at 35k-55k env steps, past the zoo's 50k budget"),
+    }},
+    "ddpg": {"MountainCarContinuous-v0": {
+        "action_noise": (0.5, "the zoo uses Ornstein-Uhlenbeck noise (std 0.5); hetrl has Gaussian noise only, same std")}},
+    "td3": {"MountainCarContinuous-v0": {
+        "action_noise": (0.5, "the zoo uses Ornstein-Uhlenbeck noise (std 0.5); hetrl has Gaussian noise only, same std")}},
+}
+
+# envs that need an optional extra of hetrl (checked when the env is made: hetrl.envs.spec)
+BOX2D_ENVS = ("LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3", "BipedalWalkerHardcore-v3", "CarRacing-v3")
+
+
+def translate(algo: str, row: dict[str, Any]) -> dict[str, Any]:
+    """hetrl settings (``--set`` keys) for the zoo row ``row`` of ``algo`` (see the module docstring)."""
+    z = {**SB3_DEFAULTS[algo], **row}
+    gradient_steps = z["train_freq"] if z["gradient_steps"] == -1 else z["gradient_steps"]
+    ratio = gradient_steps / z["train_freq"]
+    out: dict[str, Any] = {
+        "steps": int(z["n_timesteps"]), "lr": float(z["learning_rate"]), "batch_size": int(z["batch_size"]),
+        "buffer_size": int(z["buffer_size"]), "learning_starts": int(z["learning_starts"]), "gamma": float(z["gamma"]),
+        "train_every": int(z["train_freq"]), "replay_ratio": ratio, "hidden": tuple(z["net_arch"]),
+    }
+    if algo == "dqn":
+        out.update({
+            "target_update_every": max(1, round(max(z["target_update_interval"], z["train_freq"]) * ratio)),
+            "tau": float(z["tau"]), "double": False, "max_grad_norm": float(z["max_grad_norm"]),
+            "eps_start": float(z["exploration_initial_eps"]), "eps_end": float(z["exploration_final_eps"]),
+            "eps_decay_steps": int(round(z["exploration_fraction"] * z["n_timesteps"])),
+        })
+    else:
+        if z["noise_type"] not in (None, "normal", "ornstein-uhlenbeck"):
+            raise ValueError(f"no translation for SB3 noise type {z['noise_type']!r}")
+        out.update({"tau": float(z["tau"]), "action_noise": float(z["noise_std"] if z["noise_type"] else 0.0)})
+        if algo == "td3":
+            out.update({"policy_delay": int(z["policy_delay"]), "target_noise": float(z["target_policy_noise"]),
+                        "target_noise_clip": float(z["target_noise_clip"])})
+    return out
+
+
+def _build() -> dict[tuple[str, str], dict[str, Any]]:
+    table = {}
+    for algo, rows in ZOO.items():
+        for env, row in rows.items():
+            settings = translate(algo, row)
+            settings.update({k: v for k, (v, _) in DEVIATIONS.get(algo, {}).get(env, {}).items()})
+            table[(algo, env)] = settings
+    return table
+
+
+# (algo, env id) -> hetrl settings; other sources (e.g. MinAtar rows) add entries here with their SOURCE
+TUNED: dict[tuple[str, str], dict[str, Any]] = _build()
+SOURCE: dict[tuple[str, str], str] = {key: ZOO_SOURCE for key in TUNED}
+
+
+def lookup(algo: str, env: str) -> tuple[dict[str, Any], str]:
+    """The tuned settings for ``algo`` on ``env`` (empty if none) and a line naming their origin."""
+    key = (algo.lower(), env)
+    if key in TUNED:
+        return dict(TUNED[key]), f"tuned for {env}, from {SOURCE[key]}"
+    tuned_envs = sorted(e for a, e in TUNED if a == key[0])
+    return {}, f"generic {key[0]} defaults (no tuned row for {env}; rows exist for {', '.join(tuned_envs) or 'no env'})"
+
+
+def deviations(algo: str, env: str) -> dict[str, tuple[Any, str]]:
+    """Where the row departs from the zoo's values: key -> (value, reason)."""
+    return dict(DEVIATIONS.get(algo.lower(), {}).get(env, {}))
