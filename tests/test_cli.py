@@ -167,3 +167,16 @@ def test_devices_lists_this_machine(capsys):
         assert meter["available"] or meter["reason"]
     assert main(["devices"]) == 0
     assert "energy meters" in capsys.readouterr().out
+
+
+def test_help_imports_no_torch():
+    """`hetrl --help` builds every parser without importing torch (the train epilog, which needs the
+    algorithms, is built only for `train --help`)."""
+    code = ("import sys, contextlib, io\nfrom hetrl.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n        main(['--help'])\n    except SystemExit:\n        pass\n"
+            "print('torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "False", proc.stderr
+    train_help = subprocess.run([sys.executable, "-m", "hetrl", "train", "--help"], capture_output=True, text=True, timeout=120)
+    assert "tuned defaults" in train_help.stdout and "lr" in train_help.stdout

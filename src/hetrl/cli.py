@@ -48,7 +48,8 @@ def _count(text: str) -> int:
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3, sac) on a Gymnasium env.",
-                       epilog=_settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.epilog_fn = _settings_help  # built on `train --help` only: it imports the algorithms (and torch)
     p.add_argument("algo", help="dqn, ddpg, td3 or sac")
     p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
     p.add_argument("--steps", type=_count, help="total env steps, e.g. 100000, 1e5 or 100k (default: the tuned row's "
@@ -283,10 +284,22 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """A parser whose epilog may be computed when help is asked for (``epilog_fn``), so that
+    building the parsers, and `hetrl --help`, import no torch."""
+
+    epilog_fn = None
+
+    def format_help(self) -> str:
+        if self.epilog_fn is not None and self.epilog is None:
+            self.epilog = self.epilog_fn()
+        return super().format_help()
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
+    parser = _Parser(prog="hetrl", description="Deep RL on heterogeneous hardware.")
     parser.add_argument("--version", action="version", version=f"hetrl {__import__('hetrl').__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     _add_train(sub)
     _add_sweep(sub)
     _add_resume(sub)
