@@ -180,3 +180,16 @@ def test_help_imports_no_torch():
     assert proc.stdout.strip() == "False", proc.stderr
     train_help = subprocess.run([sys.executable, "-m", "hetrl", "train", "--help"], capture_output=True, text=True, timeout=120)
     assert "tuned defaults" in train_help.stdout and "lr" in train_help.stdout
+
+
+def test_results_on_stdout_progress_lines_on_stderr_without_a_terminal(tmp_path):
+    """Without a terminal (a log file, CI): the summary goes to stdout; stderr gets the defaults line
+    and plain progress lines with the step count, not a live bar."""
+    run = tmp_path / "r"
+    proc = cli("train", "dqn", "CartPole-v1", "--steps", "1500", "--run-dir", str(run), "--plan", "rule",
+               "--set", "log_every=500", "--set", "eval_every=0", "--set", "eval_episodes=2", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "hetrl dqn on CartPole-v1" in proc.stdout and "env steps/s" in proc.stdout
+    assert "hetrl dqn on CartPole-v1" not in proc.stderr
+    assert proc.stderr.startswith("defaults: ")
+    assert "1,500/1,500 env steps (100%)" in proc.stderr and "\r" not in proc.stderr

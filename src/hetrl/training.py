@@ -277,11 +277,14 @@ class Session:
         where["Transfer"] = "replay -> learner"
         return where
 
-    def print_summary(self, result: TrainResult) -> None:
-        self.console.print(summary_table(result))
-        self.console.print(placement_table(result))
+    def print_summary(self, result: TrainResult, out: Console | None = None) -> None:
+        """The results, on stdout (``out``): progress and diagnostics went to the session's console
+        (stderr), so `hetrl train ... > log.txt` keeps the results and the terminal the rest."""
+        out = out or Console()
+        out.print(summary_table(result))
+        out.print(placement_table(result))
         if result.interrupted:
-            self.console.print(f"interrupted: checkpoint saved; continue with `hetrl resume {result.run_dir}`")
+            out.print(f"interrupted: checkpoint saved; continue with `hetrl resume {result.run_dir}`")
 
 
 def _shares(now: dict[str, tuple[float, int, int]], before: dict[str, tuple[float, int, int]], wall: float) -> dict[str, float]:

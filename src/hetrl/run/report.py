@@ -2,27 +2,79 @@
 
 from __future__ import annotations
 
+import time
+
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Column
 from rich.table import Table
 
 if TYPE_CHECKING:
     from hetrl.run.result import TrainResult
 
 
-def progress_bar(console: Console, enabled: bool) -> Progress:
+PLAIN_EVERY_S = 10.0  # without a terminal: a progress line this often (and at the end)
+
+
+def progress_bar(console: Console, enabled: bool) -> "Progress | PlainProgress":
+    """A live bar on a terminal, which keeps the step count, elapsed time and ETA at 80 columns
+    (the description and the rates give way first); elsewhere (a log file, CI) a plain line every
+    PLAIN_EVERY_S seconds."""
+    if enabled and not console.is_terminal:
+        return PlainProgress(console)
+    squeeze = dict(no_wrap=True, overflow="ellipsis", min_width=0)
     return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
+        TextColumn("[bold]{task.description}", table_column=Column(ratio=1, **squeeze)),
+        BarColumn(bar_width=12),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[stats]}"),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
+        TextColumn("{task.fields[stats]}", table_column=Column(ratio=3, **squeeze)),
         console=console,
         disable=not enabled,
+        expand=True,
     )
+
+
+class PlainProgress:
+    """Progress as plain lines (steps, share done, rates, returns, elapsed, ETA), for logs."""
+
+    def __init__(self, console: Console, every_s: float = PLAIN_EVERY_S) -> None:
+        self.console, self.every_s = console, every_s
+        self._tasks: dict[int, dict] = {}
+
+    def __enter__(self) -> "PlainProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for task in self._tasks.values():
+            self._line(task)
+
+    def add_task(self, description: str, total: int, completed: int = 0, **fields: str) -> int:
+        now = time.monotonic()
+        self._tasks[len(self._tasks)] = {"description": description, "total": total, "completed": completed,
+                                         "start": now, "start_completed": completed, "last": now, "fields": fields}
+        return len(self._tasks) - 1
+
+    def update(self, task_id: int, completed: int, **fields: str) -> None:
+        task = self._tasks[task_id]
+        task["completed"] = completed
+        task["fields"].update(fields)
+        if time.monotonic() - task["last"] >= self.every_s:
+            self._line(task)
+
+    def _line(self, task: dict) -> None:
+        now = time.monotonic()
+        task["last"] = now
+        done, total, elapsed = task["completed"], task["total"], now - task["start"]
+        rate = (done - task["start_completed"]) / elapsed if elapsed > 0 else 0.0
+        eta = f"{(total - done) / rate:,.0f} s" if rate > 0 and done < total else "-"
+        stats = task["fields"].get("stats", "")
+        self.console.print(f"{task['description']}: {done:,}/{total:,} env steps ({done / max(1, total):.0%}), "
+                           f"{elapsed:,.0f} s elapsed, ETA {eta}" + (f"; {stats}" if stats else ""),
+                           highlight=False, soft_wrap=True)
 
 
 def summary_table(result: "TrainResult") -> Table:
