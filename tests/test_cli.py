@@ -42,9 +42,9 @@ def test_train_writes_a_complete_run_directory(run_dir):
 
 def test_summary_is_printed(tmp_path, capfd):
     assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(tmp_path / "r"), *FAST]) == 0
-    err = capfd.readouterr().err
+    out = capfd.readouterr().out  # results on stdout
     for text in ("env steps/s", "updates/s", "final evaluation return", "where each primitive ran", "Learn", "on cpu"):
-        assert text in err
+        assert text in out
 
 
 def test_metrics_rows_merge_per_step(run_dir):
