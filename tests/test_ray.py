@@ -84,14 +84,16 @@ def test_a_killed_ray_actor_is_restarted_and_the_run_goes_on(cluster):
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole_under_ray(tmp_path):
-    """`hetrl train dqn CartPole-v1 --executor ray` reaches the inline threshold (2 of 2 seeds)."""
+    """`hetrl train dqn CartPole-v1 --executor ray` reaches the inline threshold (2 of 2 seeds), with
+    the zoo's fast-learning CartPole row (test_learning.FAST_CARTPOLE)."""
     solved = []
     for seed in (0, 1):
         run = tmp_path / f"s{seed}"
         proc = subprocess.run(
             [sys.executable, "-m", "hetrl", "train", "dqn", "CartPole-v1", "--executor", "ray", "--actors", "1",
              "--steps", "100000", "--seed", str(seed), "--stop-at-return", "475", "--run-dir", str(run), "--no-progress",
-             "--device", "cpu", "--set", "eval_every=2500"],
+             "--device", "cpu", "--set", "eval_every=2500", "--set", "lr=2.3e-3", "--set", "tau=1.0",
+             "--set", "eps_decay_steps=16000"],
             capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=1200,
         )
         assert proc.returncode == 0, proc.stderr[-3000:]
