@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl.algos import AgentConfig, algorithm_class
+from hetrl.envs.minatar_defaults import minatar_defaults
 from hetrl.envs.pixels import AtariOptions
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_config_file, read_json, write_json
@@ -73,8 +74,10 @@ class TrainConfig:
 
 
 def default_config(algo: str, env: str) -> TrainConfig:
+    """The algorithm's defaults, with those of the env where there are some (MinAtar: DQN's reference
+    agent, ``envs/minatar_defaults.py``)."""
     cls = algorithm_class(algo)
-    return TrainConfig(algo=cls.name, env=env, steps=cls.default_steps, agent=cls.Config())
+    return TrainConfig(algo=cls.name, env=env, steps=cls.default_steps, agent=cls.Config(**minatar_defaults(cls.name, env)))
 
 
 def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainConfig | None = None,

@@ -2,7 +2,9 @@
 
 :class:`RingReplay` is the logic; ``ReplayNumpy`` (hetrl.primitives.replay_numpy) runs it on host
 numpy arrays, ``ReplayTorch`` on torch tensors on any device, so a GPU learner samples without a
-host round trip. Both run the same arithmetic
+host round trip. Observations are stored as the env gives them (``obs_dtype``: uint8 for pixel
+envs, 1/4 of float32's bytes; converted to float by the network on the learner's device), so a
+sampled batch's obs are uint8 until then. Both run the same arithmetic
 (float64 priorities, the same sum tree), so the same calls give the same indices, batches and
 weights in either; only ``x ** alpha`` may differ in the last bit of a float64 priority (torch's
 vectorised or CUDA pow against numpy's). Their state dicts (numpy arrays) load into each other.
@@ -35,10 +37,12 @@ class RingReplay:
         prioritized: bool,
         alpha: float,
         eps: float,
+        obs_dtype: str = "float32",
     ) -> None:
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
+        self.obs_dtype = np.dtype(obs_dtype).name  # the env's (EnvSpec.obs_dtype): uint8 images stay bytes
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.action_shape = tuple(int(d) for d in action_shape)
         self.action_dtype = np.dtype(action_dtype).name
@@ -60,10 +64,10 @@ class RingReplay:
         """What each slot stores: field -> (per-item shape, dtype). A subclass may store other fields
         (FrameReplay stores frame indices in place of obs and next_obs)."""
         return {
-            "obs": (self.obs_shape, "float32"),
+            "obs": (self.obs_shape, self.obs_dtype),
             "actions": (self.action_shape, self.action_dtype),
             "rewards": ((), "float32"),
-            "next_obs": (self.obs_shape, "float32"),
+            "next_obs": (self.obs_shape, self.obs_dtype),
             "discounts": ((), "float32"),
         }
 
