@@ -205,7 +205,7 @@ def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str,
         # stacked frames of byte values, as a stream gives them: row i's obs is frames i..i+C-1, its
         # next_obs one frame on (a frame replay stores each frame once)
         frames = rng.integers(0, 256, (n + shape[0],) + tuple(shape[1:]), dtype=np.uint8)
-        stacks = np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, shape[0], axis=0), -1, 1)  # views
+        stacks = np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, shape[0], axis=0, writeable=True), -1, 1)  # views
         obs, next_obs = stacks[:-1], stacks[1:]
     else:
         obs, next_obs = (_observations(algo, n, rng) for _ in range(2))
