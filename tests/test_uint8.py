@@ -142,3 +142,19 @@ def test_pixel_envs_run_under_every_executor(tmp_path, env_id, executor, inferen
     assert result.env_steps >= 2_500 and result.updates > 0 and result.executor == executor
     assert "torch" in result.placement["Act"] and "numpy" in result.placement["ReplayAdd"]
     assert stored_obs_dtype(result) == np.uint8
+
+
+def test_a_float32_pixel_checkpoint_loads_into_the_uint8_replay():
+    """Checkpoints of pixel runs saved before observations stayed uint8 hold float32 byte values."""
+    from hetrl.primitives.replay_numpy import ReplayNumpy
+
+    old = ReplayNumpy(8, (4, 10, 10), (), "int64")  # float32, as pixel runs stored them
+    rng = np.random.default_rng(0)
+    old.add(rng.integers(0, 2, (5, 4, 10, 10)), np.arange(5), np.ones(5, np.float32), rng.integers(0, 2, (5, 4, 10, 10)), np.ones(5, np.float32))
+    new = ReplayNumpy(8, (4, 10, 10), (), "int64", obs_dtype="uint8")
+    new.load_state_dict(old.state_dict())
+    assert new._data["obs"].dtype == np.uint8 and np.array_equal(new._data["obs"], old._data["obs"])
+    state = old.state_dict()
+    state["obs"] = state["obs"] + 0.5
+    with pytest.raises(ValueError, match="replay state mismatch: obs"):
+        new.load_state_dict(state)

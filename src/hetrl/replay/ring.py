@@ -22,6 +22,13 @@ _FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 _BELOW_ONE = 1.0 - 2.0**-52  # x * _BELOW_ONE < x for any float64 x > 0
 
 
+def _float_bytes(got: np.ndarray, want: tuple[tuple[int, ...], str]) -> bool:
+    """A uint8 field saved as float32 byte values (pixel envs' checkpoints before observations stayed
+    uint8): it loads, since the values convert exactly."""
+    return (want[1] == "uint8" and got.dtype == np.float32 and got.shape == want[0]
+            and np.array_equal(got, got.astype(np.uint8)))
+
+
 class RingReplay:
     """The storage logic, on whichever arrays ``ops`` makes (see ReplayNumpy and ReplayTorch)."""
 
@@ -205,7 +212,7 @@ class RingReplay:
         for name, array in self._data.items():
             got = np.asarray(state[name])
             want = (tuple(array.shape), self._specs[name][1])
-            if (got.shape, got.dtype.name) != want:
+            if (got.shape, got.dtype.name) != want and not _float_bytes(got, want):
                 raise ValueError(f"replay state mismatch: {name} is {(got.shape, got.dtype.name)}, expected {want}")
         for name, array in self._data.items():
             array[...] = self._ops.asarray(state[name], self._specs[name][1])
