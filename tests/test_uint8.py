@@ -158,3 +158,15 @@ def test_a_float32_pixel_checkpoint_loads_into_the_uint8_replay():
     state["obs"] = state["obs"] + 0.5
     with pytest.raises(ValueError, match="replay state mismatch: obs"):
         new.load_state_dict(state)
+
+
+def test_minatar_ids_start_from_the_reference_agents_settings():
+    from hetrl.algos import DQNConfig
+    from hetrl.envs.minatar_defaults import DQN_MINATAR
+
+    cfg = make_config("dqn", MINATAR).agent
+    assert {key: getattr(cfg, key) for key in DQN_MINATAR} == DQN_MINATAR
+    assert (cfg.batch_size, cfg.target_update_every, cfg.double, cfg.eps_end) == (32, 1_000, False, 0.1)
+    assert make_config("dqn", MINATAR, overrides=["batch_size=64"]).agent.batch_size == 64  # a setting still wins
+    assert make_config("dqn", "CartPole-v1").agent == DQNConfig()  # other envs keep DQN's defaults
+    assert make_config("ddpg", "Pendulum-v1").agent == make_config("ddpg", "Pendulum-v1").agent
