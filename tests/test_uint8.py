@@ -169,4 +169,3 @@ def test_minatar_ids_start_from_the_reference_agents_settings():
     assert (cfg.batch_size, cfg.target_update_every, cfg.double, cfg.eps_end) == (32, 1_000, False, 0.1)
     assert make_config("dqn", MINATAR, overrides=["batch_size=64"]).agent.batch_size == 64  # a setting still wins
     assert make_config("dqn", "CartPole-v1").agent == DQNConfig()  # other envs keep DQN's defaults
-    assert make_config("ddpg", "Pendulum-v1").agent == make_config("ddpg", "Pendulum-v1").agent
