@@ -20,14 +20,13 @@ from hetrl.errors import HetrlError  # noqa: E402
 from hetrl.primitives import build, get  # noqa: E402
 from hetrl.primitives.env_step_ale_vector import EnvStepAleVector  # noqa: E402
 from hetrl.primitives.env_step_gymnasium import EnvStepGymnasium  # noqa: E402
-from hetrl.protocol import PRIMITIVES, Slot  # noqa: E402
+from hetrl.protocol import PRIMITIVES, Slot, contract_dims  # noqa: E402
 
 BREAKOUT = "ALE/Breakout-v5"
 
 
 def dims(spec, n):
-    return {"N": n, "obs": spec.obs_shape, "act": spec.action_shape, "action_dtype": spec.action_dtype,
-            "obs_dtype": spec.obs_dtype}
+    return contract_dims(spec, N=n)
 
 
 def reference_atari(env_id, opts, clip=False):

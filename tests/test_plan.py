@@ -211,8 +211,9 @@ def test_auto_plan_profiles_once_and_predicts(tmp_path, monkeypatch, capfd):
     assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "a"), *common]) == 0
     assert "profiling dqn on CartPole-v1" in capfd.readouterr().err
     assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "b"), *common]) == 0
-    err = capfd.readouterr().err
-    assert "profiling dqn" not in err and "predicted" in err  # the second run reuses the cached profile
+    captured = capfd.readouterr()
+    assert "profiling dqn" not in captured.err  # the second run reuses the cached profile
+    assert "predicted" in captured.out  # the summary (stdout) shows the prediction
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["predicted_env_steps_per_s"] > 0 and summary["learning_env_steps_per_s"] > 0
     assert json.loads((tmp_path / "b" / "plan.json").read_text())["predicted"]["env_steps_per_s"] > 0
@@ -474,3 +475,32 @@ def test_the_run_plan_takes_what_the_config_leaves_open():
     assert (run.executor, run.actors, run.inference, run.num_envs) == ("local", 3, "central", 2)
     inline = resolve(make_config("dqn", "CartPole-v1", overrides=["executor=inline"]), algo, plan=plan)
     assert (inline.executor, inline.actors, inline.inference) == ("inline", 0, "actor")
+
+
+def torch_acting(rows):
+    """HOST as a conv network's profile has it: no numpy Act (it refuses conv networks), torch instead."""
+    out = [r for r in rows if not (r[0] in ("Act", "WeightSync") and r[1] == "numpy")]
+    return out + [("Act", "torch", "cpu", 1, None, 200), ("Act", "torch", "cpu", 4, None, 220),
+                  ("WeightSync", "torch", "cpu", 1, None, 150)]
+
+
+def test_actor_inference_runs_the_profiled_host_act_slot():
+    """A conv network's profile has no numpy Act: the local executor's actors act with the torch
+    slot the placement names (each actor builds it), costed as measured."""
+    profile = synthetic(torch_acting(HOST) + [("ActorStart", "local", "cpu", 2, None, 1)])
+    agent = DQNConfig(batch_size=64, replay_ratio=0.05, train_every=1)
+    plan = make_plan(profile, agent, num_envs=1, executors=("local",), actors=1, inference=("actor",))
+    assert plan.executor == "local" and plan.inference == "actor" and plan.placement.act == Slot("torch", "cpu")
+    assert plan.prediction.per_call_s["Act"] == pytest.approx(200 * US)
+
+
+def test_atari_stacks_get_the_frame_replay_when_it_was_measured():
+    """The model counts time only; a plain replay of whole stacks costs 2C times the memory."""
+    frames = [("ReplayAdd", "frames-numpy", "cpu", n, None, 500) for n in (1, 4)] + [
+        ("ReplaySample", "frames-numpy", "cpu", 64, None, 400), ("PriorityUpdate", "frames-numpy", "cpu", 64, None, 40)]
+    profile = synthetic(HOST + frames)
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    assert make_plan(profile, agent, num_envs=1).placement.replay.backend == "numpy"  # faster, by time alone
+    assert make_plan(profile, agent, num_envs=1, frame_replay=True).placement.replay.backend == "frames-numpy"
+    assert {p.replay.backend for p in candidates(profile, frame_replay=True)} == {"frames-numpy"}
+    assert {p.replay.backend for p in candidates(synthetic(HOST), frame_replay=True)} == {"numpy"}  # none measured

@@ -168,3 +168,24 @@ def test_the_profile_cache_ignores_settings_that_cost_nothing():
     ddpg = DDPGConfig()
     assert default_path(machine, "ddpg", "Pendulum-v1", replace(ddpg, action_noise=0.3)) == default_path(machine, "ddpg", "Pendulum-v1", ddpg)
     assert default_path(machine, "ddpg", "Pendulum-v1", replace(ddpg, policy_delay=2)) != default_path(machine, "ddpg", "Pendulum-v1", ddpg)
+
+
+def test_the_replay_fill_is_capped_by_bytes_and_the_profile_says_so():
+    """Atari's stacks would take gigabytes at 50k transitions: the fill stops at 256 MB of observations."""
+    from types import SimpleNamespace
+
+    from hetrl.profile import REPLAY_FILL, REPLAY_FILL_BYTES, profile_notes, replay_fill
+
+    def algo(shape, dtype, buffer_size=100_000):
+        return SimpleNamespace(spec=SimpleNamespace(obs_shape=shape, obs_dtype=dtype), config=SimpleNamespace(buffer_size=buffer_size))
+
+    atari = algo((4, 84, 84), "uint8")
+    assert replay_fill(atari, frames=False) == REPLAY_FILL_BYTES // (2 * 4 * 84 * 84)  # obs and next_obs stacks
+    assert replay_fill(atari, frames=True) == REPLAY_FILL_BYTES // (84 * 84)  # one frame per transition
+    notes = profile_notes(atari)
+    assert len(notes) == 2 and all("capped at 256 MB" in n for n in notes)
+    vectors = algo((4,), "float32")
+    assert replay_fill(vectors, frames=False) == REPLAY_FILL and profile_notes(vectors) == []
+    assert replay_fill(algo((4,), "float32", 1000), frames=False) == 1000
+    minatar = algo((4, 10, 10), "uint8")  # 800 bytes a transition: not capped
+    assert replay_fill(minatar, frames=False) == REPLAY_FILL and profile_notes(minatar) == []

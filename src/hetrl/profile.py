@@ -46,7 +46,8 @@ from hetrl.runtime.startup import actor_start_seconds
 
 PROFILE_FORMAT = "hetrl-profile-v7"  # v7: InferenceTrip/InferenceServe; v6: InRun costs; v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
-REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)
+REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)...
+REPLAY_FILL_BYTES = 256 << 20  # ...and at most this many bytes of stored observations (Atari: a few thousand)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
 # Where a meter works, each primitive also runs this long while the meters read: RAPL and NVML
 # counters advance in steps of milliseconds to tens of milliseconds.
@@ -76,6 +77,7 @@ class Profile:
     machine: dict[str, Any]
     created: str
     timings: list[Timing] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was measured otherwise than a run would do it
 
     @property
     def fingerprint(self) -> str:
@@ -89,7 +91,7 @@ class Profile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": PROFILE_FORMAT, "algo": self.algo, "env": self.env, "agent": self.agent,
-                "machine": self.machine, "created": self.created, "timings": [asdict(t) for t in self.timings]}
+                "machine": self.machine, "created": self.created, "timings": [asdict(t) for t in self.timings], "notes": self.notes}
 
     def save(self, path: str | Path) -> Path:
         return write_json(path, self.to_dict(), indent=1)
@@ -101,7 +103,8 @@ class Profile:
             if data.get("format") != PROFILE_FORMAT:
                 raise ValueError(f"format is {data.get('format')!r}, expected {PROFILE_FORMAT}")
             timings = [Timing(**t) for t in data["timings"]]
-            return cls(data["algo"], data["env"], data["agent"], data["machine"], data["created"], timings)
+            return cls(data["algo"], data["env"], data["agent"], data["machine"], data["created"], timings,
+                       list(data.get("notes", [])))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
 
@@ -166,16 +169,46 @@ def _devices_of(impl, devices: list[str]) -> list[str]:
     return [d for d in devices if impl.runs_on(d)]
 
 
+def _observations(algo: Algorithm, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` observations of the spec's dtype: bytes for pixel envs, standard normals otherwise."""
+    shape = (n,) + tuple(algo.spec.obs_shape)
+    if getattr(algo.spec, "obs_dtype", "float32") == "uint8":
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def replay_fill(algo: Algorithm, frames: bool) -> int:
+    """Transitions the profiler stores before timing a replay: REPLAY_FILL, at most the capacity and
+    at most REPLAY_FILL_BYTES of observations (obs and next_obs, or one frame per transition in a
+    frame replay)."""
+    spec = algo.spec
+    item = np.dtype(getattr(spec, "obs_dtype", "float32")).itemsize
+    per_row = item * int(np.prod(spec.obs_shape[1:] if frames else spec.obs_shape)) * (1 if frames else 2)
+    return max(1, min(algo.config.buffer_size, REPLAY_FILL, REPLAY_FILL_BYTES // max(1, per_row)))
+
+
+def profile_notes(algo: Algorithm) -> list[str]:
+    """What the profile measured otherwise than a run would (shown with the profile's table)."""
+    notes = []
+    for frames in (False, True):
+        fill = replay_fill(algo, frames)
+        if fill < min(algo.config.buffer_size, REPLAY_FILL):
+            kind = "frame replays" if frames else "plain replays"
+            notes.append(f"{kind} profiled holding {fill:,} transitions, not {min(algo.config.buffer_size, REPLAY_FILL):,}: "
+                         f"the fill is capped at {REPLAY_FILL_BYTES >> 20} MB of observations")
+    return notes
+
+
 def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
     shape = algo.spec.obs_shape
     if getattr(algo.spec, "obs_dtype", "float32") == "uint8":
         # stacked frames of byte values, as a stream gives them: row i's obs is frames i..i+C-1, its
         # next_obs one frame on (a frame replay stores each frame once)
-        frames = rng.integers(0, 256, (n + shape[0],) + tuple(shape[1:])).astype(np.float32)
-        stacks = np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, shape[0], axis=0), -1, 1)  # views
+        frames = rng.integers(0, 256, (n + shape[0],) + tuple(shape[1:]), dtype=np.uint8)
+        stacks = np.moveaxis(np.lib.stride_tricks.sliding_window_view(frames, shape[0], axis=0, writeable=True), -1, 1)  # views
         obs, next_obs = stacks[:-1], stacks[1:]
     else:
-        obs, next_obs = (rng.standard_normal((n,) + shape).astype(np.float32) for _ in range(2))
+        obs, next_obs = (_observations(algo, n, rng) for _ in range(2))
     return {
         "obs": obs,
         "actions": algo.random_actions(rng, n),
@@ -231,7 +264,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 policy = build("Act", Slot(backend, device), algo, 0, source=network)
                 out = []
                 for n in ENV_COUNTS:
-                    obs = rng.standard_normal((n,) + spec.obs_shape).astype(np.float32)
+                    obs = _observations(algo, n, rng)
                     explore, random_actions = algo.draw_exploration(rng, n)
                     out.append(timing("Act", backend, device, n, lambda: policy.act(obs, explore, random_actions, 0.1)))
                 out.append(timing("WeightSync", backend, device, 1, policy.sync))
@@ -247,10 +280,14 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             continue
         for device in _devices_of(impl, devices):
             def replay(impl=impl, device=device, backend=backend):
-                storage = build("ReplayAdd", Slot(backend, device), algo, 0)
                 # filled as in a run's learning phase, and sampled with fresh draws: a small or
-                # repeatedly sampled buffer stays in cache and would look several times faster
-                storage.add(**_transitions(algo, min(cfg.buffer_size, REPLAY_FILL), rng))
+                # repeatedly sampled buffer stays in cache and would look several times faster;
+                # the storage is as large as the fill (a capped fill needs no more)
+                fill = replay_fill(algo, backend.startswith("frames-"))
+                capped = fill < min(cfg.buffer_size, REPLAY_FILL)  # by bytes: then the storage is only that large
+                sized = type(algo)(spec, replace(cfg, buffer_size=fill)) if capped else algo
+                storage = build("ReplayAdd", Slot(backend, device), sized, 0)
+                storage.add(**_transitions(algo, fill, rng))
                 out = [timing("ReplayAdd", backend, device, n, lambda t=_transitions(algo, n, rng): storage.add(**t))
                        for n in ENV_COUNTS]
                 draws = itertools.cycle([rng.random(B) for _ in range(64)])
@@ -300,7 +337,8 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         learner's share of an answer (``InferenceServe``), with Act itself left out (profiled
         above at each batch size): runtime/inference.py."""
         explore, random_actions = algo.draw_exploration(rng, 1)
-        layout = inference_layout(1, 1, spec.obs_shape, spec.action_shape, spec.action_dtype, explore, random_actions)
+        layout = inference_layout(1, 1, spec.obs_shape, spec.action_shape, spec.action_dtype, explore, random_actions,
+                                  spec.obs_dtype)
         rows = []
         for name, samples in zip(("InferenceTrip", "InferenceServe"), measure_round_trip(layout)):
             p10, median, p90 = np.percentile(samples, [10, 50, 90])
@@ -313,7 +351,8 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         is wall time minus the time of its timed primitives, over a short run past warm-up; and
         each timed primitive's cost per call in that run (``InRun`` rows), which the model sets
         against its cost measured alone: in a loop, caches and branch predictors are shared."""
-        fast = type(algo)(spec, replace(cfg, learning_starts=B, train_every=1))
+        fast = type(algo)(spec, replace(cfg, learning_starts=B, train_every=1,
+                                        buffer_size=min(cfg.buffer_size, max(B, replay_fill(algo, False)))))
         placement = default_placement(torch.device("cpu"), (1, 1), mlp_policy=algo.mlp_networks())
         executor = InlineExecutor(fast, placement, 1, seed=0)
         timers = executor.timers
@@ -367,6 +406,7 @@ def profile_workload(algo: str, env: str, agent: AgentConfig, devices: list[str]
     machine = machine or describe_machine()
     agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
     result = Profile(algorithm.name, env, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    result.notes.extend(profile_notes(algorithm))
     jobs = list(_jobs(algorithm, devices, threads, meters))
     for done, (label, measure) in enumerate(jobs):
         if progress:
@@ -384,6 +424,9 @@ def profile_table(profile: Profile) -> Table:
         energy = f"{1e3 * t.joules_per_call:,.3f}" if t.joules_per_call is not None else "-"
         table.add_row(t.primitive, t.backend, t.device, str(t.size), str(t.threads or "-"), f"{1e6 * t.median_s:,.1f}",
                       f"{1e6 * t.p10_s:,.1f}-{1e6 * t.p90_s:,.1f}", energy)
+    captions = list(profile.notes)
     if all(t.joules_per_call is None for t in profile.timings):
-        table.caption = "mJ/call: not measured (no RAPL or NVML meter works here; `hetrl devices` says why)"
+        captions.append("mJ/call: not measured (no RAPL or NVML meter works here; `hetrl devices` says why)")
+    if captions:
+        table.caption = "\n".join(captions)
     return table

@@ -167,3 +167,46 @@ def lookup(algo: str, env: str) -> tuple[dict[str, Any], str]:
 def deviations(algo: str, env: str) -> dict[str, tuple[Any, str]]:
     """Where the row departs from the zoo's values: key -> (value, reason)."""
     return dict(DEVIATIONS.get(algo.lower(), {}).get(env, {}))
+
+
+# --- MinAtar: DQN's reference agent -----------------------------------------------------------
+# Young and Tian (2019), the MinAtar repository's ``examples/dqn.py``, translated to hetrl's
+# settings (for every MinAtar game: the reference uses one agent for all five).
+#
+# Translations and choices:
+#
+# - ``target_update_every``: the reference copies the target every 1,000 env steps with one update
+#   per env step (``train_every=1``, ``replay_ratio=1``), so 1,000 updates.
+# - Epsilon: the reference decays 1 -> 0.1 over the 100k frames after its 5,000-step replay start;
+#   hetrl's schedule counts env steps from 0, so it ends at 105,000.
+# - Optimizer: the reference uses centred RMSProp (lr 2.5e-4, alpha 0.95, eps 0.01); hetrl's
+#   learners, checkpoints and host re-implementations are Adam-shaped, so this uses Adam at
+#   lr 1e-4, the learning rate Dopamine's MinAtar DQN (Obando-Ceron and Castro 2021, "Revisiting
+#   Rainbow") and CleanRL's Atari DQN use with Adam.
+# - ``double``: False, as in the reference (plain DQN targets), so that curves compare with its.
+# - ``max_grad_norm``: None (the reference does not clip); the loss is Huber in both.
+DQN_MINATAR: dict[str, Any] = {
+    "batch_size": 32,
+    "buffer_size": 100_000,
+    "learning_starts": 5_000,
+    "train_every": 1,
+    "replay_ratio": 1.0,
+    "target_update_every": 1_000,
+    "tau": 1.0,
+    "gamma": 0.99,
+    "lr": 1e-4,
+    "double": False,
+    "eps_start": 1.0,
+    "eps_end": 0.1,
+    "eps_decay_steps": 105_000,
+    "max_grad_norm": None,
+    "steps": 5_000_000,  # the reference trains 5M frames
+    "network": "auto",  # the MinAtar network (one 3x3 conv of 16 filters, 128 units) for 10x10 images
+}
+
+
+MINATAR_SOURCE = "the MinAtar reference agent (Young and Tian 2019)"
+for _game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
+    for _version in ("v0", "v1"):
+        TUNED[("dqn", f"MinAtar/{_game}-{_version}")] = dict(DQN_MINATAR)
+        SOURCE[("dqn", f"MinAtar/{_game}-{_version}")] = MINATAR_SOURCE

@@ -12,13 +12,13 @@ from hetrl.primitives.env_step_gymnasium import EnvStepGymnasium
 from hetrl.errors import HetrlError
 from hetrl.primitives import build, check_placement, get, implementations
 from hetrl.protocol import Slot
-from hetrl.protocol import PRIMITIVES
+from hetrl.protocol import PRIMITIVES, contract_dims
 
 from hetrl.devices import available_devices as torch_devices
 
 
 def dims(spec, n=None, b=None):
-    return {"N": n, "B": b, "obs": spec.obs_shape, "act": spec.action_shape, "action_dtype": spec.action_dtype}
+    return contract_dims(spec, N=n, B=b)
 
 
 def test_every_primitive_has_an_implementation():

@@ -64,7 +64,7 @@ class FrameStackEnvs:
         self.lengths[i] = 0
 
     def obs(self) -> np.ndarray:
-        return self.stacks.astype(np.float32)  # as EnvStep gives it today: float32 of byte values
+        return self.stacks.copy()  # uint8, as EnvStep gives it
 
     def step(self) -> dict[str, np.ndarray]:
         final = np.empty_like(self.stacks)
@@ -80,7 +80,7 @@ class FrameStackEnvs:
                 truncated[i] = True
             if terminated[i] or truncated[i]:
                 self._reset(i)
-        return {"final_obs": final.astype(np.float32), "terminated": terminated, "truncated": truncated,
+        return {"final_obs": final, "terminated": terminated, "truncated": truncated,
                 "rewards": self.rng.standard_normal(self.n).astype(np.float32)}
 
 
@@ -140,7 +140,8 @@ def drive(replay, *, num_envs: int, n_step: int, steps: int, seed: int, tensors:
         out = replay.sample(convert(rng.random(16)), beta=0.5)
         reference.check(out, len(replay))
         PRIMITIVES["ReplaySample"].check("outputs", {k: to_numpy(v) for k, v in out.items()},
-                                         {"B": 16, "obs": (C, H, W), "act": (), "action_dtype": "int64"})
+                                         {"B": 16, "obs": (C, H, W), "act": (), "action_dtype": "int64",
+                                          "obs_dtype": "uint8"})
         replay.update_priorities(out["indices"], convert(rng.standard_normal(16).astype(np.float32)))
         batches.append({key: to_numpy(value) for key, value in out.items()})
     return reference, batches, evicting
@@ -268,7 +269,7 @@ def test_a_priority_update_does_not_revive_an_evicted_transition(cls):
 def test_same_batches_as_the_plain_replay_while_nothing_is_evicted(prioritized):
     """With frames enough, the learner sees exactly what ReplayNumpy would give it."""
     frames = make(ReplayFramesNumpy, 100, prioritized=prioritized, frame_capacity=400)
-    plain = ReplayNumpy(100, (C, H, W), (), "int64", prioritized=prioritized)
+    plain = ReplayNumpy(100, (C, H, W), (), "int64", prioritized=prioritized, obs_dtype="uint8")
     rng = np.random.default_rng(0)
     for ready in transitions(4, 3, 150, seed=11):
         frames.add(**ready)
@@ -400,7 +401,7 @@ def test_load_state_dict_mismatch_raises(cls):
         make(cls, 16, lookback=8, frame_capacity=100).load_state_dict(source.state_dict())
     with pytest.raises(ValueError, match="capacity is 16 in the state, 17 here"):
         make(cls, 17, lookback=8, frame_capacity=source.frame_capacity).load_state_dict(source.state_dict())
-    plain = ReplayNumpy(16, (C, H, W), (), "int64")
+    plain = ReplayNumpy(16, (C, H, W), (), "int64", obs_dtype="uint8")
     with pytest.raises(ValueError, match="not a frame replay's"):
         make(cls, 16).load_state_dict(plain.state_dict())
 
@@ -417,7 +418,7 @@ def test_memory_is_one_frame_per_transition_and_a_little():
     per_transition = replay.bytes_per_transition
     assert frame < per_transition <= 7.5e9 / 1e6  # <= 7.5 GB for a million transitions
     assert per_transition <= frame * (1 + 1 / 32 + 1 / 512) + 80  # ring slack, lookback, metadata
-    plain = 2 * 4 * frame * 4  # obs and next_obs, float32 stacks: what ReplayNumpy stores
+    plain = 2 * 4 * frame  # obs and next_obs, uint8 stacks: what ReplayNumpy stores
     assert per_transition < plain / 7
     assert replay.nbytes == replay.frames.nbytes + replay._born.nbytes + replay.tree.tree.nbytes + sum(
         a.nbytes for a in replay._data.values())

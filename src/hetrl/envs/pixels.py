@@ -98,7 +98,11 @@ _registered: set[str] = set()
 
 def register(env_id: str) -> None:
     """Register the pixel envs ``env_id`` belongs to with Gymnasium (importing their package)."""
-    if is_minatar(env_id) and "minatar" not in _registered:
+    if env_id.startswith("hetrl/"):  # the synthetic image env (hetrl.envs.synthetic)
+        from hetrl.envs.synthetic import register_bytes
+
+        register_bytes()
+    elif is_minatar(env_id) and "minatar" not in _registered:
         _extra("minatar", env_id)
         minatar_gym = _extra("minatar.gym", env_id)
         if not any(key.startswith(MINATAR_PREFIX) for key in gym.registry):  # Gymnasium 1.x loads no plugins

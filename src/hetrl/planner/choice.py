@@ -59,8 +59,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
     threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
     if config.plan == "rule":
         work = (algorithm.learner_parameters(), config.agent.batch_size)
-        # Atari's stacked frames: the frame replay stores each once (MinAtar's channels are not frames)
-        frames = algorithm.spec.atari is not None and not get("ReplayAdd", "frames-numpy").unsupported(algorithm)
+        frames = frame_replay_wanted(algorithm)
         placement = default_placement(resolve_device(config.device), work, threads, mlp_policy=algorithm.mlp_networks(),
                                       frames=frames)
         executor = "inline" if config.executor == "auto" else config.executor
@@ -78,7 +77,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         executors, inference = search_space(config)
         plan = make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
                          executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps,
-                         inference=inference)
+                         inference=inference, frame_replay=frame_replay_wanted(algorithm))
         if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
             plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
         return plan
@@ -87,6 +86,12 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         raise HetrlError(f"plan {config.plan} is for {plan.algo} on {plan.env}, not {config.algo} on {config.env}")
     check_device(plan, config.device, config.plan)
     return plan
+
+
+def frame_replay_wanted(algorithm: Algorithm) -> bool:
+    """Atari's stacked frames: the frame replay stores each frame once, a plain one each 2C times
+    (MinAtar's channels are not frames, and a plain uint8 replay of them is small)."""
+    return algorithm.spec.atari is not None and not get("ReplayAdd", "frames-numpy").unsupported(algorithm)
 
 
 def check_device(plan: Plan, device: str, where: str) -> None:

@@ -23,7 +23,7 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     """The local executor as a pipeline of concurrent stages, each with its sustainable env steps/s
     (``inference="central"``: see :func:`predict_central`):
 
-    - ``actors``: each actor process does EnvStep, Act (numpy), its loop work and weight fetches
+    - ``actors``: each actor process does EnvStep, Act (the placement's slot, on the host), its loop work and weight fetches
       for its own envs, so ``actors`` of them sustain ``actors / actor_work`` env steps/s;
     - ``learner``: one process drains transitions (ReplayAdd), samples, transfers, learns, updates
       priorities and publishes weights (every ``weight_sync_every`` updates): ``1 / learner_work``;

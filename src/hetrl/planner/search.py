@@ -20,18 +20,25 @@ from hetrl.runtime.inference import INFERENCE
 OBJECTIVES = ("throughput", "efficiency")  # env steps/s, or env steps per joule (where energy was measured)
 
 
-def candidates(profile: Profile, learn_device: str | None = None, learn_threads: int | None = None) -> list[Placement]:
-    """Every placement the profile can cost; the learner pinned to a device or thread count if given."""
+def candidates(profile: Profile, learn_device: str | None = None, learn_threads: int | None = None,
+               frame_replay: bool = False) -> list[Placement]:
+    """Every placement the profile can cost; the learner pinned to a device or thread count if given.
+    ``frame_replay`` (Atari's stacked frames): only the frame replays where the profile measured one,
+    since a plain replay of whole stacks needs 2C times their memory (the model counts time only)."""
     measured = {(t.primitive, t.backend, t.device, t.threads) for t in profile.timings}
 
     def slots(primitive: str) -> list[Slot]:
         return [Slot(backend, device) for (p, backend, device, _) in sorted(measured) if p == primitive]
 
+    replays = slots("ReplayAdd")
+    if frame_replay and any(r.backend.startswith("frames-") for r in replays):
+        replays = [r for r in replays if r.backend.startswith("frames-")]
+
     learn_slots = [Slot(backend, device, threads) for (p, backend, device, threads) in sorted(measured, key=str)
                    if p == "Learn" and (learn_device is None or device == learn_device)
                    and (learn_threads is None or device != "cpu" or threads == learn_threads)]
     return [Placement(env, act, replay, learn) for env in slots("EnvStep") for act in slots("Act")
-            for replay in slots("ReplayAdd") for learn in learn_slots]
+            for replay in replays for learn in learn_slots]
 
 
 ENV_CHOICES = (1, 2, 4, 8, 16)  # envs per actor (inline: per iteration) a plan chooses among when the run leaves it open
@@ -40,19 +47,20 @@ ENV_CHOICES = (1, 2, 4, 8, 16)  # envs per actor (inline: per iteration) a plan 
 def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
               learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
               actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None,
-              inference: tuple[str, ...] = INFERENCE) -> Plan:
+              inference: tuple[str, ...] = INFERENCE, frame_replay: bool = False) -> Plan:
     """The best way to run for ``objective`` among every placement the profile can cost, under each
     of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``, acting
-    in each actor (numpy) or centrally (any Act slot), as ``inference`` allows), with ``num_envs``
+    in each actor (an Act slot on the host: each actor builds it) or centrally (any Act slot), as
+    ``inference`` allows), with ``num_envs``
     envs per actor (0: each of :data:`ENV_CHOICES`; the model counts throughput only, not what
     more envs per actor change in learning). With ``steps`` (the run's length), throughput is the
     rate over the whole run, actor start-up included: a short run may not win back what starting
-    actor processes costs."""
+    actor processes costs. ``frame_replay``: see :func:`candidates`."""
     if objective not in OBJECTIVES:
         raise HetrlError(f"objective {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     cores = cores or os.cpu_count() or 1
     costed: list[tuple[Candidate, Prediction]] = []
-    for placement, n in itertools.product(candidates(profile, learn_device, learn_threads), [num_envs] if num_envs else ENV_CHOICES):
+    for placement, n in itertools.product(candidates(profile, learn_device, learn_threads, frame_replay), [num_envs] if num_envs else ENV_CHOICES):
         try:
             if "inline" in executors:
                 costed.append((Candidate("inline", 0, placement, num_envs=n), predict(placement, profile, agent, n)))
@@ -60,7 +68,8 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
             continue
         if "local" not in executors:
             continue
-        ways = [w for w in INFERENCE if w in inference and (w == "central" or placement.act == Slot("numpy", "cpu"))]  # actors act with numpy
+        # an actor builds the Act slot itself: one on the host (a GPU per actor process is not modelled)
+        ways = [w for w in INFERENCE if w in inference and (w == "central" or placement.act.device == "cpu")]
         for way in ways:
             for count in [actors] if actors else range(1, cores + 1):
                 try:

@@ -15,7 +15,7 @@ from hetrl.replay.sum_tree import NumpyOps
 
 @implements(ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
 class ReplayFramesNumpy(FrameReplay, Replay):
-    """Frame replay in host numpy arrays; ``sample`` returns numpy arrays (obs and next_obs float32)."""
+    """Frame replay in host numpy arrays; ``sample`` returns numpy arrays (obs and next_obs uint8)."""
 
     backend = "frames-numpy"
     host_arrays = True
@@ -42,7 +42,10 @@ class ReplayFramesNumpy(FrameReplay, Replay):
         device: str | torch.device = "cpu",
         lookback: int | None = None,
         frame_capacity: int | None = None,
+        obs_dtype: str = "uint8",
     ) -> None:
+        if obs_dtype != "uint8":
+            raise ValueError(f"a frame replay stores uint8 frames, not {obs_dtype} observations: use replay backend numpy or torch")
         self.device = torch_device(device)
         if self.device.type != "cpu":
             raise ValueError(f"ReplayFramesNumpy stores in host memory: device must be 'cpu', not {device!r} "

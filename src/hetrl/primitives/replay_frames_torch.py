@@ -47,7 +47,10 @@ class ReplayFramesTorch(FrameReplay, Replay):
         device: str | torch.device = "cpu",
         lookback: int | None = None,
         frame_capacity: int | None = None,
+        obs_dtype: str = "uint8",
     ) -> None:
+        if obs_dtype != "uint8":
+            raise ValueError(f"a frame replay stores uint8 frames, not {obs_dtype} observations: use replay backend numpy or torch")
         self.device = torch_device(device)
         super().__init__(TorchOps(self.device), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha,
                          eps, lookback, frame_capacity)

@@ -15,7 +15,8 @@ def replay_settings(algorithm: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """The storage's arguments from an algorithm's config and env spec (what every replay backend takes)."""
     cfg, spec = algorithm.config, algorithm.spec
     return ((cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype),
-            dict(prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps))
+            dict(prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps,
+                 obs_dtype=getattr(spec, "obs_dtype", "float32")))
 
 
 def torch_device(device: str | torch.device) -> torch.device:
@@ -48,8 +49,10 @@ class ReplayNumpy(RingReplay, Replay):
         alpha: float = 0.6,
         eps: float = 1e-6,
         device: str | torch.device = "cpu",
+        obs_dtype: str = "float32",
     ) -> None:
         self.device = torch_device(device)
         if self.device.type != "cpu":
             raise ValueError(f"ReplayNumpy stores in host memory: device must be 'cpu', not {device!r} (use ReplayTorch)")
-        super().__init__(NumpyOps(), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)
+        super().__init__(NumpyOps(), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps,
+                         obs_dtype)

@@ -39,6 +39,8 @@ class ReplayTorch(RingReplay, Replay):
         alpha: float = 0.6,
         eps: float = 1e-6,
         device: str | torch.device = "cpu",
+        obs_dtype: str = "float32",
     ) -> None:
         self.device = torch_device(device)
-        super().__init__(TorchOps(self.device), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)
+        super().__init__(TorchOps(self.device), capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps,
+                         obs_dtype)

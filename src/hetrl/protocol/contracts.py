@@ -9,8 +9,10 @@ One off-policy iteration is a dataflow between these primitives::
 
 A contract names each input and output with a symbolic shape and a dtype. Symbols are filled from
 the algorithm's spec: ``N`` envs stepped together, ``B`` the batch size, ``obs`` the observation
-shape, ``act`` the action shape (empty for discrete actions), ``obs_dtype`` what EnvStep returns
-(the spec's: uint8 for pixel envs, float32 when left out; the replays store float32 for now); for tabular learning ``T``
+shape, ``act`` the action shape (empty for discrete actions), ``obs_dtype`` the observations' dtype
+everywhere they travel (the spec's ``EnvSpec.obs_dtype``: uint8 for pixel envs, float32 when left
+out): EnvStep returns it, Act reads it, the replays store and sample it, Learn receives it on its
+device (a conv network converts uint8 to float there); for tabular learning ``T``
 transitions, ``U`` units and ``table`` the entries of a flat Q-table. Randomness is an *input* (uniform
 draws, noise): the executor owns the random number generator, so every implementation of a
 primitive computes the same function and a run is reproducible whatever backend runs it.
@@ -69,10 +71,10 @@ class Contract:
 A = ArraySpec
 DTYPE_DEFAULTS = {"obs_dtype": "float32"}  # a dtype symbol that dims may leave out: vector envs' observations
 _TRANSITION = (
-    A("obs", ("B", "obs"), "float32"),
+    A("obs", ("B", "obs"), "obs_dtype", "uint8 for pixel envs: converted to float by the network, on its device"),
     A("actions", ("B", "act"), "action_dtype"),
     A("rewards", ("B",), "float32", "n-step discounted reward sum"),
-    A("next_obs", ("B", "obs"), "float32", "observation n steps later (the true final one at an episode end)"),
+    A("next_obs", ("B", "obs"), "obs_dtype", "observation n steps later (the true final one at an episode end)"),
     A("discounts", ("B",), "float32", "gamma**k to bootstrap with; 0 where the episode terminated"),
 )
 
@@ -145,3 +147,11 @@ PRIMITIVES: dict[str, Contract] = {
 }
 
 LEARN_INPUTS = tuple(spec.name for spec in PRIMITIVES["Learn"].inputs)  # what a Learn call reads of a batch
+
+
+def contract_dims(spec: Any, **sizes: int | None) -> dict[str, Any]:
+    """The dims a contract check needs, from an env spec (``EnvSpec`` or anything with its fields:
+    obs_shape, action_shape, action_dtype, and obs_dtype, float32 where it lacks one) and the sizes
+    (``N``, ``B``, ...) given by keyword."""
+    return {**sizes, "obs": tuple(spec.obs_shape), "act": tuple(spec.action_shape), "action_dtype": spec.action_dtype,
+            "obs_dtype": getattr(spec, "obs_dtype", DTYPE_DEFAULTS["obs_dtype"])}

@@ -4,7 +4,7 @@ An Atari observation is a stack of the last C frames (C x H x W uint8, newest la
 observations of consecutive steps share C - 1 of them, so storing obs and next_obs whole keeps
 every frame 2C times. :class:`FrameReplay` keeps each distinct frame once, in a ring of frames,
 and each transition as 2C frame slots (obs's channels, then next_obs's); ``sample`` rebuilds both
-stacks with one gather. Slots, priorities and draws are :class:`RingReplay`'s, so the same calls
+stacks with one gather, as uint8 (the network converts them to float on the learner's device). Slots, priorities and draws are :class:`RingReplay`'s, so the same calls
 give the same indices, weights and batches as a plain replay holding the same transitions.
 
 **Which frames are shared is read from the frames themselves.** Each channel of an added obs or
@@ -77,7 +77,7 @@ class FrameReplay(RingReplay):
 
     ``obs_shape`` is (C, H, W): C stacked frames, newest last. ``add`` takes obs and next_obs as
     uint8 arrays or as float arrays of byte values (what EnvStep gives today), as numpy arrays or
-    tensors; ``sample`` returns them as float32, as a plain replay does. ``lookback`` and
+    tensors; ``sample`` returns them as uint8, as a plain replay of a uint8 env does. ``lookback`` and
     ``frame_capacity`` are explained in the module's docstring (None: the defaults there).
     """
 
@@ -109,7 +109,7 @@ class FrameReplay(RingReplay):
         if self.lookback < 0 or self.frame_capacity - self.lookback < per_row:
             raise ValueError(f"frame_capacity ({self.frame_capacity}) must exceed lookback ({self.lookback}) "
                              f"by at least 2C = {per_row} frames, what one transition may bring")
-        super().__init__(ops, capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps)
+        super().__init__(ops, capacity, obs_shape, action_shape, action_dtype, prioritized, alpha, eps, "uint8")
         self._frame_bytes = obs_shape[1] * obs_shape[2]
         self.frames = ops.zeros((self.frame_capacity, *obs_shape[1:]), "uint8")
         # Host-side bookkeeping: frames written so far, and each slot's count of frames written when it was added.
@@ -274,19 +274,20 @@ class FrameReplay(RingReplay):
         else:  # index_select: one gather, several times faster than advanced indexing on a CPU
             stacks = self.frames.index_select(0, refs.reshape(-1).long()).reshape(*refs.shape, *self.obs_shape[1:])
         return {
-            "obs": self._as_float(stacks[:, : self.stack]),
+            "obs": self._contiguous(stacks[:, : self.stack]),
             "actions": data["actions"][indices],
             "rewards": data["rewards"][indices],
-            "next_obs": self._as_float(stacks[:, self.stack :]),
+            "next_obs": self._contiguous(stacks[:, self.stack :]),
             "discounts": data["discounts"][indices],
             "indices": indices,
             "weights": weights,
         }
 
-    def _as_float(self, x: Array) -> Array:
+    def _contiguous(self, x: Array) -> Array:
+        """A stack as the network reads it: uint8, contiguous (it converts to float on its device)."""
         if isinstance(x, np.ndarray):
-            return np.ascontiguousarray(x, dtype=np.float32)
-        return x.to(torch.float32).contiguous()
+            return np.ascontiguousarray(x)
+        return x.contiguous()
 
     # --- checkpoints -----------------------------------------------------------------------------------
     def _header(self) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 :class:`RingReplay` is the logic; ``ReplayNumpy`` (hetrl.primitives.replay_numpy) runs it on host
 numpy arrays, ``ReplayTorch`` on torch tensors on any device, so a GPU learner samples without a
-host round trip. Both run the same arithmetic
+host round trip. Observations are stored as the env gives them (``obs_dtype``: uint8 for pixel
+envs, 1/4 of float32's bytes; converted to float by the network on the learner's device), so a
+sampled batch's obs are uint8 until then. Both run the same arithmetic
 (float64 priorities, the same sum tree), so the same calls give the same indices, batches and
 weights in either; only ``x ** alpha`` may differ in the last bit of a float64 priority (torch's
 vectorised or CUDA pow against numpy's). Their state dicts (numpy arrays) load into each other.
@@ -20,6 +22,13 @@ _FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 _BELOW_ONE = 1.0 - 2.0**-52  # x * _BELOW_ONE < x for any float64 x > 0
 
 
+def _float_bytes(got: np.ndarray, want: tuple[tuple[int, ...], str]) -> bool:
+    """A uint8 field saved as float32 byte values (pixel envs' checkpoints before observations stayed
+    uint8): it loads, since the values convert exactly."""
+    return (want[1] == "uint8" and got.dtype == np.float32 and got.shape == want[0]
+            and np.array_equal(got, got.astype(np.uint8)))
+
+
 class RingReplay:
     """The storage logic, on whichever arrays ``ops`` makes (see ReplayNumpy and ReplayTorch)."""
 
@@ -35,10 +44,12 @@ class RingReplay:
         prioritized: bool,
         alpha: float,
         eps: float,
+        obs_dtype: str = "float32",
     ) -> None:
         if capacity < 1:
             raise ValueError(f"replay capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
+        self.obs_dtype = np.dtype(obs_dtype).name  # the env's (EnvSpec.obs_dtype): uint8 images stay bytes
         self.obs_shape = tuple(int(d) for d in obs_shape)
         self.action_shape = tuple(int(d) for d in action_shape)
         self.action_dtype = np.dtype(action_dtype).name
@@ -60,10 +71,10 @@ class RingReplay:
         """What each slot stores: field -> (per-item shape, dtype). A subclass may store other fields
         (FrameReplay stores frame indices in place of obs and next_obs)."""
         return {
-            "obs": (self.obs_shape, "float32"),
+            "obs": (self.obs_shape, self.obs_dtype),
             "actions": (self.action_shape, self.action_dtype),
             "rewards": ((), "float32"),
-            "next_obs": (self.obs_shape, "float32"),
+            "next_obs": (self.obs_shape, self.obs_dtype),
             "discounts": ((), "float32"),
         }
 
@@ -201,7 +212,7 @@ class RingReplay:
         for name, array in self._data.items():
             got = np.asarray(state[name])
             want = (tuple(array.shape), self._specs[name][1])
-            if (got.shape, got.dtype.name) != want:
+            if (got.shape, got.dtype.name) != want and not _float_bytes(got, want):
                 raise ValueError(f"replay state mismatch: {name} is {(got.shape, got.dtype.name)}, expected {want}")
         for name, array in self._data.items():
             array[...] = self._ops.asarray(state[name], self._specs[name][1])

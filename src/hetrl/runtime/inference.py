@@ -40,14 +40,16 @@ class InferenceStopped(Exception):
 
 
 def inference_layout(actors: int, num_envs: int, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
-                     action_dtype: str, explore: np.ndarray, random_actions: np.ndarray) -> Layout:
+                     action_dtype: str, explore: np.ndarray, random_actions: np.ndarray,
+                     obs_dtype: str = "float32") -> Layout:
     """A request slot per actor; ``explore`` and ``random_actions`` are one actor's draws, for
-    their shapes and dtypes (the algorithm's ``draw_exploration`` for ``num_envs`` envs)."""
+    their shapes and dtypes (the algorithm's ``draw_exploration`` for ``num_envs`` envs);
+    observations as the env gives them (``obs_dtype``: uint8 for pixel envs)."""
     return {
         "requested": ((actors,), "int64"),  # written by each actor, its own entry
         "served": ((actors,), "int64"),  # written by the learner
         "version": ((actors,), "int64"),  # the learner's update count of the policy that acted
-        "obs": ((actors, num_envs, *obs_shape), "float32"),
+        "obs": ((actors, num_envs, *obs_shape), obs_dtype),
         "explore": ((actors, *explore.shape), explore.dtype.str),
         "random_actions": ((actors, *random_actions.shape), random_actions.dtype.str),
         "actions": ((actors, num_envs, *action_shape), action_dtype),
@@ -213,7 +215,7 @@ def measure_round_trip(layout: Layout) -> tuple[list[float], list[float]]:
 def _asking_actor(args: tuple[Any, ...], results: Any) -> None:
     client = InferenceClient(*args, should_stop=lambda: False)
     shape = client._obs.shape
-    obs, explore, random_actions = np.zeros(shape, np.float32), client._explore.copy(), client._random.copy()
+    obs, explore, random_actions = np.zeros(shape, client._obs.dtype), client._explore.copy(), client._random.copy()
     trips = []
     for block in range(TRIP_BLOCKS + 1):
         start = time.perf_counter()

@@ -109,7 +109,7 @@ class LocalExecutor(ParallelBookkeeping):
         self.control = SharedArrays(control_layout(self.actors))
         self.weights = SharedWeights(SharedArrays(SharedWeights.layout(self._policy_mirror.refresh())))
         self.rings = [TransitionRing(SharedArrays(ring_layout(RING_CAPACITY, EPISODE_CAPACITY, spec.obs_shape,
-                                                               spec.action_shape, spec.action_dtype)))
+                                                               spec.action_shape, spec.action_dtype, spec.obs_dtype)))
                       for _ in range(self.actors)]
         self.actor_timers = [SharedTimers(r.block["timer_seconds"], r.block["timer_calls"]) for r in self.rings]
         flags = self.control["flags"]
@@ -120,7 +120,7 @@ class LocalExecutor(ParallelBookkeeping):
         if self.inference == "central":
             explore, random_actions = self.algo.draw_exploration(np.random.default_rng(0), self.num_envs)
             layout = inference_layout(self.actors, self.num_envs, spec.obs_shape, spec.action_shape, spec.action_dtype,
-                                      explore, random_actions)
+                                      explore, random_actions, spec.obs_dtype)
             self.server = InferenceServer(layout, lambda: self._ctx.Pipe(duplex=False))
         self._errors = self._ctx.SimpleQueue()
         self._reports = self._ctx.SimpleQueue()  # each actor's ran() once it has built its acting role

@@ -101,15 +101,16 @@ ACTOR_TIMERS = ("EnvStep", "Act", "WeightFetch", "ActorWait", "InferenceWait")
 
 
 def ring_layout(capacity: int, episode_capacity: int, obs_shape: tuple[int, ...], action_shape: tuple[int, ...],
-                action_dtype: str) -> Layout:
+                action_dtype: str, obs_dtype: str = "float32") -> Layout:
+    """An actor's ring; observations as the env gives them (``obs_dtype``: uint8 for pixel envs)."""
     return {
         "header": ((8,), "int64"),
         "timer_seconds": ((len(ACTOR_TIMERS),), "float64"),
         "timer_calls": ((len(ACTOR_TIMERS),), "int64"),
-        "obs": ((capacity, *obs_shape), "float32"),
+        "obs": ((capacity, *obs_shape), obs_dtype),
         "actions": ((capacity, *action_shape), action_dtype),
         "rewards": ((capacity,), "float32"),
-        "next_obs": ((capacity, *obs_shape), "float32"),
+        "next_obs": ((capacity, *obs_shape), obs_dtype),
         "discounts": ((capacity,), "float32"),
         "episode_returns": ((episode_capacity,), "float64"),
         "episode_lengths": ((episode_capacity,), "int64"),

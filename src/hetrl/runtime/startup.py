@@ -59,7 +59,7 @@ def _measure(algo: str, env: str, agent_json: dict[str, Any], actors: int) -> fl
 
     agent = config_from_dict({"algo": algo, "env": env, "agent": agent_json}, "the profiled agent").agent
     algorithm = make_algorithm(algo, env_spec(env), agent)
-    placement = default_placement(torch.device("cpu"), (1, 1), threads=1)
+    placement = default_placement(torch.device("cpu"), (1, 1), threads=1, mlp_policy=algorithm.mlp_networks())
     start = time.perf_counter()
     executor = LocalExecutor(algorithm, placement, 1, seed=0, actors=actors, log=lambda _: None)
     try:
