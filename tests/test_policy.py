@@ -17,10 +17,11 @@ SMALL = dict(hidden=(16, 16), learning_starts=200, batch_size=16, buffer_size=1_
              progress=False, log_every=500, plan="rule")
 
 
-@pytest.fixture(scope="module", params=[("dqn", "CartPole-v1"), ("td3", "Pendulum-v1"), ("sac", "Pendulum-v1")], ids=["dqn", "td3", "sac"])
+@pytest.fixture(scope="module", params=[("dqn", "CartPole-v1"), ("td3", "Pendulum-v1"), ("sac", "Pendulum-v1"), ("dqn", "hetrl/Bytes-v0")],
+                ids=["dqn", "td3", "sac", "dqn-conv-uint8"])
 def run(request, tmp_path_factory):
     algo, env = request.param
-    result = hetrl.train(algo, env, steps=600, run_dir=tmp_path_factory.mktemp("runs") / algo, **SMALL)
+    result = hetrl.train(algo, env, steps=600, run_dir=tmp_path_factory.mktemp("runs") / algo.replace("/", "_"), **SMALL)
     return result.run_dir
 
 
@@ -37,6 +38,8 @@ def _run_actions(run_dir, obs):
 
 def _observations(policy, n=64):
     rng = np.random.default_rng(0)
+    if policy.spec.obs_dtype == "uint8":  # image frames: bytes, as the env gives them
+        return rng.integers(0, 256, (n, *policy.spec.obs_shape), dtype=np.uint8)
     return rng.standard_normal((n, *policy.spec.obs_shape)).astype(np.float32)
 
 

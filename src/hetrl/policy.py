@@ -24,8 +24,8 @@ from torch import nn
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
-from hetrl.nets import numpy_params
 from hetrl.run.rundir import RunDir
+from hetrl.training import host_forward
 
 FORMATS = {".pt": "torchscript", ".onnx": "onnx"}
 
@@ -48,20 +48,20 @@ class Policy:
     def __init__(self, algo: Algorithm, network: nn.Module, source: Path, seed: int = 0) -> None:
         self.algo, self.network, self.source = algo, network.eval().requires_grad_(False), source
         self.spec = algo.spec
-        self._params, self._forward = numpy_params(network), network.forward_numpy
+        self._forward = host_forward(network)
         self._rng = np.random.default_rng(seed)
 
     def predict(self, obs: Any, deterministic: bool = True) -> np.ndarray:
         """Actions for one observation (returns one action) or a batch (returns a batch).
         ``deterministic=False`` explores as training did at its end (DQN: epsilon at its floor;
         DDPG/TD3: Gaussian noise at its scale)."""
-        x = np.asarray(obs, dtype=np.float32)
+        x = np.asarray(obs, dtype=self.spec.obs_dtype)
         single = x.shape == self.spec.obs_shape
         if single:
             x = x[None]
         if x.shape[1:] != self.spec.obs_shape:
             raise HetrlError(f"predict: observations of shape {x.shape[1:]} given, the policy takes {self.spec.obs_shape}")
-        out = self._forward(self._params, x)
+        out = self._forward(x)
         if deterministic:
             actions = self.algo.greedy_rule(out)
         else:
@@ -76,7 +76,7 @@ class Policy:
     def spec_dict(self) -> dict[str, Any]:
         """What an exported file says about its inputs and outputs."""
         return {"algo": self.algo.name, "env": self.spec.env_id, "checkpoint": self.source.name,
-                "observation": {"shape": list(self.spec.obs_shape), "dtype": "float32"},
+                "observation": {"shape": list(self.spec.obs_shape), "dtype": self.spec.obs_dtype},
                 "action": {"shape": list(self.spec.action_shape), "dtype": self.spec.action_dtype,
                            **({"n": self.spec.n_actions} if self.spec.discrete else
                               {"low": list(self.spec.action_low), "high": list(self.spec.action_high)})},
@@ -90,7 +90,8 @@ class Policy:
         if format not in FORMATS.values():
             raise HetrlError(f"cannot tell the export format of {path.name}; name it .pt (TorchScript) or .onnx, "
                              "or pass --format torchscript|onnx")
-        module, example = self.module(), torch.zeros((1, *self.spec.obs_shape))
+        module = self.module()
+        example = torch.zeros((1, *self.spec.obs_shape), dtype=getattr(torch, self.spec.obs_dtype))
         spec = json.dumps(self.spec_dict())
         path.parent.mkdir(parents=True, exist_ok=True)
         if format == "torchscript":

@@ -32,18 +32,24 @@ from hetrl.planner.choice import resolve
 from hetrl.runtime.timers import timer_table
 
 
-def greedy_policy(algo: Algorithm, network: Any):
-    """A host snapshot of ``network`` acting greedily (independent of where the learner runs): its
-    numpy forward where it has one (the MLPs), else a torch copy on the host (conv networks)."""
+def host_forward(network: Any):
+    """A host snapshot of ``network`` as a function of host arrays (independent of where the learner
+    runs): its numpy forward where it has one (the MLPs), else a torch copy on the host (conv networks)."""
     if hasattr(network, "forward_numpy"):
         params, forward = numpy_params(network), network.forward_numpy
-        return lambda obs: algo.greedy_rule(forward(params, obs))
+        return lambda obs: forward(params, obs)
     host = copy.deepcopy(network).to("cpu").requires_grad_(False).eval()
 
-    def policy(obs: np.ndarray) -> np.ndarray:
+    def forward_host(obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return algo.greedy_rule(host(torch.as_tensor(obs)).numpy())
-    return policy
+            return host(torch.as_tensor(obs)).numpy()
+    return forward_host
+
+
+def greedy_policy(algo: Algorithm, network: Any):
+    """``network``'s greedy actions on host arrays (:func:`host_forward`, then the greedy rule)."""
+    forward = host_forward(network)
+    return lambda obs: algo.greedy_rule(forward(obs))
 
 
 class Session:
