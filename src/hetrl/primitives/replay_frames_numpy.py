@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from hetrl.primitives.replay_numpy import replay_settings, torch_device
-from hetrl.protocol import Replay, Slot, implements
+from hetrl.primitives.replay_numpy import ReplayOnArrays, torch_device
+from hetrl.protocol import implements
 from hetrl.replay.frames import FrameReplay, frames_unsupported
 from hetrl.replay.sum_tree import NumpyOps
 
 
 @implements(ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
-class ReplayFramesNumpy(FrameReplay, Replay):
+class ReplayFramesNumpy(FrameReplay, ReplayOnArrays):
     """Frame replay in host numpy arrays; ``sample`` returns numpy arrays (obs and next_obs uint8)."""
 
     backend = "frames-numpy"
@@ -23,11 +23,6 @@ class ReplayFramesNumpy(FrameReplay, Replay):
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
         return frames_unsupported(algorithm.spec, cls.backend)
-
-    @classmethod
-    def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "ReplayFramesNumpy":
-        args, kwargs = replay_settings(algorithm)
-        return cls(*args, **kwargs, device=slot.device)
 
     def __init__(
         self,

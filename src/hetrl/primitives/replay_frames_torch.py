@@ -7,14 +7,14 @@ from typing import Any
 
 import torch
 
-from hetrl.primitives.replay_numpy import replay_settings, torch_device
-from hetrl.protocol import Replay, Slot, implements
+from hetrl.primitives.replay_numpy import ReplayOnArrays, torch_device
+from hetrl.protocol import implements
 from hetrl.replay.frames import FrameReplay, frames_unsupported
 from hetrl.replay.sum_tree import TorchOps
 
 
 @implements(ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
-class ReplayFramesTorch(FrameReplay, Replay):
+class ReplayFramesTorch(FrameReplay, ReplayOnArrays):
     """Frame replay in torch tensors on ``device``; ``sample`` returns tensors there.
 
     ``add`` finds shared frames on the host (from the added arrays and, off the CPU, a host copy of
@@ -28,11 +28,6 @@ class ReplayFramesTorch(FrameReplay, Replay):
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
         return frames_unsupported(algorithm.spec, cls.backend)
-
-    @classmethod
-    def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "ReplayFramesTorch":
-        args, kwargs = replay_settings(algorithm)
-        return cls(*args, **kwargs, device=slot.device)
 
     def __init__(
         self,

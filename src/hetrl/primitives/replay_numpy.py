@@ -11,12 +11,15 @@ from hetrl.replay.ring import RingReplay
 from hetrl.replay.sum_tree import NumpyOps
 
 
-def replay_settings(algorithm: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """The storage's arguments from an algorithm's config and env spec (what every replay backend takes)."""
-    cfg, spec = algorithm.config, algorithm.spec
-    return ((cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype),
-            dict(prioritized=cfg.prioritized, alpha=cfg.alpha, eps=cfg.priority_eps,
-                 obs_dtype=getattr(spec, "obs_dtype", "float32")))
+class ReplayOnArrays(Replay):
+    """What the replay backends share: they take the same arguments, made from the algorithm's
+    config and env spec the same way."""
+
+    @classmethod
+    def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "ReplayOnArrays":
+        cfg, spec = algorithm.config, algorithm.spec
+        return cls(cfg.buffer_size, spec.obs_shape, spec.action_shape, spec.action_dtype, prioritized=cfg.prioritized,
+                   alpha=cfg.alpha, eps=cfg.priority_eps, obs_dtype=spec.obs_dtype, device=slot.device)
 
 
 def torch_device(device: str | torch.device) -> torch.device:
@@ -27,16 +30,11 @@ def torch_device(device: str | torch.device) -> torch.device:
 
 
 @implements(ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
-class ReplayNumpy(RingReplay, Replay):
+class ReplayNumpy(RingReplay, ReplayOnArrays):
     """Replay storage in host numpy arrays; ``sample`` returns numpy arrays."""
 
     backend = "numpy"
     host_arrays = True
-
-    @classmethod
-    def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "ReplayNumpy":
-        args, kwargs = replay_settings(algorithm)
-        return cls(*args, **kwargs, device=slot.device)
 
     def __init__(
         self,

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
-from hetrl.primitives.replay_numpy import replay_settings, torch_device
-from hetrl.protocol import Replay, Slot, implements
+from hetrl.primitives.replay_numpy import ReplayOnArrays, torch_device
+from hetrl.protocol import implements
 from hetrl.replay.ring import RingReplay
 from hetrl.replay.sum_tree import TorchOps
 
 
 @implements(ReplayAdd="add", ReplaySample="sample", PriorityUpdate="update_priorities")
-class ReplayTorch(RingReplay, Replay):
+class ReplayTorch(RingReplay, ReplayOnArrays):
     """Replay storage in torch tensors on ``device``.
 
     ``add``, ``sample`` and ``update_priorities`` take numpy arrays or tensors; ``sample`` returns
@@ -22,11 +21,6 @@ class ReplayTorch(RingReplay, Replay):
 
     backend = "torch"
     device_types = None  # any torch device
-
-    @classmethod
-    def build(cls, slot: Slot, algorithm: Any, seed: int, **_: Any) -> "ReplayTorch":
-        args, kwargs = replay_settings(algorithm)
-        return cls(*args, **kwargs, device=slot.device)
 
     def __init__(
         self,
