@@ -145,15 +145,41 @@ def test_a_lambda_cannot_be_a_factory():
         make_algorithm("dqn", image_spec((2, 8, 8)), DQNConfig(network="nowhere.module:f")).make_networks()
 
 
-# --- the host backends refuse conv networks; the rule acts with torch ------------------------------------
-@pytest.mark.parametrize("primitive, backend", [("Act", "numpy"), ("Act", "numba"), ("Learn", "numba"), ("Learn", "blas")])
+# --- which host backends serve conv networks; the rule acts with torch ---------------------------------
+@pytest.mark.parametrize("primitive, backend", [("Act", "numba"), ("Learn", "numba")])
 def test_mlp_only_backends_refuse_conv_networks(primitive, backend):
     algo = make_algorithm("dqn", image_spec((4, 10, 10), 3), DQNConfig())
     reason = get(primitive, backend).unsupported(algo)
-    assert reason and "torch" in reason and ("MLP" in reason or backend == "blas")  # blas: DDPG/TD3 only
+    assert reason and "torch" in reason and "MLP" in reason
     net = algo.make_networks()["q"]
-    with pytest.raises(HetrlError, match="MLP|DDPG and TD3 only"):
+    with pytest.raises(HetrlError, match="MLP"):
         build(primitive, Slot(backend, "cpu"), algo, 0, source=net)
+
+
+@pytest.mark.parametrize("primitive, backend", [("Act", "numpy"), ("Learn", "blas")])
+def test_numpy_act_and_blas_learn_serve_hetrls_conv_networks_only(primitive, backend):
+    """Act/numpy (ConvQNetwork.forward_numpy) and Learn/blas (hetrl.nets.flat_q) write out hetrl's conv
+    networks; a user's module has neither, so they refuse it with the fix."""
+    impl = get(primitive, backend)
+    for network in ("minatar", "auto"):
+        assert impl.unsupported(make_algorithm("dqn", image_spec((4, 10, 10), 3), DQNConfig(network=network))) is None
+    mine = make_algorithm("dqn", image_spec((4, 10, 10), 3), DQNConfig(network=factory_name(tiny_q)))
+    reason = impl.unsupported(mine)
+    assert reason and "torch" in reason and "own" in reason or "user's module" in reason
+    with pytest.raises(HetrlError, match="torch"):
+        build(primitive, Slot(backend, "cpu"), mine, 0, source=mine.make_networks()["q"])
+
+
+@pytest.mark.parametrize("network", ["minatar", "nature"])
+@pytest.mark.parametrize("dueling", [False, True])
+def test_numpy_forward_of_conv_networks_matches_torch(network, dueling):
+    shape, high = ((4, 10, 10), 2) if network == "minatar" else ((4, 44, 40), 256)
+    net = (MinAtarNet if network == "minatar" else NatureCNN)(shape, 5, dueling=dueling)
+    params = {k: v.numpy() for k, v in net.state_dict().items()}
+    obs = np.random.default_rng(0).integers(0, high, (3, *shape), dtype=np.uint8)
+    with torch.no_grad():
+        expected = net(torch.as_tensor(obs)).numpy()
+    np.testing.assert_allclose(net.forward_numpy(params, obs), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_the_rule_acts_with_torch_for_conv_networks():

@@ -37,7 +37,7 @@ from hetrl.errors import HetrlError
 from hetrl.files import read_json, write_json
 from hetrl.hardware import Machine, describe_machine
 from hetrl.planner.rule import default_placement
-from hetrl.primitives import build, implementations
+from hetrl.primitives import LIBRARY, build, implementations
 from hetrl.protocol import Slot
 from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
@@ -111,9 +111,14 @@ class Profile:
 
 def default_path(machine: Machine, algo: str, env: str, agent: AgentConfig) -> Path:
     """Where a profile of this machine and workload is kept: ``$XDG_CACHE_HOME/hetrl/profiles``,
-    keyed by the settings that change what primitives cost (not the learning rate or epsilon)."""
+    keyed by the settings that change what primitives cost (not the learning rate or epsilon) and by
+    the library of implementations (a release that adds a backend measures it instead of planning
+    without it)."""
+    from hetrl import __version__
+
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles"
-    key = hashlib.sha256(json.dumps(agent.cost_settings(), sort_keys=True, default=str).encode()).hexdigest()[:10]
+    what = {"agent": agent.cost_settings(), "library": [__version__, *LIBRARY]}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return cache / machine.fingerprint() / f"{algo}_{env.replace('/', '-')}_{key}.json"
 
 

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from hetrl.algos import DDPGConfig, DQNConfig, TD3Config, make_algorithm
+from hetrl.algos import DDPGConfig, TD3Config, make_algorithm
+from hetrl.algos.sac import SACConfig
 from hetrl.primitives.learn_torch import LearnTorch
 from hetrl.primitives import learn_blas as blas_module
 from hetrl.primitives.learn_blas import LearnBlas
@@ -125,12 +126,12 @@ def test_losses_are_new_tensors_each_update():
 
 def test_unsupported_algorithms_and_devices_are_refused_with_the_fix():
     impl = get("Learn", "blas")
-    dqn = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig())
+    sac = make_algorithm("sac", env_spec("Pendulum-v1"), SACConfig())
     ddpg = make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig())
-    assert "DDPG and TD3 only" in impl.unsupported(dqn) and impl.unsupported(ddpg) is None
+    assert "DQN, DDPG and TD3 only" in impl.unsupported(sac) and impl.unsupported(ddpg) is None
     assert impl.takes_host_arrays and not impl.runs_on("cuda:0")
-    with pytest.raises(HetrlError, match="DDPG and TD3 only.*numba or torch learner"):
-        LearnBlas(dqn, "cpu", seed=0)
+    with pytest.raises(HetrlError, match="DQN, DDPG and TD3 only.*torch learner"):
+        LearnBlas(sac, "cpu", seed=0)
     with pytest.raises(HetrlError, match="runs on the host"):
         LearnBlas(ddpg, "cuda", seed=0)
 

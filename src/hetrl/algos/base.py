@@ -154,6 +154,10 @@ class Algorithm(ABC):
         """Whether every network is one of ``hetrl.nets.mlp``'s MLPs (the host backends serve no other)."""
         return True
 
+    def numpy_policy(self) -> bool:
+        """Whether the policy network has a numpy forward (``forward_numpy``), which Act/numpy runs."""
+        return self.mlp_networks()
+
     def make_policy_network(self) -> nn.Module:
         """A fresh acting network (an actor fills in the learner's weights)."""
         return self.make_networks()[self.policy_key]

@@ -150,6 +150,9 @@ class DQN(Algorithm):
     def mlp_networks(self) -> bool:
         return self.network_kind == "mlp"
 
+    def numpy_policy(self) -> bool:
+        return self.network_kind in ("mlp", "nature", "minatar")  # hetrl's own networks; a user's module has none
+
     def make_networks(self) -> dict[str, nn.Module]:
         cfg, spec, kind = self.config, self.spec, self.network_kind
         if kind == "mlp":

@@ -6,6 +6,9 @@
   Its input is divided by 255 (pixels to [0, 1]).
 - :class:`MinAtarNet`: Young and Tian 2019 ("MinAtar: An Atari-inspired testbed"): 16 3x3 filters
   stride 1, a 128-unit layer, ReLU. MinAtar's channels are 0/1 already, so its input is taken as is.
+- ``forward_numpy`` computes the same on host arrays (convolutions as an im2col gather with indices
+  made once and one product each): what Act/numpy runs, where torch's per-call cost dominates a
+  batch of a few observations.
 - The divisor is the env's, not the network's: DQN passes ``EnvSpec.pixel_scale`` (1 for MinAtar,
   255 for other uint8 images), so either network reads either env's pixels in [0, 1].
 - ``dueling=True``: the layer after the convolutions is split into a value and an advantage stream,
@@ -13,15 +16,57 @@
 
 Inputs are converted to float on the network's device inside ``forward`` (``x.float() / scale``),
 so uint8 observations travel to the device as bytes; float inputs holding the same values give the
-same outputs. These networks have no numpy forward: they act through Act/torch.
+same outputs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
+
+from hetrl.nets.mlp import numpy_sequential
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    """One Conv2d (no padding, no dilation, one group) on a (channels, height, width) input."""
+
+    channels: int
+    height: int
+    width: int
+    filters: int
+    kernel: int
+    stride: int
+
+    @property
+    def out_height(self) -> int:
+        return (self.height - self.kernel) // self.stride + 1
+
+    @property
+    def out_width(self) -> int:
+        return (self.width - self.kernel) // self.stride + 1
+
+    @property
+    def positions(self) -> int:
+        return self.out_height * self.out_width
+
+    @property
+    def patch(self) -> int:
+        return self.channels * self.kernel * self.kernel
+
+    def patch_index(self) -> np.ndarray:
+        """For each output position and each patch element (channel, row, column), the index of the
+        input element in a flattened (channels, height, width) image: im2col as one gather."""
+        c, i, j = np.meshgrid(np.arange(self.channels), np.arange(self.kernel), np.arange(self.kernel), indexing="ij")
+        rows, cols = np.meshgrid(np.arange(self.out_height) * self.stride, np.arange(self.out_width) * self.stride,
+                                 indexing="ij")
+        index = (c.reshape(1, -1) * self.height * self.width
+                 + (rows.reshape(-1, 1) + i.reshape(1, -1)) * self.width + (cols.reshape(-1, 1) + j.reshape(1, -1)))
+        return index.reshape(-1).astype(np.int64)  # (positions * patch,)
 
 
 class ConvQNetwork(nn.Module):
@@ -35,12 +80,15 @@ class ConvQNetwork(nn.Module):
             raise ValueError(f"a conv network needs image observations (C, H, W), not shape {tuple(obs_shape)}")
         channels, height, width = (int(d) for d in obs_shape)
         layers: list[nn.Module] = []
+        self.geometry: list[ConvShape] = []
         for filters, kernel, stride in convs:
             if height < kernel or width < kernel:
                 raise ValueError(f"{type(self).__name__}: a {kernel}x{kernel} convolution does not fit a "
                                  f"{height}x{width} input (observation shape {tuple(obs_shape)})")
             layers += [nn.Conv2d(channels, filters, kernel, stride), nn.ReLU()]
+            self.geometry.append(ConvShape(channels, height, width, filters, kernel, stride))
             channels, height, width = filters, (height - kernel) // stride + 1, (width - kernel) // stride + 1
+        self._patch_index = [shape.patch_index() for shape in self.geometry]
         layers.append(nn.Flatten())
         self.features = nn.Sequential(*layers)
         self.scale, self.dueling, self.obs_shape = float(scale), dueling, tuple(int(d) for d in obs_shape)
@@ -60,6 +108,25 @@ class ConvQNetwork(nn.Module):
             return self.head(h)
         a = self.advantage(h)
         return self.value(h) + a - a.mean(dim=1, keepdim=True)
+
+
+    def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+        """``forward`` on host arrays (``params`` keyed like the state dict)."""
+        n = len(obs)
+        x = obs.reshape(n, -1)
+        for k, (shape, index) in enumerate(zip(self.geometry, self._patch_index)):
+            patches = x[:, index].reshape(n * shape.positions, shape.patch).astype(np.float32, copy=False)
+            if k == 0 and self.scale != 1.0:
+                patches = patches / np.float32(self.scale)
+            w, b = params[f"features.{2 * k}.weight"], params[f"features.{2 * k}.bias"]
+            out = patches @ w.reshape(shape.filters, -1).T
+            out += b
+            np.maximum(out, 0, out=out)
+            x = out.reshape(n, shape.positions, shape.filters).transpose(0, 2, 1).reshape(n, -1)  # torch's order
+        if not self.dueling:
+            return numpy_sequential(params, "head", len(self.head), x)
+        a = numpy_sequential(params, "advantage", len(self.advantage), x)
+        return numpy_sequential(params, "value", len(self.value), x) + a - a.mean(axis=1, keepdims=True)
 
 
 class NatureCNN(ConvQNetwork):

@@ -26,7 +26,7 @@ def numpy_params(module: nn.Module) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
-def _numpy_sequential(params: Mapping[str, np.ndarray], prefix: str, n_layers: int, x: np.ndarray) -> np.ndarray:
+def numpy_sequential(params: Mapping[str, np.ndarray], prefix: str, n_layers: int, x: np.ndarray) -> np.ndarray:
     """numpy forward of an ``mlp(...)`` Sequential with ``n_layers`` modules (Linear at even index)."""
     for i in range(0, n_layers, 2):
         x = x @ params[f"{prefix}.{i}.weight"].T + params[f"{prefix}.{i}.bias"]
@@ -60,7 +60,7 @@ class QNetwork(nn.Module):
     def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
         if obs.ndim > 2:
             obs = obs.reshape(len(obs), -1).astype(np.float32)
-        h = _numpy_sequential(params, "trunk", len(self.trunk), obs)
+        h = numpy_sequential(params, "trunk", len(self.trunk), obs)
         if not self.dueling:
             return h
         a = h @ params["advantage.weight"].T + params["advantage.bias"]
@@ -82,7 +82,7 @@ class Actor(nn.Module):
         return torch.tanh(self.net(obs)) * self.scale + self.center
 
     def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
-        return np.tanh(_numpy_sequential(params, "net", len(self.net), obs)) * params["scale"] + params["center"]
+        return np.tanh(numpy_sequential(params, "net", len(self.net), obs)) * params["scale"] + params["center"]
 
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # Stable-Baselines3's clamp of a squashed Gaussian's log std
@@ -129,7 +129,7 @@ class GaussianActor(nn.Module):
         return y * self.scale + self.center, log_prob
 
     def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
-        out = _numpy_sequential(params, "net", len(self.net), obs)
+        out = numpy_sequential(params, "net", len(self.net), obs)
         np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX, out=out[:, self.action_dim:])
         return out
 

@@ -57,6 +57,9 @@ class ActNumba(ActNumpy):
         reason = super().unsupported(algorithm)
         if reason:
             return reason
+        if not algorithm.mlp_networks():
+            return (f"the numba policy runs MLPs only, not {algorithm.name}'s {getattr(algorithm, 'network_kind', 'own')} "
+                    "network; use the numpy or torch policy")
         if isinstance(algorithm.config, DQNConfig) and algorithm.config.dueling:
             return "the numba policy has no dueling head; use the numpy policy"
         return None

@@ -30,8 +30,8 @@ class ActNumpy(Act):
 
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
-        if not algorithm.mlp_networks():
-            return (f"the {cls.backend} policy runs MLP networks only (it has a numpy forward for those), not "
+        if not algorithm.numpy_policy():
+            return (f"the {cls.backend} policy runs hetrl's own networks only (they have a numpy forward), not "
                     f"{algorithm.name}'s {getattr(algorithm, 'network_kind', 'own')} network; use the torch policy "
                     "(plan=rule, or backend torch for act in a plan.json)")
         return None

@@ -27,10 +27,14 @@ class ActTorch(Act):
     def __init__(self, network: nn.Module, rule: ActionRule, device: str | torch.device = "cpu") -> None:
         self.source, self.rule, self.device = network, rule, torch.device(device)
         self.net = copy.deepcopy(network).to(self.device).requires_grad_(False)
+        # the tensors to copy, listed once (state_dict() builds a dict per call): the Parameter objects,
+        # whose data a learner may re-point (flat learners adopt them) but never replaces
+        self._mine = [*self.net.parameters(), *self.net.buffers()]
+        self._theirs = [*network.parameters(), *network.buffers()]
 
     def sync(self) -> None:
         with torch.no_grad():
-            torch._foreach_copy_(list(self.net.state_dict().values()), list(self.source.state_dict().values()))
+            torch._foreach_copy_(self._mine, self._theirs)
 
     def forward(self, obs: np.ndarray) -> np.ndarray:
         with torch.no_grad():

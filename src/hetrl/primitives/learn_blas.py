@@ -35,7 +35,9 @@ from torch import nn
 
 from hetrl.algos.base import Algorithm, Learner, seeded_init
 from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
+from hetrl.algos.dqn import DQN, DQNConfig
 from hetrl.nets import Actor, Critic, narrow
+from hetrl.nets.flat_q import FlatQ, QPass
 from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
 from hetrl.nets.narrow import FOUR, NARROW
 from hetrl.primitives.learn_host import LearnOnHost, host_array
@@ -139,6 +141,9 @@ def _compile_now() -> None:
     """This module's kernels, as hetrl.nets.narrow.compile_now."""
     one, col = np.zeros(2, np.float32), np.zeros((2, 1), np.float32)
     td_loss(col, one, one, col, one)
+    q, index = np.zeros((2, 2), np.float32), np.zeros(2, np.int64)
+    dqn_td_loss(q, index, one, one, q, index, one, q, one)
+    dqn_td_loss(q, index, one, one, q, index[:0], one, q, one)
     squash_backward(col, one, col, col)
 
 
@@ -347,23 +352,122 @@ class DDPGBlasLearner(DDPGCheckpoint, Learner):
         actor.step(cfg.max_grad_norm, cfg.tau)
 
 
+@narrow.jit
+def dqn_td_loss(q, actions, rewards, discounts, next_q_all, best, weights, q_grad, td_abs):  # pragma: no cover - compiled
+    """DQN's loss, mean(w * huber(Q(s, a) - target)), returned, from Q-values laid out (actions, batch), with target = r + discount * Q'(s', b)
+    where b is ``best`` (double Q-learning) or, where ``best`` is empty, the argmax of Q'(s', .); its
+    gradient with respect to every Q-value into ``q_grad`` (zero but at the taken action); |target -
+    Q(s, a)| into ``td_abs``. As DQNLearner.step with F.huber_loss (delta 1)."""
+    n_actions, n = q.shape  # (actions, batch): feature-major, as hetrl.nets.flat_q computes them
+    loss = 0.0
+    inv_n = np.float32(1.0 / n)
+    for r in range(n):
+        if len(best):
+            nq = next_q_all[best[r], r]
+        else:
+            nq = next_q_all[0, r]
+            for a in range(1, n_actions):
+                nq = max(nq, next_q_all[a, r])
+        d = q[actions[r], r] - (rewards[r] + discounts[r] * nq)
+        ad = abs(d)
+        td_abs[r] = ad
+        loss += weights[r] * (0.5 * d * d if ad < 1.0 else ad - 0.5)
+        for a in range(n_actions):
+            q_grad[a, r] = 0.0
+        q_grad[actions[r], r] = weights[r] * max(np.float32(-1.0), min(np.float32(1.0), d)) * inv_n
+    return loss / n
+
+
+class DQNBlasLearner(Learner):
+    """DQN's update with the Q-network written out (:mod:`hetrl.nets.flat_q`): convolutions as gathers
+    and products, the backward pass by hand, Adam and the target update in one compiled pass. It
+    computes what :class:`hetrl.algos.dqn.DQNLearner` computes, to float32 tolerance, and keeps its
+    checkpoint format."""
+
+    def __init__(self, algo: DQN, seed: int) -> None:
+        cfg: DQNConfig = algo.config
+        with seeded_init(seed):  # the same initial weights as the torch learner for this seed
+            self.q = algo.make_networks()["q"]
+        self.q_target = copy.deepcopy(self.q).requires_grad_(False)
+        self.layout = layout = FlatQ(self.q)
+        self.params, self.target, self.grads = (aligned_zeros(layout.size) for _ in range(3))
+        layout.adopt(self.params)
+        layout.adopt(self.target, list(self.q_target.parameters()))
+        self.weights, self.target_weights, self.grad_tensors = (layout.tensors(flat) for flat in (self.params, self.target, self.grads))
+        self.adam = FlatAdam(layout.size, layout.views, cfg.lr)
+        self.cfg, self.updates = cfg, 0
+        self._batch, self._no_best = -1, np.zeros(0, np.int64)
+
+    @property
+    def policy_network(self) -> nn.Module:
+        return self.q
+
+    def _passes(self, batch: int) -> None:
+        """The passes' buffers for a batch size, made once (a run's batch size does not change)."""
+        if batch != self._batch:
+            self._batch = batch
+            self.online, self.scratch = QPass(self.layout, batch), QPass(self.layout, batch)
+
+    def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """One update from host arrays (numpy, or CPU tensors; uint8 observations stay bytes)."""
+        cfg = self.cfg
+        obs, next_obs = (torch.as_tensor(batch[k]) for k in ("obs", "next_obs"))
+        actions = host_array(batch["actions"], np.int64)
+        rewards, discounts, weights = (host_array(batch[k]) for k in ("rewards", "discounts", "weights"))
+        size = len(actions)
+        self._passes(size)
+        best = self._no_best
+        if cfg.double:  # the online network picks the next action, the target network values it
+            best = self.scratch.forward(self.weights, next_obs).argmax(dim=0).numpy()
+        next_q_all = self.scratch.forward(self.target_weights, next_obs).numpy()
+        q_all = self.online.forward(self.weights, obs).numpy()
+        td = np.empty(size, np.float32)  # a new array: the executor keeps it
+        q_grad = self.online.q_grad_t
+        loss = dqn_td_loss(q_all, actions, rewards, discounts, next_q_all, best, weights, q_grad.numpy(), td)
+        self.online.backward(self.weights, self.grad_tensors, q_grad)
+        self.updates += 1
+        # Polyak averaging every update, or a hard copy every target_update_every (DQNLearner.periodic_due)
+        target_moves = cfg.tau < 1.0 or self.updates % cfg.target_update_every == 0
+        self.adam.step(self.params, self.grads, cfg.max_grad_norm, self.target, cfg.tau if target_moves else 0.0)
+        return {"td_errors": torch.from_numpy(td), "loss": torch.from_numpy(np.array(loss, np.float32))}
+
+    # --- checkpoints: the torch learner's format ----------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
+                "optimizer": self.adam.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])  # copies into the parameters, i.e. into the flat vectors
+        self.q_target.load_state_dict(state["q_target"])
+        self.adam.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
+
+
 @implements(Learn="learn")
 class LearnBlas(LearnOnHost):
-    """Learn on the host with DDPG's (or TD3's) update written out as matrix products (MKL via torch)."""
+    """Learn on the host with the update written out as matrix products (MKL via torch): DDPG and TD3
+    with MLPs; DQN with hetrl's conv or MLP Q-networks (no dueling head)."""
 
     backend = "blas"
 
     @classmethod
     def unsupported(cls, algorithm: Algorithm) -> str | None:
         """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
+        use_torch = "use the torch learner (plan=rule, or backend torch for learn in a plan.json)"
+        if isinstance(algorithm, DQN):
+            if algorithm.network_kind not in ("mlp", "nature", "minatar"):
+                return f"the blas learner writes out hetrl's Q-networks only, not a user's module; {use_torch}"
+            if algorithm.config.dueling:
+                return f"the blas learner has no dueling head; set dueling=false or {use_torch}"
+            return None
         if not isinstance(algorithm, DDPG):
-            return (f"the blas learner implements DDPG and TD3 only, not {algorithm.name}; use the numba or torch "
-                    "learner (plan=rule, or backend torch for learn in a plan.json)")
+            return f"the blas learner implements DQN, DDPG and TD3 only, not {algorithm.name}; {use_torch}"
         if not algorithm.mlp_networks():
-            return ("the blas learner runs MLP networks only; use the torch learner "
-                    "(plan=rule, or backend torch for learn in a plan.json)")
+            return f"the blas learner runs DDPG and TD3 with MLP networks only; {use_torch}"
         return None
 
     @staticmethod
-    def make_learner(algorithm: Algorithm, seed: int) -> DDPGBlasLearner:
+    def make_learner(algorithm: Algorithm, seed: int) -> Learner:
+        if isinstance(algorithm, DQN):
+            return DQNBlasLearner(algorithm, seed)
         return DDPGBlasLearner(algorithm, seed)  # type: ignore[arg-type]

@@ -1,0 +1,193 @@
+"""A Q-network (convolutions, then an MLP) in one flat vector, with its forward and backward passes
+written out as matrix products: what Learn/blas runs for DQN.
+
+Why: at the sizes of small pixel agents (MinAtar's 16 3x3 filters on 10x10 images, batch 32) a
+torch update is mostly not arithmetic: the oneDNN convolution is tuned for large images, autograd
+builds a graph each update and Adam walks per-tensor state. Here a convolution is an im2col gather
+with indices computed once and one matrix product (``patches @ W^T``), the backward pass is written
+out (no input gradient for the first layer, which nobody reads), every intermediate lives in a
+buffer made once per batch size, and Adam is one compiled loop over the flat vector.
+
+Layouts: activations of a convolution are produced patch-major, (batch, positions, filters), by the
+product, and copied once to torch's (batch, filters, height, width), so that flattening matches
+torch's and a checkpoint moves between this learner and the torch one. Parameters are in the module's
+``parameters()`` order, each tensor contiguous; the module's parameters become views of the vector.
+
+Serves :class:`hetrl.nets.conv.ConvQNetwork` and :class:`hetrl.nets.QNetwork` without a dueling head
+(``supports`` says why not otherwise).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import torch
+from torch import nn
+
+from hetrl.nets.conv import ConvQNetwork, ConvShape
+from hetrl.nets.fused_mlp import aligned_zeros
+from hetrl.nets.mlp import QNetwork
+
+
+def supports(net: nn.Module) -> str | None:
+    """Why ``net`` cannot be written out here, or None when it can."""
+    if isinstance(net, ConvQNetwork):
+        if net.dueling:
+            return "no dueling head (set dueling=false)"
+        for m in net.features:
+            if isinstance(m, nn.Conv2d) and (m.padding != (0, 0) or m.dilation != (1, 1) or m.groups != 1
+                                              or m.kernel_size[0] != m.kernel_size[1] or m.stride[0] != m.stride[1]):
+                return f"{m} is not a square, unpadded, undilated convolution"
+        return None
+    if isinstance(net, QNetwork):
+        return "no dueling head (set dueling=false)" if net.dueling else None
+    return f"{type(net).__name__} is not one of hetrl's Q-networks (a user's module runs on the torch learner)"
+
+
+class FlatQ:
+    """The layout of a Q-network in a flat vector, and the passes over it for one batch size."""
+
+    def __init__(self, net: ConvQNetwork | QNetwork) -> None:
+        reason = supports(net)
+        if reason:
+            raise ValueError(f"FlatQ: {reason}")
+        self.params = list(net.parameters())
+        self.shapes = [tuple(p.shape) for p in self.params]
+        sizes = [int(np.prod(s)) for s in self.shapes]
+        self.offsets = np.cumsum([0] + sizes)
+        self.size = int(self.offsets[-1])
+        if isinstance(net, ConvQNetwork):
+            self.scale = net.scale
+            self.convs: list[ConvShape] = list(net.geometry)
+            linears = [m for m in net.head if isinstance(m, nn.Linear)]
+        else:
+            self.scale, self.convs = 1.0, []
+            linears = [m for m in net.trunk if isinstance(m, nn.Linear)]
+        self.n_convs, self.n_linears = len(self.convs), len(linears)
+        self.in_features = linears[0].in_features
+
+    def views(self, flat: np.ndarray) -> list[np.ndarray]:
+        """Per-tensor views of ``flat`` in the module's parameter order (the torch optimiser's)."""
+        return [flat[a:b].reshape(s) for a, b, s in zip(self.offsets[:-1], self.offsets[1:], self.shapes)]
+
+    def adopt(self, flat: np.ndarray, params: list[nn.Parameter] | None = None) -> None:
+        """Copy a module's parameters (this layout's module by default) into ``flat``, then make them
+        views of it (shared memory: acting, evaluation and state dicts see every update)."""
+        for param, view in zip(params if params is not None else self.params, self.views(flat)):
+            view[...] = param.detach().cpu().numpy()
+            param.data = torch.from_numpy(view)
+
+    def tensors(self, flat: np.ndarray) -> list[torch.Tensor]:
+        """Torch views of ``flat``, one per parameter tensor (weights as (out, in) matrices)."""
+        out = []
+        for view in self.views(flat):
+            t = torch.from_numpy(view)
+            out.append(t.reshape(t.shape[0], -1) if t.dim() == 4 else t)
+        return out
+
+
+def _zeros(*shape: int) -> torch.Tensor:
+    return torch.from_numpy(aligned_zeros(shape))
+
+
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def relu_backward(grad, out):  # pragma: no cover - compiled
+    """grad <- grad where the ReLU's output ``out`` is positive, else 0 (in place, any matching shape)."""
+    g, o = grad.reshape(-1), out.reshape(-1)
+    for i in range(len(g)):
+        if o[i] <= 0.0:
+            g[i] = 0.0
+
+
+class QPass:
+    """The buffers of one forward (and backward) pass at one batch size, made once.
+
+    The MLP's activations are kept feature-major, (features, batch): the products are then
+    ``W @ H`` with torch's (out, in) weights as they are, where ``H @ W^T`` (torch's own layout)
+    takes MKL about twice as long at these shapes (docs/benchmarks.md, 'Measurements behind the code').
+    Convolutions produce patch-major (batch * positions, filters) outputs; the last one's are copied
+    once to (filters * positions, batch), i.e. torch's flattening order, feature-major.
+    """
+
+    def __init__(self, layout: FlatQ, batch: int) -> None:
+        self.layout, self.batch = layout, batch
+        convs = layout.convs
+        self.index = [torch.from_numpy(c.patch_index()) for c in convs]
+        self.raw = _zeros(batch, *(() if not convs else (convs[0].channels * convs[0].height * convs[0].width,)))
+        self.patches = [_zeros(batch * c.positions, c.patch) for c in convs]  # (batch * positions, patch)
+        self.pre = [_zeros(batch * c.positions, c.filters) for c in convs]  # patch-major outputs (after ReLU)
+        self.maps = [_zeros(batch, c.filters * c.positions) for c in convs[:-1]]  # torch's (batch, f, h, w)
+        self.hidden = [_zeros(layout.in_features, batch)]  # the MLP's input, then each layer's output
+        self.hidden += [_zeros(int(layout.shapes[2 * layout.n_convs + 2 * i][0]), batch) for i in range(layout.n_linears)]
+        self.grads = [torch.empty(0)] + [_zeros(*h.shape) for h in self.hidden[1:-1]]  # w.r.t. hidden[i]
+        self.q_grad_t = _zeros(*self.hidden[-1].shape)
+        self.first_grad = _zeros(*self.hidden[0].shape) if convs else None
+
+    def forward(self, weights: list[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+        """Q-values (actions, batch), feature-major, of ``obs`` (uint8 or float, (batch, *obs_shape))
+        with ``weights`` (:meth:`FlatQ.tensors`); keeps what the backward pass reads."""
+        layout, batch = self.layout, self.batch
+        x = obs.reshape(batch, -1)
+        for k, conv in enumerate(layout.convs):
+            if k == 0:  # gathering from float is several times faster than from bytes
+                self.raw.copy_(x)
+                if layout.scale != 1.0:
+                    self.raw.div_(layout.scale)
+                x = self.raw
+            torch.index_select(x, 1, self.index[k], out=self.patches[k].view(batch, -1))
+            pre = self.pre[k]
+            torch.addmm(weights[2 * k + 1], self.patches[k], weights[2 * k].t(), out=pre)
+            pre.clamp_(min=0.0)
+            by_sample = pre.view(batch, conv.positions, conv.filters)
+            if k + 1 < layout.n_convs:
+                self.maps[k].view(batch, conv.filters, conv.positions).copy_(by_sample.transpose(1, 2))
+                x = self.maps[k]
+            else:
+                self.hidden[0].view(conv.filters, conv.positions, batch).copy_(by_sample.permute(2, 1, 0))
+        if not layout.convs:
+            self.hidden[0].copy_(x.t())
+        base = 2 * layout.n_convs
+        for i in range(layout.n_linears):
+            out = self.hidden[i + 1]
+            torch.addmm(weights[base + 2 * i + 1].unsqueeze(1), weights[base + 2 * i], self.hidden[i], out=out)
+            if i + 1 < layout.n_linears:
+                out.clamp_(min=0.0)
+        return self.hidden[-1]
+
+    def backward(self, weights: list[torch.Tensor], grads: list[torch.Tensor], q_grad: torch.Tensor) -> None:
+        """Write the gradient of the loss with respect to every parameter into ``grads`` (views of
+        the flat gradient), given its gradient ``q_grad`` (actions, batch) with respect to the
+        Q-values of the last :meth:`forward`. The first layer's input gradient is not computed."""
+        layout, batch = self.layout, self.batch
+        base = 2 * layout.n_convs
+        g = q_grad
+        for i in reversed(range(layout.n_linears)):
+            x = self.hidden[i]
+            torch.mm(g, x.t(), out=grads[base + 2 * i])
+            torch.sum(g, 1, out=grads[base + 2 * i + 1])
+            if i == 0:
+                if not layout.convs:
+                    return
+                g_in = self.first_grad
+            else:
+                g_in = self.grads[i]
+            torch.mm(weights[base + 2 * i].t(), g, out=g_in)
+            relu_backward(g_in.numpy(), x.numpy())  # through the ReLU that made x
+            g = g_in
+        for k in reversed(range(layout.n_convs)):
+            conv = layout.convs[k]
+            pre = self.pre[k]  # reused for the gradient of the pre-activation, patch-major
+            by_sample = pre.view(batch, conv.positions, conv.filters)
+            if k + 1 == layout.n_convs:
+                by_sample.copy_(g.view(conv.filters, conv.positions, batch).permute(2, 1, 0))
+            else:
+                by_sample.copy_(g.view(batch, conv.filters, conv.positions).transpose(1, 2))
+            torch.mm(pre.t(), self.patches[k], out=grads[2 * k])
+            torch.sum(pre, 0, out=grads[2 * k + 1])
+            if k == 0:
+                return
+            patch_grad = torch.mm(pre, weights[2 * k])  # (batch * positions, patch)
+            prev = self.maps[k - 1]
+            g = torch.zeros_like(prev)
+            g.index_add_(1, self.index[k], patch_grad.view(batch, -1))  # col2im
+            relu_backward(g.numpy(), prev.numpy())
