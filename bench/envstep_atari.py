@@ -1,5 +1,6 @@
 """Env steps/s of every EnvStep backend on an Atari game with the default preprocessing (uniformly
-random actions; agent steps, i.e. 4 emulator frames each).
+random actions; agent steps, i.e. 4 emulator frames each): gymnasium, ale-vector and envpool (a
+backend that cannot run here is named with its reason).
 
     python bench/envstep_atari.py [--env ALE/Breakout-v5] [--envs 1,4,8] [--steps 2000]
 """
@@ -25,7 +26,9 @@ def main() -> None:
     args = parser.parse_args()
     algo = make_algorithm("dqn", env_spec(args.env), DQNConfig())
     for backend, impl in sorted(implementations("EnvStep").items()):
-        if impl.unsupported(algo):
+        reason = impl.unsupported(algo)
+        if reason:
+            print(f"{backend:>11} skipped: {reason}")
             continue
         for n in (int(x) for x in args.envs.split(",")):
             env = build("EnvStep", Slot(backend, "cpu"), algo, 0, num_envs=n)

@@ -14,7 +14,7 @@ from hetrl.errors import HetrlError, did_you_mean
 from hetrl.protocol import Implementation, Placement, Primitive, Slot, registered
 
 LIBRARY = (  # every module that registers an implementation
-    "env_step_gymnasium", "env_step_ale_vector",
+    "env_step_gymnasium", "env_step_ale_vector", "env_step_envpool",
     "act_numpy", "act_torch", "act_numba",
     "replay_numpy", "replay_torch", "replay_frames_numpy", "replay_frames_torch",
     "learn_torch", "learn_numba", "learn_blas", "learn_cudagraph",
