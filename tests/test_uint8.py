@@ -142,6 +142,9 @@ def test_pixel_envs_run_under_every_executor(tmp_path, env_id, executor, inferen
     assert result.env_steps >= 2_500 and result.updates > 0 and result.executor == executor
     assert "torch" in result.placement["Act"] and "numpy" in result.placement["ReplayAdd"]
     assert stored_obs_dtype(result) == np.uint8
+    # the summary's replay memory: bytes, not floats (obs and next_obs, int64 action, float32 reward and discount)
+    obs_bytes = int(np.prod(env_spec(env_id).obs_shape))
+    assert result.replay_capacity == 4000 and result.replay_bytes == 4000 * (2 * obs_bytes + 16)
 
 
 def test_a_float32_pixel_checkpoint_loads_into_the_uint8_replay():

@@ -257,6 +257,7 @@ class Session:
             best_eval_return_mean=self.best[0] if self.best else None,
             best_eval_return_std=self.best[1] if self.best else None,
             best_eval_step=self.best[2] if self.best else None,
+            replay_bytes=ex.replay_bytes() or None, replay_capacity=cfg.agent.buffer_size,
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         return result

@@ -412,3 +412,16 @@ def test_a_field_of_the_wrong_shape_is_named():
     replay = ReplayNumpy(10, (4,), (), "int64")
     with pytest.raises(ValueError, match=r"rewards has shape \(\), expected \(1,\)"):
         replay.add(np.zeros((1, 4)), np.zeros(1), 0.0, np.zeros((1, 4)), np.ones(1))
+
+
+@pytest.mark.parametrize("cls", BACKENDS)
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_nbytes_counts_every_field_for_the_whole_capacity(cls, prioritized):
+    """What the run summary reports: uint8 (4, 10, 10) observations stored twice (obs and next_obs),
+    an int64 action, float32 reward and discount per transition, and the sum tree's float64 nodes."""
+    replay = make(cls, 1000, obs_shape=(4, 10, 10), obs_dtype="uint8", prioritized=prioritized)
+    per_transition = 2 * 400 + 8 + 4 + 4
+    tree = to_numpy(replay.tree.tree).nbytes if prioritized else 0
+    assert replay.nbytes == 1000 * per_transition + tree
+    if prioritized:
+        assert tree >= 1000 * 8

@@ -106,6 +106,11 @@ class Replay(Primitive):
     @abstractmethod
     def __len__(self) -> int: ...
 
+    @property
+    @abstractmethod
+    def nbytes(self) -> int:
+        """Bytes the storage holds (allocated for the whole capacity): what the run summary reports."""
+
     @abstractmethod
     def state_dict(self) -> dict[str, Any]: ...
 
@@ -154,6 +159,10 @@ class Executor(Protocol):
         ...
 
     def timer_totals(self) -> dict[str, tuple[float, int, int]]: ...
+
+    def replay_bytes(self) -> int:
+        """The replay's storage in bytes (:attr:`Replay.nbytes`), wherever it lives."""
+        ...
 
     def drain_losses(self) -> float | None: ...
 

@@ -67,6 +67,12 @@ class RingReplay:
     def __len__(self) -> int:
         return self._size
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the storage: every stored field for the whole capacity, and the priorities."""
+        arrays: list[Any] = [*self._data.values(), *([self.tree.tree] if self.tree is not None else [])]
+        return int(sum(a.nbytes if isinstance(a, np.ndarray) else a.numel() * a.element_size() for a in arrays))
+
     def _stored_fields(self) -> dict[str, tuple[tuple[int, ...], str]]:
         """What each slot stores: field -> (per-item shape, dtype). A subclass may store other fields
         (FrameReplay stores frame indices in place of obs and next_obs)."""

@@ -94,6 +94,7 @@ def summary_table(result: "TrainResult") -> Table:
         ("updates/s", f"{result.updates_per_s:,.0f} (measured)"),
         ("executor", result.executor + (f", {result.actors} actor processes, {result.actor_restarts} restarts" if result.actors else "")),
         ("replay ratio", _ratio(result)),
+        ("replay memory", _replay_memory(result)),
         ("policy staleness", _staleness(result)),
         ("energy", _energy(result)),
         ("final evaluation return", evaluation),
@@ -102,6 +103,13 @@ def summary_table(result: "TrainResult") -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _replay_memory(result: "TrainResult") -> str:
+    if not result.replay_bytes or not result.replay_capacity:
+        return "n/a"
+    return (f"{result.replay_bytes / 2**20:,.1f} MiB for {result.replay_capacity:,} transitions "
+            f"({result.replay_bytes / result.replay_capacity:,.0f} bytes per transition, measured)")
 
 
 def _best(result: "TrainResult") -> str:

@@ -41,4 +41,6 @@ class TrainResult:
     best_eval_return_mean: float | None = None  # the best evaluation of the run so far (its policy: checkpoints/best.pt)
     best_eval_return_std: float | None = None
     best_eval_step: int | None = None  # the env step of that evaluation
+    replay_bytes: int | None = None  # the replay's storage, allocated for its whole capacity
+    replay_capacity: int | None = None  # transitions it holds when full (buffer_size)
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)

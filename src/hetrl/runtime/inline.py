@@ -59,6 +59,9 @@ class InlineExecutor:
     def env(self):  # the EnvStep implementation
         return self.acting.env
 
+    def replay_bytes(self) -> int:
+        return self.learning.replay.nbytes
+
     def ran(self) -> dict[str, str]:
         return {**self.acting.ran(), **self.learning.ran()}
 

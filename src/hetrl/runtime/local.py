@@ -148,6 +148,9 @@ class LocalExecutor(ParallelBookkeeping):
         self._procs[index] = proc
         self._started_at[index] = time.perf_counter()
 
+    def replay_bytes(self) -> int:
+        return self.learning.replay.nbytes
+
     def ran(self) -> dict[str, str]:
         """Where each primitive ran: the learner's side from its objects, the actors' as they reported."""
         if self._started:

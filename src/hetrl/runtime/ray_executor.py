@@ -102,7 +102,7 @@ class RayLearnerRole:
             with self.timers.time("WeightSync"):
                 weights = numpy_params(role.learner.policy_network)
         return {"updates": role.updates, "loss": role.drain_losses(), "weights": weights,
-                "timers": self.timers.totals(), "ran": role.ran()}
+                "timers": self.timers.totals(), "ran": role.ran(), "replay_bytes": role.replay.nbytes}
 
     def weights(self) -> dict[str, np.ndarray]:
         return numpy_params(self.role.learner.policy_network)
@@ -138,6 +138,7 @@ class RayExecutor(ParallelBookkeeping):
         self._actor_timers: list[dict[str, tuple[float, int]]] = [{} for _ in range(actors)]
         self._learner_timers: dict[str, tuple[float, int]] = {}
         self._ran: dict[str, str] = {}  # as the actors and the learner report it
+        self._replay_bytes = 0
         self._restore: dict[str, Any] | None = None
         self._started = self._closed = False
 
@@ -267,6 +268,7 @@ class RayExecutor(ParallelBookkeeping):
         self.updates = result["updates"]
         self._learner_timers = result["timers"]
         self._ran.update(result["ran"])
+        self._replay_bytes = result["replay_bytes"]
         if result["loss"] is not None:
             self._losses.append(result["loss"])
         if result["weights"] is not None:
@@ -312,6 +314,10 @@ class RayExecutor(ParallelBookkeeping):
     def drain_losses(self) -> float | None:
         losses, self._losses = self._losses, []
         return float(np.mean(losses)) if losses else None
+
+    def replay_bytes(self) -> int:
+        """As the learner last reported it (0 before its first report)."""
+        return self._replay_bytes
 
     def ran(self) -> dict[str, str]:
         """Where each primitive ran, as the Ray actors and the learner reported it."""
