@@ -1,0 +1,409 @@
+"""DQN on pixels: hetrl against Stable-Baselines3 and a CleanRL-style script on identical settings.
+
+Workloads (one settings object per workload, the same for every library; ``SETTINGS`` below):
+- MinAtar Breakout-v1 and SpaceInvaders-v1: the MinAtar reference agent (Young and Tian 2019): the
+  MinAtar network, batch 32, replay 100k, 1 update per env step, target copied every 1,000 env steps,
+  epsilon 1 -> 0.1, Adam 1e-4 (hetrl's documented equivalent of the reference's RMSProp), Huber
+  loss, no clipping, not double. Learning: curves of training-episode returns and the final greedy
+  return (10 episodes, one shared evaluator), beside env steps/s and wall time.
+- Atari Breakout-v5 (speed only; learning is not expected in 100k steps): the Nature CNN, 1 update
+  per 4 env steps, the DQN preprocessing of ``hetrl.envs.AtariOptions``.
+
+Every library plays the env ``hetrl.envs.make_env`` builds (the same preprocessing, uint8, channels
+first): the comparison is of the agents' machinery, not of wrappers. SB3 runs ``DQN("CnnPolicy")``
+with the MinAtar network as its features extractor on MinAtar (``normalize_images=False``, no
+hidden layer after it, so the Q-network is the same) and its own Nature CNN on Atari. hetrl runs
+``hetrl.train``'s session with its defaults for placement (``plan=auto``: profiled once, untimed,
+before the first timed run, as a user's second run finds it cached). Every (library, workload, seed)
+is a fresh subprocess with one torch thread; the library order rotates from seed to seed. Only the
+training call is timed (hetrl: its training loop; the end-of-run checkpoint and evaluation episode
+its call adds are reported beside). Replay bytes per transition: each library's replay arrays as allocated.
+
+    pip install "torch==2.13.0" -e ".[bench,pixels]"
+    python bench/pixels.py                                   # 3 seeds, 1M MinAtar / 100k Atari steps (long)
+    python bench/pixels.py --minatar-steps 100000 --atari-steps 20000 --out /tmp/pixels.md
+    python bench/pixels.py --quick --out /tmp/pixels.md      # smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+LIBS = ("hetrl", "sb3", "cleanrl")
+LIB_NAMES = {"hetrl": "hetrl", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script"}
+BEGIN, END = "<!-- pixels:begin (written by bench/pixels.py) -->", "<!-- pixels:end -->"
+EVAL_SEED = 10_000
+EVAL_MAX_STEPS = 27_000  # a greedy policy that never ends an episode is cut here
+
+
+@dataclass(frozen=True)
+class PixelSettings:
+    env_id: str
+    network: str  # minatar | nature
+    learning: bool  # False: speed only (no curves, no evaluation)
+    lr: float = 1e-4
+    batch_size: int = 32
+    buffer_size: int = 100_000
+    learning_starts: int = 5_000
+    train_every: int = 1  # env steps per gradient update
+    target_every: int = 1_000  # env steps between hard target copies
+    gamma: float = 0.99
+    eps_start: float = 1.0
+    eps_end: float = 0.1
+    eps_steps: int = 105_000  # env steps over which epsilon decays (the reference: 100k after a 5k start)
+    max_grad_norm: float | None = None
+
+    def eps_decay_steps(self, steps: int) -> int:
+        """The reference's schedule, or half the run when the run is shorter than twice it."""
+        return min(self.eps_steps, max(1, steps // 2))
+
+
+MINATAR = PixelSettings("MinAtar/Breakout-v1", "minatar", learning=True)
+SETTINGS = {
+    "minatar-breakout": MINATAR,
+    "minatar-spaceinvaders": replace(MINATAR, env_id="MinAtar/SpaceInvaders-v1"),
+    "atari-breakout": PixelSettings("ALE/Breakout-v5", "nature", learning=False, train_every=4, eps_end=0.01,
+                                    eps_steps=100_000, max_grad_norm=10.0),
+}
+
+
+# --- worker side ---------------------------------------------------------------------------------
+def run_hetrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
+    import hetrl
+    from hetrl.config import make_config
+    from hetrl.training import Session, greedy_policy
+
+    values = {
+        "steps": steps, "seed": seed, "threads": 1, "eval_every": 0, "eval_episodes": 1, "checkpoint_every": steps + 1,
+        "network": s.network, "batch_size": s.batch_size, "buffer_size": s.buffer_size, "lr": s.lr, "gamma": s.gamma,
+        "learning_starts": s.learning_starts, "train_every": s.train_every, "replay_ratio": 1 / s.train_every,
+        "target_update_every": max(1, s.target_every // s.train_every), "tau": 1.0, "double": False, "dueling": False,
+        "eps_start": s.eps_start, "eps_end": s.eps_end, "eps_decay_steps": s.eps_decay_steps(steps),
+        "max_grad_norm": s.max_grad_norm, "log_every": max(1000, steps // 200),
+    }
+    overrides = [f"{k}={v}" for k, v in values.items()]
+    with tempfile.TemporaryDirectory(prefix="hetrl_pixels_") as tmp:
+        session = Session.create(make_config("dqn", s.env_id, None, overrides), f"{tmp}/run")  # plans (and profiles) here
+        import torch
+
+        torch.set_num_threads(1)
+        start = time.perf_counter()
+        result = session.train(progress=False)
+        call_seconds = time.perf_counter() - start
+    policy = greedy_policy(session.algo, session.executor.policy_network)
+    curve = [(int(r["env_steps"]), float(r["return_mean"])) for r in result.metrics
+             if r.get("return_mean") not in (None, "") and r.get("episodes")]
+    # timed: the training loop (result.wall_s), as the peers' learn calls; the call also writes a checkpoint
+    # (replay included) and plays one evaluation episode (a full game on Atari), reported as call_seconds
+    return {"version": hetrl.__version__, "env_steps": result.env_steps, "updates": result.updates,
+            "seconds": result.wall_s, "call_seconds": call_seconds,
+            "policy": policy, "curve": curve, "replay_bytes": result.replay_bytes, "replay_capacity": result.replay_capacity,
+            "placement": result.placement, "executor": result.executor}
+
+
+def _minatar_extractor():
+    import torch
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from torch import nn
+
+    class MinAtarExtractor(BaseFeaturesExtractor):
+        """The MinAtar network up to its 128-unit layer (SB3 adds the Q-value layer)."""
+
+        def __init__(self, space: Any) -> None:
+            super().__init__(space, features_dim=128)
+            c, h, w = space.shape
+            self.net = nn.Sequential(nn.Conv2d(c, 16, 3, 1), nn.ReLU(), nn.Flatten(),
+                                     nn.Linear(16 * (h - 2) * (w - 2), 128), nn.ReLU())
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)
+
+    return MinAtarExtractor
+
+
+def run_sb3(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
+    import numpy as np
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.monitor import Monitor
+
+    from hetrl.envs import make_env
+
+    env = Monitor(make_env(s.env_id, training=True))
+    kwargs: dict[str, Any] = {"net_arch": []}
+    if s.network == "minatar":
+        kwargs.update(features_extractor_class=_minatar_extractor(), normalize_images=False)
+    model = sb3.DQN(
+        "CnnPolicy", env, learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
+        batch_size=s.batch_size, tau=1.0, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
+        target_update_interval=s.target_every, exploration_fraction=s.eps_decay_steps(steps) / steps,
+        exploration_initial_eps=s.eps_start, exploration_final_eps=s.eps_end,
+        max_grad_norm=s.max_grad_norm if s.max_grad_norm is not None else float("inf"),
+        policy_kwargs=kwargs, seed=seed, device="cpu", verbose=0,
+    )
+    start = time.perf_counter()
+    model.learn(total_timesteps=steps)
+    seconds = time.perf_counter() - start
+    rb = model.replay_buffer
+    stored = [rb.observations, rb.actions, rb.rewards, rb.dones, rb.timeouts]
+    if not rb.optimize_memory_usage:
+        stored.append(rb.next_observations)
+    ends = np.cumsum(env.get_episode_lengths())
+    return {"version": sb3.__version__, "env_steps": model.num_timesteps, "updates": model._n_updates, "seconds": seconds,
+            "policy": lambda obs: model.predict(obs, deterministic=True)[0],
+            "curve": [(int(t), float(r)) for t, r in zip(ends, env.get_episode_rewards())],
+            "replay_bytes": sum(a.nbytes for a in stored), "replay_capacity": rb.buffer_size}
+
+
+def run_cleanrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
+    import cleanrl_dqn_pixels as script
+    import torch
+
+    args = script.Args(
+        env_id=s.env_id, seed=seed, total_timesteps=steps, network=s.network, learning_rate=s.lr,
+        buffer_size=s.buffer_size, gamma=s.gamma, target_network_frequency=s.target_every, batch_size=s.batch_size,
+        start_e=s.eps_start, end_e=s.eps_end, exploration_steps=s.eps_decay_steps(steps),
+        learning_starts=s.learning_starts, train_frequency=s.train_every, max_grad_norm=s.max_grad_norm or 0.0,
+    )
+    start = time.perf_counter()
+    net, stats = script.train(args)
+    seconds = time.perf_counter() - start
+
+    def policy(obs: Any) -> Any:
+        with torch.no_grad():
+            return net(torch.as_tensor(obs).float() / stats["scale"]).argmax(dim=1).numpy()
+
+    return {"version": "bench/cleanrl_dqn_pixels.py", "env_steps": stats["env_steps"], "updates": stats["updates"],
+            "seconds": seconds, "policy": policy, "curve": stats["episodes"], "replay_bytes": stats["replay_bytes"],
+            "replay_capacity": stats["replay_capacity"]}
+
+
+RUNNERS = {"hetrl": run_hetrl, "sb3": run_sb3, "cleanrl": run_cleanrl}
+
+
+def evaluate(policy: Any, env_id: str, episodes: int) -> list[float]:
+    """Raw-score returns of greedy episodes on the evaluation env (full games for Atari); episode i
+    starts from EVAL_SEED + i."""
+    import numpy as np
+
+    from hetrl.envs import make_env
+
+    env = make_env(env_id, training=False)
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=EVAL_SEED + i)
+        total, done, t = 0.0, False, 0
+        while not done and t < EVAL_MAX_STEPS:
+            action = int(np.asarray(policy(np.asarray(obs)[None]))[0])
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total, done, t = total + float(reward), terminated or truncated, t + 1
+        returns.append(total)
+    env.close()
+    return returns
+
+
+def worker(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    lib, workload = args.worker
+    s = SETTINGS[workload]
+    out = RUNNERS[lib](s, args.steps, args.seed)
+    policy = out.pop("policy")
+    returns = evaluate(policy, s.env_id, args.eval_episodes) if s.learning else []
+    return {"lib": lib, "workload": workload, "seed": args.seed, **out, "eval_returns": returns,
+            "eval_mean": statistics.fmean(returns) if returns else None}
+
+
+# --- parent side ---------------------------------------------------------------------------------
+def run_job(job: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))}
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *job, "--eval-episodes", str(args.eval_episodes)]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError("\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:]) or f"exit {proc.returncode}")
+    return json.loads(lines[-1])
+
+
+def steps_of(workload: str, args: argparse.Namespace) -> int:
+    return args.atari_steps if workload.startswith("atari") else args.minatar_steps
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """hetrl's plan=auto profiles a workload once and caches it: do that here, untimed, so that every
+    timed hetrl run finds what a user's second run finds."""
+    for workload in args.workloads:
+        s = SETTINGS[workload]
+        print(f"profiling hetrl on {s.env_id} (untimed, cached for the runs) ...", flush=True)
+        run_job(["hetrl", workload, "--steps", str(s.learning_starts + 2 * s.batch_size), "--seed", "0"], args)
+
+
+def _spread(values: list[float], digits: int = 0) -> str:
+    fmt = f"{{:,.{digits}f}}"
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
+
+
+def table(runs: list[dict[str, Any]], workload: str, libs: list[str]) -> list[str]:
+    s = SETTINGS[workload]
+    head = ["library", "env steps/s median [min–max]", "updates/s", "hetrl ÷ library (env steps/s)", "wall time (s)",
+            "replay bytes per transition"]
+    if s.learning:
+        head += ["final greedy return per seed (10 episodes)", "mean ± std over seeds"]
+    lines = [f"### {s.env_id}" + ("" if s.learning else " (speed only)"), "",
+             "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    rate = {lib: [r["env_steps"] / r["seconds"] for r in runs if r["lib"] == lib and r["workload"] == workload] for lib in libs}
+    for lib in libs:
+        mine = [r for r in runs if r["lib"] == lib and r["workload"] == workload]
+        if not mine:
+            continue
+        ratio = f"{statistics.median(rate['hetrl']) / statistics.median(rate[lib]):.2f}×" if rate.get("hetrl") else "–"
+        row = [LIB_NAMES[lib], _spread(rate[lib]), _spread([r["updates"] / r["seconds"] for r in mine]), ratio,
+               _spread([r["seconds"] for r in mine]), f"{mine[0]['replay_bytes'] / mine[0]['replay_capacity']:,.0f}"]
+        if s.learning:
+            means = [r["eval_mean"] for r in mine]
+            row += [", ".join(f"{m:.1f}" for m in means),
+                    f"{statistics.fmean(means):.1f} ± {statistics.pstdev(means):.1f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    hetrl_runs = [r for r in runs if r["lib"] == "hetrl" and r["workload"] == workload]
+    if hetrl_runs:
+        p = hetrl_runs[0]["placement"]
+        extra = statistics.median(r["call_seconds"] - r["seconds"] for r in hetrl_runs)
+        lines += ["", f"hetrl's plan: executor {hetrl_runs[0]['executor']}; "
+                      + ", ".join(f"{k} {p[k]}" for k in ("EnvStep", "Act", "ReplaySample", "Learn") if k in p)
+                      + f". hetrl's rates are over its training loop; its call also wrote the final checkpoint "
+                      f"(replay included) and played one evaluation episode: {extra:,.1f} s more (median)."]
+    return lines + [""]
+
+
+def plot_curves(runs: list[dict[str, Any]], workloads: list[str], libs: list[str], path: Path) -> None:
+    """Training-episode returns (exploring, smoothed over 5% of the run) per library, one panel per game."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    games = [w for w in workloads if SETTINGS[w].learning and any(r["workload"] == w for r in runs)]
+    if not games:
+        return
+    fig, axes = plt.subplots(1, len(games), figsize=(5.2 * len(games), 4), squeeze=False)
+    colors = {"hetrl": "#d62728", "sb3": "#1f77b4", "cleanrl": "#2ca02c"}
+    for ax, w in zip(axes[0], games):
+        for lib in libs:
+            for i, r in enumerate(r for r in runs if r["lib"] == lib and r["workload"] == w):
+                if not r["curve"]:
+                    continue
+                t, ret = (np.array(v, dtype=float) for v in zip(*r["curve"]))
+                width = max(1.0, 0.05 * t[-1])
+                grid = np.linspace(t[0], t[-1], 100)
+                smooth = [ret[(t > g - width) & (t <= g)].mean() if ((t > g - width) & (t <= g)).any() else np.nan for g in grid]
+                ax.plot(grid, smooth, color=colors[lib], alpha=0.8, lw=1.2, label=LIB_NAMES[lib] if i == 0 else None)
+        ax.set_title(SETTINGS[w].env_id, fontsize=10)
+        ax.set_xlabel("env steps")
+        ax.set_ylabel("training episode return (exploring)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Namespace, out: Path, seconds: float) -> str:
+    from hetrl.hardware import read_cpu
+
+    png = out.with_name(out.stem + "_pixels.png")
+    plot_curves(runs, args.workloads, args.libs, png)
+    quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
+    lines = [BEGIN, f"## DQN on pixels: hetrl, Stable-Baselines3 and a CleanRL-style script{quick}", "",
+             f"`python bench/pixels.py {' '.join(args.argv)}` on {datetime.date.today()}, {read_cpu().model}, "
+             f"{os.cpu_count()} cores, 1 torch thread per library, Python {platform.python_version()}; seeds "
+             f"{', '.join(map(str, args.seeds))}; {args.minatar_steps:,} MinAtar and {args.atari_steps:,} Atari env steps "
+             f"per run; {seconds / 60:.0f} min in all. Settings: `SETTINGS` in bench/pixels.py (the same for every "
+             "library); every library plays the env `hetrl.envs.make_env` builds.", ""]
+    if any(SETTINGS[w].learning for w in args.workloads):
+        lines += [f"![training returns]({os.path.relpath(png, out.parent)})", ""]
+    for w in args.workloads:
+        lines += table(runs, w, args.libs)
+    if failures:
+        lines += ["**Not measured:**", ""] + [f"- {f}" for f in failures] + [""]
+    lines.append(END)
+    return "\n".join(lines) + "\n"
+
+
+def write_report(text: str, out: Path) -> None:
+    old = out.read_text() if out.exists() else ""
+    if BEGIN in old and END in old:
+        text = old[:old.index(BEGIN)] + text.rstrip("\n") + old[old.index(END) + len(END):]
+    elif old:
+        text = old.rstrip("\n") + "\n\n" + text
+    out.write_text(text)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
+    parser.add_argument("--workloads", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--minatar-steps", type=int, default=1_000_000)
+    parser.add_argument("--atari-steps", type=int, default=100_000)
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="smoke test: 6k MinAtar / 6k Atari steps, one seed")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--worker", nargs=2, metavar=("LIB", "WORKLOAD"), help=argparse.SUPPRESS)
+    parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+    args.argv = sys.argv[1:]
+    if args.quick:
+        args.minatar_steps, args.atari_steps, args.seeds, args.eval_episodes = 6_000, 6_000, args.seeds[:1], 2
+    start = time.perf_counter()
+    if "hetrl" in args.libs:
+        prepare(args)
+    runs: list[dict[str, Any]] = []
+    failures: list[str] = []
+    raw = args.out.with_name(args.out.stem + "_pixels.json")
+    for k, seed in enumerate(args.seeds):
+        order = args.libs[k % len(args.libs):] + args.libs[:k % len(args.libs)]
+        for workload in args.workloads:
+            for lib in order:
+                steps = steps_of(workload, args)
+                print(f"{LIB_NAMES[lib]} {workload} seed {seed} ({steps:,} env steps) ...", end=" ", flush=True)
+                try:
+                    r = run_job([lib, workload, "--steps", str(steps), "--seed", str(seed)], args)
+                except RuntimeError as exc:
+                    print(f"FAILED:\n{exc}", flush=True)
+                    failures.append(f"{LIB_NAMES[lib]} {workload} seed {seed}: {str(exc).strip().splitlines()[-1]}")
+                    continue
+                runs.append(r)
+                raw.write_text(json.dumps({"complete": False, "args": args.argv, "runs": runs, "failures": failures}))
+                ev = f", greedy {r['eval_mean']:.1f}" if r["eval_mean"] is not None else ""
+                print(f"{r['env_steps'] / r['seconds']:,.0f} env steps/s, {r['updates'] / r['seconds']:,.0f} updates/s{ev}",
+                      flush=True)
+    raw.write_text(json.dumps({"complete": True, "args": args.argv, "runs": runs, "failures": failures}))
+    write_report(report(runs, failures, args, args.out, time.perf_counter() - start), args.out)
+    print(f"wrote {args.out}")
+    return 2 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
