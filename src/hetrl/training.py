@@ -161,6 +161,7 @@ class Session:
         solved_at: int | None = None
         learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
         eval_seconds = 0.0  # spent evaluating since learning started
+        final_eval_seconds = 0.0  # the final policy's evaluation, in the loop's last row
         bar = progress_bar(self.console, progress)
         self._energy.start()
         with interrupted, bar:
@@ -189,14 +190,18 @@ class Session:
                     timers = ex.timer_totals()
                     row.update(_shares(timers, last_timers, now - last_t))
                     last_timers = timers
-                    if next_eval is not None and ex.env_steps >= next_eval:
+                    final = ex.env_steps >= cfg.steps  # the final policy is evaluated in this row (one row per step)
+                    if final or (next_eval is not None and ex.env_steps >= next_eval):
                         eval_start = time.perf_counter()
                         last_eval, last_eval_step = self.evaluate(cfg.eval_episodes), ex.env_steps
                         self._keep_if_best(last_eval)
-                        eval_seconds += (time.perf_counter() - eval_start) if learning_from else 0.0
+                        spent = time.perf_counter() - eval_start
+                        eval_seconds += spent if learning_from else 0.0
+                        final_eval_seconds = spent if final else 0.0
                         row["eval_return_mean"], row["eval_return_std"] = float(last_eval.mean()), float(last_eval.std())
-                        next_eval = _next_multiple(ex.env_steps, cfg.eval_every)
-                        if cfg.stop_at_return is not None and last_eval.mean() >= cfg.stop_at_return:
+                        next_eval = _next_multiple(ex.env_steps, cfg.eval_every) if cfg.eval_every else None
+                        # a stop: the target reached before the budget ran out (at its end it is no stop)
+                        if cfg.stop_at_return is not None and last_eval.mean() >= cfg.stop_at_return and not final:
                             solved_at = ex.env_steps
                     metrics.write(row)
                     stats = f"{row['env_steps_per_s']:,.0f} steps/s {row['updates_per_s']:,.0f} upd/s"
@@ -212,7 +217,7 @@ class Session:
                 if ex.env_steps >= next_ckpt:
                     self.save_checkpoint()
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
-        end = time.perf_counter()
+        end = time.perf_counter() - final_eval_seconds  # the final evaluation is not training time
         wall = end - start
         energy = self._energy.stop()
         ex.drain_staleness()  # folds the last interval into the run's figures

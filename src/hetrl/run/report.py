@@ -86,13 +86,14 @@ def summary_table(result: "TrainResult") -> Table:
     rows = [
         ("run directory", str(result.run_dir)),
         ("defaults", result.defaults or "n/a"),
-        ("env steps", f"{result.env_steps:,}" + (f" (stopped at target return at {result.solved_at:,})" if result.solved_at else "")),
+        ("env steps", f"{result.env_steps:,}" + (f" (stopped early: the target return was reached at {result.solved_at:,})" if result.solved_at else "")),
         ("gradient updates", f"{result.updates:,}"),
         ("wall time", f"{result.wall_s:.1f} s"),
         ("env steps/s", f"{result.env_steps_per_s:,.0f} (measured, whole run)"),
         ("env steps/s, learning phase", _learning_rate(result)),
         ("updates/s", f"{result.updates_per_s:,.0f} (measured)"),
-        ("executor", result.executor + (f", {result.actors} actor processes, {result.actor_restarts} restarts" if result.actors else "")),
+        ("executor", result.executor + (f", {_count(result.actors, 'actor process', 'actor processes')}, "
+                                        f"{_count(result.actor_restarts, 'restart')}" if result.actors else "")),
         ("replay ratio", _ratio(result)),
         ("replay memory", _replay_memory(result)),
         ("policy staleness", _staleness(result)),
@@ -103,6 +104,10 @@ def summary_table(result: "TrainResult") -> Table:
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else (many or one + 's')}"
 
 
 def _replay_memory(result: "TrainResult") -> str:
