@@ -75,7 +75,9 @@ def make_env(env_id: str, render_mode: str | None = None, *, training: bool = Fa
             options = atari or AtariOptions()
             options.check()
             return make_atari(env_id, options, training, render_mode, **kwargs)
-        env = gym.make(env_id, render_mode=render_mode, **kwargs)
+        if render_mode is not None:  # only when asked: an env whose constructor has no render_mode works otherwise
+            kwargs["render_mode"] = render_mode
+        env = gym.make(env_id, **kwargs)
         return wrap_minatar(env) if is_minatar(env_id) else env
     except gym.error.NameNotFound as exc:  # also covers an unknown namespace's env
         raise HetrlError(f"unknown environment {env_id!r}{did_you_mean(env_id, gym.registry)}: {exc}") from None
