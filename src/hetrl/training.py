@@ -17,7 +17,7 @@ from rich.console import Console
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.config import TrainConfig
 from hetrl.devices import resolve_device
-from hetrl.envs import env_spec
+from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import HetrlError
 from hetrl.evaluation import evaluate_policy
 from hetrl.nets import numpy_params
@@ -59,12 +59,13 @@ class Session:
     run: RunDir
 
     def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None,
-                 defaults: str = "") -> None:
+                 defaults: str = "", source: EnvSource | None = None) -> None:
         config.validate()
         self.config = config
         self.console = console or Console(stderr=True)
         self.defaults = defaults
-        self.spec = env_spec(config.env, config.atari)
+        # the envs: as given (``source``: hetrl.train's objects), or found again by config.json's names
+        self.spec = env_spec(source or config.env_source(), config.atari)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
         resolve_device(config.device)  # a missing device is refused before anything is printed
         if defaults:  # the first line a run prints (once the env and settings are known good): where its settings came from
@@ -81,8 +82,8 @@ class Session:
 
     @classmethod
     def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None,
-               defaults: str = "") -> "Session":
-        session = cls(config, console, defaults=defaults)
+               defaults: str = "", source: EnvSource | None = None) -> "Session":
+        session = cls(config, console, defaults=defaults, source=source)
         session.run = RunDir.create(run_dir, config)
         return session
 
@@ -112,7 +113,7 @@ class Session:
 
     def evaluate(self, episodes: int) -> np.ndarray:
         policy = greedy_policy(self.algo, self.executor.policy_network)
-        return evaluate_policy(policy, self.config.env, episodes, self.config.seed, self.spec.atari)
+        return evaluate_policy(policy, self.spec.origin, episodes, self.config.seed, self.spec.atari)
 
     def save_checkpoint(self) -> Path:
         return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)
