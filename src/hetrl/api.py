@@ -21,6 +21,7 @@ from hetrl.envs.source import EnvFactory, Wrapper
 from hetrl.errors import HetrlError
 from hetrl.evaluation import evaluate_policy, record_gif
 from hetrl.importable import name_of
+from hetrl.run.callbacks import Callback, Callbacks
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session, TrainResult, greedy_policy
 
@@ -32,6 +33,7 @@ def train(
     *,
     env_kwargs: dict[str, Any] | None = None,
     wrappers: Sequence[str | Wrapper] | None = None,
+    callbacks: Sequence[Callback] = (),
     seed: int | None = None,
     device: str | None = None,
     config: str | Path | dict[str, Any] | TrainConfig | None = None,
@@ -48,7 +50,8 @@ def train(
     classes) wrap each env in order. config.json keeps them by name, so other processes (actors,
     ``resume``, ``evaluate``) make the envs again; a factory or wrapper they cannot import (a lambda,
     a nested function, one defined in the script being run) or an id registered only here keeps the
-    run in this process (the inline executor).
+    run in this process (the inline executor). ``callbacks``: :class:`hetrl.Callback` objects,
+    called as the run steps, evaluates and checkpoints; one returning True stops the run.
 
     Settings are layered: the algorithm's generic defaults < the tuned row for ``env``
     (``hetrl.tuned``) < ``config`` (a YAML or JSON file, a dict or a TrainConfig) < ``settings``,
@@ -58,6 +61,7 @@ def train(
     ``(obs_shape, n_actions) -> nn.Module``, defined at the top level of a module (the run keeps it
     as ``"module:function"``).
     """
+    hooks = Callbacks(callbacks)  # checked before anything is written
     name = env if isinstance(env, str) else name_of(env)
     given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
     cfg = apply_values(make_config(algo, name, config), {**given, **settings})
@@ -65,15 +69,17 @@ def train(
                         cfg.wrappers if wrappers is None else wrappers)
     cfg.env, cfg.env_kwargs, cfg.wrappers = source.name, dict(source.kwargs), source.wrappers
     session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, name, config, [*given, *settings]), source=source)
-    result = session.train(progress=progress)
+    result = session.train(progress=progress, callbacks=hooks)
     if summary:
         session.print_summary(result)
     return result
 
 
 def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | Path | None = None,
-           progress: bool = True, summary: bool = False) -> TrainResult:
-    """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps."""
+           callbacks: Sequence[Callback] = (), progress: bool = True, summary: bool = False) -> TrainResult:
+    """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps
+    (``callbacks`` as :func:`train` takes them)."""
+    hooks = Callbacks(callbacks)
     run = RunDir.open(run_dir)
     session = Session.open(run)
     cfg = session.config
@@ -87,7 +93,7 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
             raise HetrlError(f"--steps {steps} is not beyond the checkpoint's {session.executor.env_steps} env steps")
         cfg.steps = steps
         save_config(cfg, run.config)
-    result = session.train(progress=progress)
+    result = session.train(progress=progress, callbacks=hooks)
     if summary:
         session.print_summary(result)
     return result

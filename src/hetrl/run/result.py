@@ -41,4 +41,5 @@ class TrainResult:
     best_eval_return_mean: float | None = None  # the best evaluation of the run so far (its policy: checkpoints/best.pt)
     best_eval_return_std: float | None = None
     best_eval_step: int | None = None  # the env step of that evaluation
+    stopped_at: int | None = None  # env step at which a callback stopped the run (hetrl.Callback)
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)
