@@ -122,6 +122,15 @@ def test_a_module_that_is_not_there_is_one_line(tmp_path):
         env_source("envs_custom:Nothing-v0")
 
 
+def test_a_module_in_the_working_directory_is_found_as_python_m_finds_it(tmp_path, monkeypatch):
+    (tmp_path / "hetrl_cwd_envs.py").write_text(
+        "import gymnasium as gym\nimport envs_custom\n"
+        "gym.register('HetrlCwd-v0', entry_point=envs_custom.Corridor, max_episode_steps=10)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])  # as the hetrl command has it
+    assert env_spec("hetrl_cwd_envs:HetrlCwd-v0").obs_shape == (5,)
+
+
 def test_what_only_this_process_can_make_is_named_with_the_fix(tmp_path):
     assert env_source("CartPole-v1").in_process == ""
     assert env_source(MODULE_ID).in_process == ""
