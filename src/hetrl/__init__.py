@@ -26,6 +26,8 @@ _EXPORTS = {
     "Policy": "hetrl.policy",
     "TrainResult": "hetrl.run.result",
     "HetrlError": "hetrl.errors",
+    "Callback": "hetrl.run.callbacks",
+    "CallbackInfo": "hetrl.run.callbacks",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from hetrl.api import EvalResult, evaluate, resume, train
     from hetrl.errors import HetrlError
     from hetrl.policy import Policy, load
+    from hetrl.run.callbacks import Callback, CallbackInfo
     from hetrl.run.result import TrainResult
 
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,18 +16,24 @@ import numpy as np
 
 from hetrl.algos import make_algorithm
 from hetrl.config import TrainConfig, apply_values, defaults_origin, make_config, save_config
-from hetrl.envs import env_spec
+from hetrl.envs import env_source, env_spec
+from hetrl.envs.source import EnvFactory, Wrapper
 from hetrl.errors import HetrlError
 from hetrl.evaluation import evaluate_policy, record_gif
+from hetrl.importable import name_of
+from hetrl.run.callbacks import Callback, Callbacks
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session, TrainResult, greedy_policy
 
 
 def train(
     algo: str,
-    env: str,
+    env: str | EnvFactory,
     steps: int | None = None,
     *,
+    env_kwargs: dict[str, Any] | None = None,
+    wrappers: Sequence[str | Wrapper] | None = None,
+    callbacks: Sequence[Callback] = (),
     seed: int | None = None,
     device: str | None = None,
     config: str | Path | dict[str, Any] | TrainConfig | None = None,
@@ -35,7 +42,16 @@ def train(
     summary: bool = False,
     **settings: Any,
 ) -> TrainResult:
-    """Train ``algo`` on the Gymnasium env ``env``; returns measured rates, evaluation and the run dir.
+    """Train ``algo`` on ``env``; returns measured rates, evaluation and the run dir.
+
+    ``env``: a Gymnasium id, ``"module:Id"`` (importing the module registers the id), or a factory
+    (a callable returning a ``gym.Env``, or its ``"module:name"``). ``env_kwargs`` go to
+    ``gym.make`` or the factory; ``wrappers`` (callables ``env -> env``, such as ``gym.Wrapper``
+    classes) wrap each env in order. config.json keeps them by name, so other processes (actors,
+    ``resume``, ``evaluate``) make the envs again; a factory or wrapper they cannot import (a lambda,
+    a nested function, one defined in the script being run) or an id registered only here keeps the
+    run in this process (the inline executor). ``callbacks``: :class:`hetrl.Callback` objects,
+    called as the run steps, evaluates and checkpoints; one returning True stops the run.
 
     Settings are layered: the algorithm's generic defaults < the tuned row for ``env``
     (``hetrl.tuned``) < ``config`` (a YAML or JSON file, a dict or a TrainConfig) < ``settings``,
@@ -45,18 +61,25 @@ def train(
     ``(obs_shape, n_actions) -> nn.Module``, defined at the top level of a module (the run keeps it
     as ``"module:function"``).
     """
+    hooks = Callbacks(callbacks)  # checked before anything is written
+    name = env if isinstance(env, str) else name_of(env)
     given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
-    cfg = apply_values(make_config(algo, env, config), {**given, **settings})
-    session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, env, config, [*given, *settings]))
-    result = session.train(progress=progress)
+    cfg = apply_values(make_config(algo, name, config), {**given, **settings})
+    source = env_source(env, cfg.env_kwargs if env_kwargs is None else env_kwargs,
+                        cfg.wrappers if wrappers is None else wrappers)
+    cfg.env, cfg.env_kwargs, cfg.wrappers = source.name, dict(source.kwargs), source.wrappers
+    session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, name, config, [*given, *settings]), source=source)
+    result = session.train(progress=progress, callbacks=hooks)
     if summary:
         session.print_summary(result)
     return result
 
 
 def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | Path | None = None,
-           progress: bool = True, summary: bool = False) -> TrainResult:
-    """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps."""
+           callbacks: Sequence[Callback] = (), progress: bool = True, summary: bool = False) -> TrainResult:
+    """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps
+    (``callbacks`` as :func:`train` takes them)."""
+    hooks = Callbacks(callbacks)
     run = RunDir.open(run_dir)
     session = Session.open(run)
     cfg = session.config
@@ -70,7 +93,7 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
             raise HetrlError(f"--steps {steps} is not beyond the checkpoint's {session.executor.env_steps} env steps")
         cfg.steps = steps
         save_config(cfg, run.config)
-    result = session.train(progress=progress)
+    result = session.train(progress=progress, callbacks=hooks)
     if summary:
         session.print_summary(result)
     return result
@@ -130,7 +153,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
     elif checkpoint == "final":
         which = "final"
     path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint)
-    spec = env_spec(cfg.env, cfg.atari)
+    spec = env_spec(cfg.env_source(), cfg.atari)
     if state.get("kind") == "best":  # the policy only: no executor to build
         which = "best" if path.resolve() == run.best.resolve() else which
         algo = make_algorithm(cfg.algo, spec, cfg.agent)
@@ -145,11 +168,11 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
             policy, env_steps = greedy_policy(session.algo, session.executor.policy_network), session.executor.env_steps
         finally:
             session.executor.close()
-    returns = evaluate_policy(policy, cfg.env, episodes, cfg.seed, spec.atari)
+    returns = evaluate_policy(policy, spec.origin, episodes, cfg.seed, spec.atari)
     video = None
     if render_video:
         if not spec.supports_rgb_array:
             raise HetrlError(f"{cfg.env} cannot render rgb_array frames, so no video can be recorded; drop --render-video")
         video = run.path / f"eval_{path.stem}.gif"
-        record_gif(policy, cfg.env, video, cfg.seed, atari=spec.atari)
+        record_gif(policy, spec.origin, video, cfg.seed, atari=spec.atari)
     return EvalResult(returns=returns, checkpoint=path, video=video, which=which, env_steps=env_steps, note=note)

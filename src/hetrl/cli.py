@@ -13,7 +13,7 @@ from hetrl.errors import HetrlError
 
 def _settings_help() -> str:
     """Every --set key with its default, generated from the config dataclasses."""
-    from dataclasses import fields
+    from dataclasses import MISSING, fields
 
     from hetrl.algos import ALGORITHMS
     from hetrl.config import TrainConfig
@@ -21,8 +21,8 @@ def _settings_help() -> str:
     def listing(obj_fields, defaults) -> str:
         return ", ".join(f"{f.name}={defaults[f.name]}" for f in obj_fields)
 
-    run_fields = [f for f in fields(TrainConfig) if f.name not in ("algo", "env", "agent")]
-    run_defaults = {f.name: f.default for f in run_fields}
+    run_fields = [f for f in fields(TrainConfig) if f.name not in ("algo", "env", "agent", "atari")]  # atari.KEY: below the table
+    run_defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in run_fields}
     run_defaults["steps"] = "/".join(f"{cls.default_steps}({name})" for name, cls in ALGORITHMS.items())
     from hetrl.tuned import TUNED
 
@@ -51,7 +51,9 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.epilog_fn = _settings_help  # built on `train --help` only: it imports the algorithms (and torch)
     p.add_argument("algo", help="dqn, ddpg, td3 or sac")
-    p.add_argument("env", help="a Gymnasium env id, e.g. CartPole-v1 or Pendulum-v1")
+    p.add_argument("env", help="a Gymnasium env id (CartPole-v1), 'module:Id' (importing the module registers Id) "
+                               "or 'module:factory' (a function returning a gym.Env); --set env_kwargs='{...}' "
+                               "and --set wrappers=module:Wrapper,... apply to it")
     p.add_argument("--steps", type=_count, help="total env steps, e.g. 100000, 1e5 or 100k (default: the tuned row's "
                                                  "budget for the env, else the algorithm's)")
     p.add_argument("--seed", type=int)
@@ -170,10 +172,10 @@ def _profile(args: argparse.Namespace) -> int:
     machine = describe_machine()
     with progress_bar(console, not args.no_progress) as bar:
         task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="")
-        profile = profile_workload(cfg.algo, cfg.env, cfg.agent, devices, machine=machine,
+        profile = profile_workload(cfg.algo, cfg.env_source(), cfg.agent, devices, machine=machine,
                                    progress=lambda label, done, total: bar.update(task, completed=done, total=total, stats=label))
     console.print(profile_table(profile))
-    path = profile.save(args.out or default_path(machine, cfg.algo, cfg.env, cfg.agent))
+    path = profile.save(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent))
     console.print(f"profile saved: {path}")
     return 0
 
@@ -220,7 +222,7 @@ def _plan(args: argparse.Namespace) -> int:
                          inference=inference)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
-        plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env, cfg.atari), cfg.agent), console.print, args.objective)
+        plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent), console.print, args.objective)
     for table in plan_tables(plan):
         console.print(table)
     console.print(f"plan written to {plan.save(args.out)}; train with it: "

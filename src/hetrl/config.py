@@ -19,6 +19,7 @@ from typing import Any
 
 from hetrl.algos import AgentConfig, algorithm_class
 from hetrl.envs.pixels import AtariOptions
+from hetrl.envs.source import EnvSource, env_source
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_config_file, read_json, write_json
 from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
@@ -32,7 +33,9 @@ INFERENCE = (*INFERENCE_WAYS, "auto")  # the local executor's ways, or the plan 
 @dataclass
 class TrainConfig:
     algo: str
-    env: str
+    env: str  # a Gymnasium id, "module:Id" (the module registers the id) or "module:factory" (hetrl.envs.source)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)  # to gym.make or the factory (JSON values)
+    wrappers: tuple[str, ...] = ()  # "module:qualname" of each wrapper (env -> env), applied in order after the env is made
     steps: int = 100_000  # total env steps (default: the algorithm's default_steps); resume continues to it
     seed: int = 0
     device: str = "auto"  # the learner's torch device: auto, cpu, cuda, cuda:N, mps
@@ -74,6 +77,10 @@ class TrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def env_source(self) -> EnvSource:
+        """Where this run's envs come from, found again by the names config.json keeps."""
+        return env_source(self.env, self.env_kwargs, self.wrappers)
 
 
 def default_config(algo: str, env: str, tuned: bool = True) -> TrainConfig:
@@ -181,16 +188,25 @@ def _parse(text: str, kind: Any, key: str) -> Any:
         if kind is str:
             return text
         if origin is tuple:
-            parts = text.strip("[]() ").replace("x", ",").split(",")
-            return tuple(args[0](p.strip()) for p in parts if p.strip())
-    except ValueError:
+            inner = text.strip("[]() ")
+            parts = (inner if args[0] is str else inner.replace("x", ",")).split(",")  # 64x64 for integers only
+            return tuple(args[0](p.strip().strip("'\"")) for p in parts if p.strip())
+        if origin is dict:
+            value = json.loads(text)
+            if isinstance(value, dict):
+                return value
+    except ValueError:  # json's JSONDecodeError included
         pass
     raise HetrlError(f"--set {key}={text}: expected {_type_name(kind)}")
 
 
 def _type_name(kind: Any) -> str:
     if typing.get_origin(kind) is tuple:
+        if typing.get_args(kind)[0] is str:
+            return "a comma-separated list of names, e.g. mymodule:MyWrapper,mymodule:Other"
         return "a comma-separated list of integers, e.g. 64,64"
+    if typing.get_origin(kind) is dict:
+        return 'a JSON object, e.g. {"size": 8}'
     if typing.get_origin(kind) in (typing.Union, types.UnionType):
         return _type_name(next(a for a in typing.get_args(kind) if a is not type(None))) + " or none"
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
@@ -270,7 +286,10 @@ def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
         if key in ("agent", "atari"):
             continue
         if typing.get_origin(kind) is tuple and isinstance(value, (list, tuple)):
-            value = tuple(_parse(json.dumps(v), typing.get_args(kind)[0], key) for v in value)
+            item = typing.get_args(kind)[0]
+            value = tuple(v if item is str and isinstance(v, str) else _parse(json.dumps(v), item, key) for v in value)
+        elif typing.get_origin(kind) is dict and isinstance(value, dict):
+            value = dict(value)
         elif kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
         elif value is not None and not isinstance(value, str):

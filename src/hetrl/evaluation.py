@@ -7,20 +7,20 @@ from pathlib import Path
 
 import numpy as np
 
-from hetrl.envs import AtariOptions, make_env
+from hetrl.envs import AtariOptions, EnvSource, make_env
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training envs
 
 
 def evaluate_policy(
-    policy: Callable[[np.ndarray], np.ndarray], env_id: str, episodes: int, seed: int,
+    policy: Callable[[np.ndarray], np.ndarray], env: str | EnvSource, episodes: int, seed: int,
     atari: AtariOptions | None = None,
 ) -> np.ndarray:
     """Returns of ``episodes`` episodes; env i is reset with ``seed + EVAL_SEED_OFFSET + i``. The
     envs are made for evaluation (``training=False``): an Atari env plays full games (no life loss
     as terminal) and returns raw scores; observations keep their dtype (uint8 for pixels)."""
-    envs = [make_env(env_id, training=False, atari=atari) for _ in range(episodes)]
-    first = np.stack([env.reset(seed=seed + EVAL_SEED_OFFSET + i)[0] for i, env in enumerate(envs)])
+    envs = [make_env(env, training=False, atari=atari) for _ in range(episodes)]
+    first = np.stack([made.reset(seed=seed + EVAL_SEED_OFFSET + i)[0] for i, made in enumerate(envs)])
     obs = first if first.dtype == np.uint8 else first.astype(np.float32)
     returns = np.zeros(episodes)
     active = np.ones(episodes, dtype=bool)
@@ -34,17 +34,17 @@ def evaluate_policy(
             obs[i] = o
             if term or trunc:
                 active[i] = False
-    for env in envs:
-        env.close()
+    for made in envs:
+        made.close()
     return returns
 
 
-def record_gif(policy: Callable[[np.ndarray], np.ndarray], env_id: str, path: Path, seed: int, fps: int = 30,
+def record_gif(policy: Callable[[np.ndarray], np.ndarray], env: str | EnvSource, path: Path, seed: int, fps: int = 30,
                atari: AtariOptions | None = None) -> float:
     """Run one greedy episode with ``rgb_array`` rendering and save it as an animated GIF."""
     from PIL import Image
 
-    env = make_env(env_id, render_mode="rgb_array", training=False, atari=atari)
+    env = make_env(env, render_mode="rgb_array", training=False, atari=atari)
     obs, _ = env.reset(seed=seed + EVAL_SEED_OFFSET)
     frames, total, done = [Image.fromarray(env.render())], 0.0, False
     discrete = hasattr(env.action_space, "n")

@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from hetrl.errors import HetrlError
+
+
+def file_part(text: str) -> str:
+    """``text`` (an env id, ``module:Id``, a factory's ``module:qualname``) as part of a file name:
+    every character other than letters, digits and ``_.=-`` becomes ``-``."""
+    return re.sub(r"[^A-Za-z0-9_.=-]", "-", text)
 
 
 def write_json(path: str | Path, data: Any, indent: int = 2) -> Path:

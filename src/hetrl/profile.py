@@ -32,9 +32,9 @@ from rich.table import Table
 
 from hetrl.algos import AgentConfig, Algorithm, make_algorithm
 from hetrl.devices import available_devices
-from hetrl.envs import env_spec
+from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import HetrlError
-from hetrl.files import read_json, write_json
+from hetrl.files import file_part, read_json, write_json
 from hetrl.hardware import Machine, describe_machine
 from hetrl.planner.rule import default_placement
 from hetrl.primitives import LIBRARY, build, implementations
@@ -109,17 +109,21 @@ class Profile:
             raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
 
 
-def default_path(machine: Machine, algo: str, env: str, agent: AgentConfig) -> Path:
+def default_path(machine: Machine, algo: str, env: str | EnvSource, agent: AgentConfig) -> Path:
     """Where a profile of this machine and workload is kept: ``$XDG_CACHE_HOME/hetrl/profiles``,
-    keyed by the settings that change what primitives cost (not the learning rate or epsilon) and by
-    the library of implementations (a release that adds a backend measures it instead of planning
-    without it)."""
+    keyed by the env (its kwargs and wrappers too), the settings that change what primitives cost
+    (not the learning rate or epsilon) and the library of implementations (a release that adds a
+    backend measures it instead of planning without it)."""
     from hetrl import __version__
 
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles"
-    what = {"agent": agent.cost_settings(), "library": [__version__, *LIBRARY]}
+    source = env if isinstance(env, EnvSource) else EnvSource(env)
+    settings = agent.cost_settings()
+    if source.kwargs or source.wrappers:
+        settings = {**settings, "env_kwargs": source.kwargs, "wrappers": source.wrappers}
+    what = {"agent": settings, "library": [__version__, *LIBRARY]}
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return cache / machine.fingerprint() / f"{algo}_{env.replace('/', '-')}_{key}.json"
+    return cache / machine.fingerprint() / f"{algo}_{file_part(source.name)}_{key}.json"
 
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 7, warmup: int = 3) -> tuple[float, float, float, int]:
@@ -201,6 +205,9 @@ def profile_notes(algo: Algorithm) -> list[str]:
             kind = "frame replays" if frames else "plain replays"
             notes.append(f"{kind} profiled holding {fill:,} transitions, not {min(algo.config.buffer_size, REPLAY_FILL):,}: "
                          f"the fill is capped at {REPLAY_FILL_BYTES >> 20} MB of observations")
+    source = getattr(algo.spec, "source", None)  # a spec written by hand may have none
+    if source is not None and source.in_process:
+        notes.append(f"ActorStart not measured: only this process can make {algo.spec.env_id}, so its runs stay inline")
     return notes
 
 
@@ -333,9 +340,10 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         """Starting and stopping the local executor's actor processes, once, cold (runtime/startup.py):
         the fork server dominates, and more actors fork from it in parallel."""
         actors = min(2, os.cpu_count() or 1)
-        seconds = actor_start_seconds(algo.name, spec.env_id, cfg, actors)
+        seconds = actor_start_seconds(algo.name, spec.origin, cfg, actors)
         return [Timing("ActorStart", "local", "cpu", actors, None, seconds, seconds, seconds, 1)]
-    yield "ActorStart local", actor_start
+    if not (spec.source and spec.source.in_process):  # else no actor process can make the envs: runs stay inline
+        yield "ActorStart local", actor_start
 
     def inference_trip():
         """Central inference's transport, one actor's round trip (``InferenceTrip``) and the
@@ -392,7 +400,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     yield "Loop inline", loop
 
 
-def profile_workload(algo: str, env: str, agent: AgentConfig, devices: list[str] | None = None,
+def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, devices: list[str] | None = None,
                      threads: list[int] | None = None, progress: Callable[[str, int, int], None] | None = None,
                      machine: Machine | None = None, meters: Any = None) -> Profile:
     """Measure every primitive of ``algo`` on ``env`` on this machine (see the module docstring).
@@ -410,7 +418,7 @@ def profile_workload(algo: str, env: str, agent: AgentConfig, devices: list[str]
     threads = threads or sorted({1, os.cpu_count() or 1})
     machine = machine or describe_machine()
     agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
-    result = Profile(algorithm.name, env, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     result.notes.extend(profile_notes(algorithm))
     jobs = list(_jobs(algorithm, devices, threads, meters))
     for done, (label, measure) in enumerate(jobs):

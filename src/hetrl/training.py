@@ -7,6 +7,7 @@ import copy
 import json
 import signal
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,11 @@ from rich.console import Console
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.config import TrainConfig
 from hetrl.devices import resolve_device
-from hetrl.envs import env_spec
+from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import HetrlError
 from hetrl.evaluation import evaluate_policy
 from hetrl.nets import numpy_params
+from hetrl.run.callbacks import Callback, CallbackInfo, Callbacks
 from hetrl.run.metrics import STAGES, MetricsWriter, read_metrics
 from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
@@ -59,12 +61,13 @@ class Session:
     run: RunDir
 
     def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None,
-                 defaults: str = "") -> None:
+                 defaults: str = "", source: EnvSource | None = None) -> None:
         config.validate()
         self.config = config
         self.console = console or Console(stderr=True)
         self.defaults = defaults
-        self.spec = env_spec(config.env, config.atari)
+        # the envs: as given (``source``: hetrl.train's objects), or found again by config.json's names
+        self.spec = env_spec(source or config.env_source(), config.atari)
         self.algo = make_algorithm(config.algo, self.spec, config.agent)
         resolve_device(config.device)  # a missing device is refused before anything is printed
         if defaults:  # the first line a run prints (once the env and settings are known good): where its settings came from
@@ -81,8 +84,8 @@ class Session:
 
     @classmethod
     def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None,
-               defaults: str = "") -> "Session":
-        session = cls(config, console, defaults=defaults)
+               defaults: str = "", source: EnvSource | None = None) -> "Session":
+        session = cls(config, console, defaults=defaults, source=source)
         session.run = RunDir.create(run_dir, config)
         return session
 
@@ -112,7 +115,7 @@ class Session:
 
     def evaluate(self, episodes: int) -> np.ndarray:
         policy = greedy_policy(self.algo, self.executor.policy_network)
-        return evaluate_policy(policy, self.config.env, episodes, self.config.seed, self.spec.atari)
+        return evaluate_policy(policy, self.spec.origin, episodes, self.config.seed, self.spec.atari)
 
     def save_checkpoint(self) -> Path:
         return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)
@@ -130,13 +133,15 @@ class Session:
             "eval_return_mean": mean, "eval_return_std": std, "eval_episodes": len(returns),
         })
 
-    def train(self, progress: bool = True) -> TrainResult:
-        """Run to ``config.steps`` (or the target return, or Ctrl-C); the executor is closed at the
-        end whatever happens, so no actor process or shared memory outlives the call. The loop's
-        energy is measured on every meter there is (RAPL, NVML), or reported unavailable."""
+    def train(self, progress: bool = True, callbacks: Sequence[Callback] | Callbacks = ()) -> TrainResult:
+        """Run to ``config.steps`` (or the target return, or Ctrl-C, or a callback's stop); the
+        executor is closed at the end whatever happens, so no actor process or shared memory
+        outlives the call. The loop's energy is measured on every meter there is (RAPL, NVML), or
+        reported unavailable."""
         from hetrl.energy.discovery import discover_meters
         from hetrl.energy.measurement import EnergyMeasurement
 
+        self._callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
         try:
             with discover_meters() as meters:
                 self._energy = EnergyMeasurement(meters)
@@ -159,6 +164,9 @@ class Session:
         last_eval: np.ndarray | None = None
         last_eval_step: int | None = None
         solved_at: int | None = None
+        stopped_at: int | None = None  # the env step at which a callback stopped the run
+        hooks, pending, episodes_seen = self._callbacks, [], 0  # pending: episodes on_step saw, for the next metrics row
+        reported: int | None = None  # the env step of the last checkpoint on_checkpoint was told of
         learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
         eval_seconds = 0.0  # spent evaluating since learning started
         final_eval_seconds = 0.0  # the final policy's evaluation, in the loop's last row
@@ -168,11 +176,19 @@ class Session:
             task = bar.add_task(f"{cfg.algo} {cfg.env}", total=cfg.steps, completed=ex.env_steps, stats="")
             while ex.env_steps < cfg.steps and not interrupted.set:
                 ex.iteration()
+                if hooks.stepping:
+                    finished = ex.drain_episodes()
+                    pending += finished
+                    episodes_seen += len(finished)
+                    if hooks.call("on_step", self._info(episodes_seen, tuple(r for r, _ in finished))):
+                        stopped_at = ex.env_steps
                 if learning_from is None and ex.env_steps >= cfg.agent.learning_starts:
                     learning_from = (time.perf_counter(), ex.env_steps)
                 if ex.env_steps >= next_log or ex.env_steps >= cfg.steps:
                     now = time.perf_counter()
-                    episodes = ex.drain_episodes()
+                    drained = ex.drain_episodes()
+                    episodes_seen += len(drained)
+                    episodes, pending = pending + drained, []
                     row: dict[str, Any] = {
                         "env_steps": ex.env_steps,
                         "updates": ex.updates,
@@ -190,7 +206,7 @@ class Session:
                     timers = ex.timer_totals()
                     row.update(_shares(timers, last_timers, now - last_t))
                     last_timers = timers
-                    final = ex.env_steps >= cfg.steps  # the final policy is evaluated in this row (one row per step)
+                    final = ex.env_steps >= cfg.steps or stopped_at is not None  # the final policy is evaluated in this row (one row per step)
                     if final or (next_eval is not None and ex.env_steps >= next_eval):
                         eval_start = time.perf_counter()
                         last_eval, last_eval_step = self.evaluate(cfg.eval_episodes), ex.env_steps
@@ -203,6 +219,8 @@ class Session:
                         # a stop: the target reached before the budget ran out (at its end it is no stop)
                         if cfg.stop_at_return is not None and last_eval.mean() >= cfg.stop_at_return and not final:
                             solved_at = ex.env_steps
+                        if hooks.call("on_eval", self._info(episodes_seen, evaluation=last_eval)):
+                            stopped_at = ex.env_steps
                     metrics.write(row)
                     stats = f"{row['env_steps_per_s']:,.0f} steps/s {row['updates_per_s']:,.0f} upd/s"
                     if row["return_mean"] is not None:
@@ -215,8 +233,12 @@ class Session:
                     if solved_at is not None:
                         break
                 if ex.env_steps >= next_ckpt:
-                    self.save_checkpoint()
+                    path, reported = self.save_checkpoint(), ex.env_steps
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
+                    if hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path)):
+                        stopped_at = ex.env_steps
+                if stopped_at is not None:
+                    break
         end = time.perf_counter() - final_eval_seconds  # the final evaluation is not training time
         wall = end - start
         energy = self._energy.stop()
@@ -225,7 +247,9 @@ class Session:
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
-        self.save_checkpoint()
+        path = self.save_checkpoint()
+        if reported != ex.env_steps:  # the run ends here: a stop asked for changes nothing
+            hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path))
         # a prediction is shown only for the executor and actor count it was made for
         same = ((self.plan.executor, self.plan.actors, self.plan.inference, self.plan.num_envs)
                 == (self.executor_kind, self.actors, self.inference, self.num_envs))
@@ -235,6 +259,7 @@ class Session:
         if solved_at is None and not interrupted.set and last_eval_step != ex.env_steps:  # the final policy's evaluation
             last_eval = self.evaluate(cfg.eval_episodes)
             self._keep_if_best(last_eval)
+            hooks.call("on_eval", self._info(episodes_seen, evaluation=last_eval))
             metrics.write({"env_steps": ex.env_steps, "updates": ex.updates, "wall_s": round(wall, 3),
                            "eval_return_mean": float(last_eval.mean()), "eval_return_std": float(last_eval.std())})
         metrics.close()
@@ -244,7 +269,7 @@ class Session:
             env_steps_per_s=(ex.env_steps - start_steps) / wall, updates_per_s=(ex.updates - start_updates) / wall,
             eval_return_mean=None if last_eval is None else float(last_eval.mean()),
             eval_return_std=None if last_eval is None else float(last_eval.std()),
-            eval_episodes=cfg.eval_episodes, solved_at=solved_at, interrupted=interrupted.set,
+            eval_episodes=cfg.eval_episodes, solved_at=solved_at, interrupted=interrupted.set, stopped_at=stopped_at,
             placement=self._where(), timers=timer_table(ex.timer_totals(), wall), metrics=read_metrics(run.metrics),
             learning_env_steps_per_s=learning_rate,
             predicted_env_steps_per_s=prediction.env_steps_per_s if prediction else None,
@@ -266,6 +291,17 @@ class Session:
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         return result
+
+    def _info(self, episodes: int, episode_returns: tuple[float, ...] = (), evaluation: np.ndarray | None = None,
+              checkpoint: Path | None = None) -> CallbackInfo:
+        """What a callback is told (see hetrl.run.callbacks)."""
+        ex = self.executor
+        return CallbackInfo(
+            run_dir=self.run.path, env_steps=ex.env_steps, updates=ex.updates, episodes=episodes,
+            episode_returns=episode_returns, checkpoint=checkpoint,
+            eval_return_mean=None if evaluation is None else float(evaluation.mean()),
+            eval_return_std=None if evaluation is None else float(evaluation.std()),
+        )
 
     def _where(self) -> dict[str, str]:
         """Where each timed stage ran, for the summary: what the executor's built implementations

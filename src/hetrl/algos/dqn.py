@@ -17,7 +17,6 @@ the target refreshed every 128 updates), with double Q-learning on.
 from __future__ import annotations
 
 import copy
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from torch import nn
 from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, polyak_, seeded_init
 from hetrl.envs.spec import EnvSpec
 from hetrl.errors import HetrlError
+from hetrl.importable import load, name_of
 from hetrl.nets import QNetwork
 from hetrl.nets.conv import MinAtarNet, NatureCNN
 
@@ -205,7 +205,7 @@ def network_kind(spec: EnvSpec, network: str) -> str:
 def factory_name(factory: Callable[..., nn.Module]) -> str:
     """``factory`` as the ``network`` setting that names it ("module:function"), after checking that
     the name finds it again (a lambda or a nested function cannot be found in another process)."""
-    name = f"{getattr(factory, '__module__', '?')}:{getattr(factory, '__qualname__', '?')}"
+    name = name_of(factory)
     try:
         found = load_factory(name)
     except HetrlError:
@@ -218,11 +218,8 @@ def factory_name(factory: Callable[..., nn.Module]) -> str:
 
 def load_factory(name: str) -> Callable[..., nn.Module]:
     """The factory a ``"module:function"`` setting names."""
-    module_name, _, attr = name.partition(":")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
+        obj = load(name)
     except (ImportError, AttributeError) as exc:
         raise HetrlError(f"network={name}: cannot import it ({exc}); give 'module:function' of an importable module") from None
     if not callable(obj):

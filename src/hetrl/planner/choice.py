@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -25,11 +25,11 @@ from hetrl.runtime.inference import INFERENCE
 
 def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
     """True when the profile measured every registered implementation the model uses (of those
-    that can serve ``algorithm``)."""
+    that can serve ``algorithm``), and the actors' start-up where actor processes can make the envs."""
     needed = {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"}
     have = {(t.primitive, t.backend) for t in profile.timings}
     devices = {t.device for t in profile.timings}
-    return ("ActorStart", "local") in have and all((p, b) in have for p in needed for b, impl in implementations(p).items()
+    return (("ActorStart", "local") in have or bool(in_process(algorithm))) and all((p, b) in have for p in needed for b, impl in implementations(p).items()
                if not impl.unsupported(algorithm) and any(impl.runs_on(d) for d in devices))
 
 
@@ -68,11 +68,12 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
     if config.plan == "auto":
         learn_device = None if config.device == "auto" else str(resolve_device(config.device))
         machine = describe_machine()
-        path = default_path(machine, config.algo, config.env, config.agent)
+        env = algorithm.spec.origin
+        path = default_path(machine, config.algo, env, config.agent)
         profile = _cached_profile(path, algorithm)
         if profile is None:
             announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
-            profile = profile_workload(config.algo, config.env, config.agent, machine=machine)
+            profile = profile_workload(config.algo, env, config.agent, machine=machine)
             profile.save(path)
         executors, inference = search_space(config)
         plan = make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
@@ -119,11 +120,35 @@ class RunPlan:
         return self.plan.placement
 
 
+def in_process(algorithm: Algorithm) -> str:
+    """Why only this process can make ``algorithm``'s envs ("" when actor processes can too)."""
+    source = algorithm.spec.source
+    return source.in_process if source is not None else ""
+
+
+def keep_in_process(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None]) -> TrainConfig:
+    """``config``, kept to the inline executor where only this process can make the envs (said once);
+    an executor or inference way asked for by name that needs other processes is refused."""
+    why = in_process(algorithm)
+    if not why:
+        return config
+    source = algorithm.spec.source
+    if config.executor in ("local", "ray"):
+        source.check_portable(f"executor={config.executor}")
+    if config.inference == "central":
+        source.check_portable("inference=central (the local executor)")
+    announce(f"env {config.env}: only this process can make it, so the run keeps to the inline executor and no "
+             f"other process (actors, `hetrl resume`, `hetrl eval`) can make its envs; {why}")
+    return replace(config, executor="inline")
+
+
 def resolve(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
             plan: Plan | None = None) -> RunPlan:
     """The run's plan (``plan``: one already made, as a resumed run's; else :func:`plan_for_run`),
     then what the config leaves to it: the executor where the config says auto, the actors, where
-    the actors' policy runs and the envs per actor. A setting the config names wins over the plan."""
+    the actors' policy runs and the envs per actor. A setting the config names wins over the plan.
+    Envs only this process can make keep the run inline (:func:`keep_in_process`)."""
+    config = keep_in_process(config, algorithm, announce)
     if plan is None:
         plan = plan_for_run(config, algorithm, announce)
     else:

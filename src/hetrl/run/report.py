@@ -86,7 +86,8 @@ def summary_table(result: "TrainResult") -> Table:
     rows = [
         ("run directory", str(result.run_dir)),
         ("defaults", result.defaults or "n/a"),
-        ("env steps", f"{result.env_steps:,}" + (f" (stopped early: the target return was reached at {result.solved_at:,})" if result.solved_at else "")),
+        ("env steps", f"{result.env_steps:,}" + (f" (stopped early: the target return was reached at {result.solved_at:,})" if result.solved_at else "")
+         + (f" (stopped by a callback at {result.stopped_at:,})" if result.stopped_at is not None else "")),
         ("gradient updates", f"{result.updates:,}"),
         ("wall time", f"{result.wall_s:.1f} s"),
         ("env steps/s", f"{result.env_steps_per_s:,.0f} (measured, whole run)"),

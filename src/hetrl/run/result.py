@@ -43,4 +43,5 @@ class TrainResult:
     best_eval_step: int | None = None  # the env step of that evaluation
     replay_bytes: int | None = None  # the replay's storage, allocated for its whole capacity
     replay_capacity: int | None = None  # transitions it holds when full (buffer_size)
+    stopped_at: int | None = None  # env step at which a callback stopped the run (hetrl.Callback)
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)

@@ -16,6 +16,7 @@ import torch
 
 from hetrl.config import TrainConfig, load_config, save_config
 from hetrl.errors import HetrlError
+from hetrl.files import file_part
 
 CHECKPOINT_FORMAT = "hetrl-checkpoint-v1"
 _STEP_FILE = re.compile(r"step_(\d+)\.pt$")
@@ -39,7 +40,7 @@ class RunDir:
     def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs") -> "RunDir":
         if path is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
-            base = Path(root) / f"{config.algo}_{config.env.replace('/', '-')}_s{config.seed}_{stamp}"
+            base = Path(root) / f"{config.algo}_{file_part(config.env)}_s{config.seed}_{stamp}"
             path, k = base, 1
             while path.exists():
                 path, k = base.with_name(f"{base.name}_{k}"), k + 1

@@ -17,7 +17,7 @@ import numpy as np
 from torch import nn
 
 from hetrl.algos import AgentConfig, Algorithm, make_algorithm
-from hetrl.envs import AtariOptions, env_spec
+from hetrl.envs import AtariOptions, EnvSource, env_spec
 from hetrl.primitives import build
 from hetrl.protocol import Placement
 from hetrl.runtime.nstep import NStepAssembler
@@ -89,12 +89,16 @@ class ActorSpec:
     """Everything an actor process needs to build its acting role (picklable)."""
 
     algo: str
-    env: str
+    env: str | EnvSource  # pickled to the actor: only a source other processes can make (checked here)
     agent: AgentConfig
     num_envs: int
     seed: int
     placement: Placement
     atari: AtariOptions | None = None  # an ALE id's preprocessing (the run's; None: the defaults)
+
+    def __post_init__(self) -> None:  # in the learner's process (unpickling does not call it)
+        if isinstance(self.env, EnvSource):
+            self.env.check_portable("an actor process")
 
     def actor_seed(self, index: int, incarnation: int) -> int:
         """Distinct streams per actor and per restart of an actor."""

@@ -74,7 +74,7 @@ class LocalExecutor(ParallelBookkeeping):
         cfg = algo.config
         self.algo, self.placement, self.seed, self.log = algo, placement, seed, log
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
-        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed, placement, algo.spec.atari)
+        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
         self.timers = Timers()
         self.rng = np.random.default_rng(seed)
         self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)

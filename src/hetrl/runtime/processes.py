@@ -1,9 +1,10 @@
 """How hetrl starts processes: the local executor's actors, the profiler's round-trip actor and
-tabular learning's unit processes."""
+tabular learning's unit processes; and what a fresh interpreter it starts with ``subprocess`` sees."""
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,3 +41,15 @@ def without_main() -> Iterator[None]:
     finally:
         main.__dict__.pop("__spec__", None)
         main.__dict__.update(saved)
+
+
+def fresh_python_env() -> dict[str, str]:
+    """The environment for a fresh interpreter (``subprocess``) that should import what this process
+    imports: this hetrl first, then this process's ``sys.path`` as PYTHONPATH, so a user's module
+    beside the script being run (or on a path the script added) is found as the actors find it
+    (multiprocessing hands them ``sys.path`` too)."""
+    import hetrl
+
+    source_root = os.path.dirname(os.path.dirname(os.path.abspath(hetrl.__file__)))
+    paths = [source_root, *(p or os.getcwd() for p in sys.path)]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths))}

@@ -126,7 +126,7 @@ class RayExecutor(ParallelBookkeeping):
         cfg = algo.config
         self.algo, self.placement, self.seed, self.address, self.log = algo, placement, seed, address, log
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
-        self.spec = ActorSpec(algo.name, algo.spec.env_id, cfg, num_envs, seed, placement, algo.spec.atari)
+        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
         self.limiter = ReplaySchedule.of(cfg, actors, num_envs)
         self.chunk_steps = max(1, self.limiter.lead // (2 * actors * num_envs))  # steps per env per collect call
         self.policy_network = algo.make_policy_network()
