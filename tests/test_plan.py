@@ -93,10 +93,18 @@ def test_unprofiled_sizes_are_interpolated():
     assert p8.per_call_s["EnvStep"] == pytest.approx(160 * US)  # extrapolated from the last two
 
 
-def test_planner_takes_the_faster_thread_count():
-    plan = make_plan(synthetic(HOST), DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1)
-    assert plan.placement == CPU_PLAN
-    assert plan.runner_ups and plan.runner_ups[0][0].placement.learn.threads == 2
+def test_planner_takes_several_learner_threads_only_where_they_pay_clearly():
+    """Slower on 2 threads (1,500 µs against 1,000), or faster by less than MULTI_THREAD_GAIN (900):
+    not a candidate at all (threads waiting on a busy core are a trap); 600 µs: chosen."""
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    for two_threads in (1500, 900):
+        rows = [r if r[:5] != ("Learn", "torch", "cpu", 64, 2) else (*r[:5], two_threads) for r in HOST]
+        plan = make_plan(synthetic(rows), agent, 1)
+        assert plan.placement == CPU_PLAN
+        assert all(c.placement.learn.threads == 1 for c, _ in plan.runner_ups if c.placement.learn.device == "cpu")
+    rows = [r if r[:5] != ("Learn", "torch", "cpu", 64, 2) else (*r[:5], 600) for r in HOST]
+    assert make_plan(synthetic(rows), agent, 1).placement.learn == Slot("torch", "cpu", 2)
+    assert make_plan(synthetic(HOST), agent, 1, learn_threads=2).placement.learn == Slot("torch", "cpu", 2)  # asked for
 
 
 GPU = HOST + [
@@ -157,7 +165,8 @@ def test_missing_measurements_and_objectives():
 
 
 def test_plan_file_round_trip(tmp_path):
-    plan = make_plan(synthetic(HOST), DQNConfig(batch_size=64), 1)
+    two_threads_pay = [r if r[:5] != ("Learn", "torch", "cpu", 64, 2) else (*r[:5], 600) for r in HOST]
+    plan = make_plan(synthetic(two_threads_pay), DQNConfig(batch_size=64), 1)
     data = json.loads(plan.save(tmp_path / "plan.json").read_text())
     assert data["predicted"]["bottleneck"] == "Learn" and len(data["runner_ups"]) >= 1
     loaded = Plan.load(tmp_path / "plan.json")
@@ -166,7 +175,7 @@ def test_plan_file_round_trip(tmp_path):
     assert loaded.prediction.env_steps_per_s == pytest.approx(plan.prediction.env_steps_per_s, rel=1e-4)
     assert loaded.prediction.per_call_s.keys() == plan.prediction.per_call_s.keys()
     # ... but not once the choice it was made for is edited by hand
-    data["placement"]["learn"]["threads"] = 2
+    data["placement"]["learn"]["threads"] = 3 - plan.placement.learn.threads
     (tmp_path / "plan.json").write_text(json.dumps(data))
     assert Plan.load(tmp_path / "plan.json").prediction is None
 

@@ -68,7 +68,8 @@ def train(
     source = env_source(env, cfg.env_kwargs if env_kwargs is None else env_kwargs,
                         cfg.wrappers if wrappers is None else wrappers)
     cfg.env, cfg.env_kwargs, cfg.wrappers = source.name, dict(source.kwargs), source.wrappers
-    session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, name, config, [*given, *settings]), source=source)
+    session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, name, config, [*given, *settings]), source=source,
+                             progress=progress)
     result = session.train(progress=progress, callbacks=hooks)
     if summary:
         session.print_summary(result)

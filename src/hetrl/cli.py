@@ -83,7 +83,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = make_config(args.algo, args.env, args.config, flags + args.overrides)
     console = Console(stderr=True)
     session = Session.create(cfg, args.run_dir, console,
-                             defaults=defaults_origin(args.algo, args.env, args.config, flags + args.overrides))
+                             defaults=defaults_origin(args.algo, args.env, args.config, flags + args.overrides),
+                             progress=not args.no_progress)
     console.print(f"run directory: {session.run.path}")
     result = session.train(progress=not args.no_progress)
     session.print_summary(result)
@@ -171,9 +172,9 @@ def _profile(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     machine = describe_machine()
     with progress_bar(console, not args.no_progress) as bar:
-        task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="")
+        task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="", unit="measurements")
         profile = profile_workload(cfg.algo, cfg.env_source(), cfg.agent, devices, machine=machine,
-                                   progress=lambda label, done, total: bar.update(task, completed=done, total=total, stats=label))
+                                   progress=lambda label, done, total: bar.update(task, completed=done + 1, total=total, stats=label))
     console.print(profile_table(profile))
     path = profile.save(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent))
     console.print(f"profile saved: {path}")

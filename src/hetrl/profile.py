@@ -20,7 +20,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -54,6 +54,9 @@ BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at leas
 ENERGY_SECONDS = 0.25
 
 
+TimingKey = tuple[str, str, str, "int | None", "int | None"]  # primitive, backend, device, size, threads
+
+
 @dataclass(frozen=True)
 class Timing:
     primitive: str  # a primitive, "Transfer" (replay batch to the learner) or "Loop" (the executor's own work)
@@ -67,6 +70,11 @@ class Timing:
     calls: int  # calls timed (after warm-up)
     joules_per_call: float | None = None  # every working meter's energy (the whole machine's), per call; None: unavailable
     energy_meters: str | None = None  # the meters that measured it
+
+    @property
+    def key(self) -> TimingKey:
+        """What the row measured (the same key in two profiles means the same measurement)."""
+        return self.primitive, self.backend, self.device, self.size, self.threads
 
 
 @dataclass
@@ -398,6 +406,34 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                                float(median), float(p10), float(p90), timers.calls[name]))
         return rows
     yield "Loop inline", loop
+
+
+def _label(key: TimingKey) -> str | None:
+    """The job of :func:`_jobs` that measures the row ``key`` (Learn, EnvStep and Act rows only)."""
+    primitive, backend, device, size, threads = key
+    if primitive == "Learn":
+        return f"Learn {backend} on {device}" + (f" ({threads} threads)" if threads else "")
+    if primitive == "EnvStep":
+        return f"EnvStep {backend} x{size}"
+    if primitive == "Act":
+        return f"Act+WeightSync {backend} on {device}"
+    return None
+
+
+def measure(algorithm: Algorithm, keys: Sequence[TimingKey]) -> list[Timing]:
+    """Measure the profile rows ``keys`` again, each as :func:`profile_workload` measures it (a key's
+    size None: the batch size); rows of other primitives than Learn, EnvStep and Act are skipped.
+    What ``hetrl.planner.calibration`` checks a cached profile with."""
+    batch = algorithm.config.batch_size
+    wanted = {(p, b, d, batch if n is None else n, t) for p, b, d, n, t in keys}
+    labels = {label for label in map(_label, keys) if label}
+    devices = sorted({d for _, _, d, _, _ in keys} | {"cpu"})
+    threads = sorted({t for _, _, _, _, t in keys if t} | {1})
+    rows: list[Timing] = []
+    for label, job in _jobs(algorithm, devices, threads):
+        if label in labels:
+            rows += [t for t in job() if t.key in wanted]
+    return rows
 
 
 def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, devices: list[str] | None = None,

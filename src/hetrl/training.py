@@ -61,7 +61,7 @@ class Session:
     run: RunDir
 
     def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None,
-                 defaults: str = "", source: EnvSource | None = None) -> None:
+                 defaults: str = "", source: EnvSource | None = None, progress: bool = True) -> None:
         config.validate()
         self.config = config
         self.console = console or Console(stderr=True)
@@ -72,7 +72,14 @@ class Session:
         resolve_device(config.device)  # a missing device is refused before anything is printed
         if defaults:  # the first line a run prints (once the env and settings are known good): where its settings came from
             self.console.print(f"defaults: {defaults}", highlight=False, soft_wrap=True)
-        self.run_plan = resolve(config, self.algo, self.console.print, plan)
+        with progress_bar(self.console, progress) as bar:  # shown only while a profile is measured
+            shown: list[int] = []
+
+            def profiling(label: str, done: int, total: int) -> None:
+                if not shown:
+                    shown.append(bar.add_task(f"profiling {config.algo} {config.env}", total=total, stats="", unit="measurements"))
+                bar.update(shown[0], completed=done + 1, total=total, stats=label)
+            self.run_plan = resolve(config, self.algo, self.console.print, plan, profiling)
         self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
         self.executor_kind, self.actors = self.run_plan.executor, self.run_plan.actors
         self.inference, self.num_envs = self.run_plan.inference, self.run_plan.num_envs
@@ -84,8 +91,8 @@ class Session:
 
     @classmethod
     def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None,
-               defaults: str = "", source: EnvSource | None = None) -> "Session":
-        session = cls(config, console, defaults=defaults, source=source)
+               defaults: str = "", source: EnvSource | None = None, progress: bool = True) -> "Session":
+        session = cls(config, console, defaults=defaults, source=source, progress=progress)
         session.run = RunDir.create(run_dir, config)
         return session
 
@@ -287,6 +294,7 @@ class Session:
             best_eval_return_mean=self.best[0] if self.best else None,
             best_eval_return_std=self.best[1] if self.best else None,
             best_eval_step=self.best[2] if self.best else None,
+            profile_check=self.plan.profile_check or None,
             replay_bytes=ex.replay_bytes() or None, replay_capacity=cfg.agent.buffer_size,
         )
         run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")

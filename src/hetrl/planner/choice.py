@@ -19,7 +19,8 @@ from hetrl.planner.rule import default_actors, default_placement
 from hetrl.planner.search import make_plan
 from hetrl.primitives import get, implementations
 from hetrl.protocol import Placement
-from hetrl.profile import Profile, default_path, profile_workload
+from hetrl.planner.calibration import Measure, calibrate
+from hetrl.profile import Profile, default_path, measure, profile_workload
 from hetrl.runtime.inference import INFERENCE
 
 
@@ -53,9 +54,11 @@ def search_space(config: TrainConfig) -> tuple[tuple[str, ...], tuple[str, ...]]
 
 
 def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
-                 objective: str = "throughput") -> Plan:
+                 objective: str = "throughput", *, profiling: Callable[..., Profile] = profile_workload,
+                 measuring: Measure = measure, progress: Callable[[str, int, int], None] | None = None) -> Plan:
     """The plan a run uses: ``auto`` (planned from this machine's profile, measured once and
-    cached), ``rule`` (the fixed rule of :func:`default_placement`), or a plan.json path."""
+    cached, and checked against a short calibration at each start: ``planner/calibration.py``;
+    ``profiling`` and ``measuring`` are injectable for tests), ``rule`` (the fixed rule of :func:`default_placement`), or a plan.json path."""
     threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
     if config.plan == "rule":
         work = (algorithm.learner_parameters(), config.agent.batch_size)
@@ -70,15 +73,32 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         machine = describe_machine()
         env = algorithm.spec.origin
         path = default_path(machine, config.algo, env, config.agent)
+        executors, inference = search_space(config)
+
+        def planned(profile: Profile) -> Plan:
+            return make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
+                             executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps,
+                             inference=inference, frame_replay=frame_replay_wanted(algorithm))
+
+        def profile_now() -> Profile:
+            profile = profiling(config.algo, env, config.agent, machine=machine, **({"progress": progress} if progress else {}))
+            profile.save(path)
+            return profile
+
         profile = _cached_profile(path, algorithm)
         if profile is None:
             announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
-            profile = profile_workload(config.algo, env, config.agent, machine=machine)
-            profile.save(path)
-        executors, inference = search_space(config)
-        plan = make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
-                         executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps,
-                         inference=inference, frame_replay=frame_replay_wanted(algorithm))
+            plan = planned(profile_now())
+            plan.profile_check = f"measured now (cached in {path})"
+        else:
+            plan = planned(profile)
+            calibration = calibrate(profile, algorithm, plan, measuring=measuring)
+            if calibration.drifted:
+                announce(f"the cached profile is off ({calibration.describe()}): profiling again")
+                plan = planned(profile_now())
+                plan.profile_check = f"refreshed: the cached one was off, {calibration.describe()}"
+            else:
+                plan.profile_check = f"cached, checked at the start: {calibration.describe()}"
         if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
             plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
         return plan
@@ -143,16 +163,18 @@ def keep_in_process(config: TrainConfig, algorithm: Algorithm, announce: Callabl
 
 
 def resolve(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
-            plan: Plan | None = None) -> RunPlan:
+            plan: Plan | None = None, progress: Callable[[str, int, int], None] | None = None) -> RunPlan:
     """The run's plan (``plan``: one already made, as a resumed run's; else :func:`plan_for_run`),
     then what the config leaves to it: the executor where the config says auto, the actors, where
     the actors' policy runs and the envs per actor. A setting the config names wins over the plan.
     Envs only this process can make keep the run inline (:func:`keep_in_process`)."""
     config = keep_in_process(config, algorithm, announce)
     if plan is None:
-        plan = plan_for_run(config, algorithm, announce)
+        plan = plan_for_run(config, algorithm, announce, progress=progress)
     else:
         check_device(plan, config.device, "of this run")
+        if plan.prediction is not None:
+            plan.profile_check = "the run's own plan, kept on resume (its profile is not checked again)"
     executor = plan.executor if config.executor == "auto" else config.executor
     if executor == "inline":
         actors = 0

@@ -59,6 +59,7 @@ class Plan:
     meters: list[str] = field(default_factory=list)  # what measured the profile's energy (shown with the prediction)
     steps: int | None = None  # the run length it was ranked for (start-up included); None: learning-phase rate
     inference: str = "actor"  # local executor: the actors' policy in each actor, or batched centrally on the Act slot
+    profile_check: str = ""  # plan=auto: whether the profile was measured now, or cached and checked (calibration.py)
 
     def to_dict(self) -> dict[str, Any]:
         def predicted(p: Prediction) -> dict[str, Any]:
@@ -82,6 +83,7 @@ class Plan:
             "objective": self.objective, "machine": self.fingerprint,
             "executor": self.executor, "actors": self.actors, "inference": self.inference, "placement": self.placement.to_dict(),
             "predicted": chosen, "energy_meters": self.meters, "run_steps": self.steps,
+            "profile_check": self.profile_check,
             "runner_ups": [{"executor": c.executor, "actors": c.actors, "inference": c.inference, "num_envs": c.num_envs,
                             "placement": c.placement.to_dict(),
                             "predicted": predicted(pr)} for c, pr in self.runner_ups],
@@ -132,6 +134,7 @@ class Plan:
         meters, steps = data.get("energy_meters"), data.get("run_steps")
         plan.meters = [str(m) for m in meters] if isinstance(meters, list) else []
         plan.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+        plan.profile_check = str(data.get("profile_check") or "")
         return plan
 
 

@@ -17,6 +17,11 @@ from hetrl.protocol import Placement, Slot
 from hetrl.runtime.inference import INFERENCE
 
 
+# A host learner on several threads is a candidate only where the profile measured it at least this
+# much faster than on one: OpenMP/MKL threads that wait on a core another program holds make an
+# update many times slower than one thread does (docs/results.md, 'Learner threads on a busy machine').
+MULTI_THREAD_GAIN = 1.25
+
 OBJECTIVES = ("throughput", "efficiency")  # env steps/s, or env steps per joule (where energy was measured)
 
 
@@ -34,9 +39,20 @@ def candidates(profile: Profile, learn_device: str | None = None, learn_threads:
     if frame_replay and any(r.backend.startswith("frames-") for r in replays):
         replays = [r for r in replays if r.backend.startswith("frames-")]
 
+    one_thread = {(t.backend, t.device): t.median_s for t in profile.timings if t.primitive == "Learn" and t.threads == 1}
+
+    def pays(backend: str, device: str, threads: int | None) -> bool:
+        """Several host threads only where they measured MULTI_THREAD_GAIN faster (or were asked for)."""
+        if learn_threads is not None or device != "cpu" or not threads or threads == 1 or (backend, device) not in one_thread:
+            return True
+        mine = min(t.median_s for t in profile.timings
+                   if (t.primitive, t.backend, t.device, t.threads) == ("Learn", backend, device, threads))
+        return mine * MULTI_THREAD_GAIN <= one_thread[(backend, device)]
+
     learn_slots = [Slot(backend, device, threads) for (p, backend, device, threads) in sorted(measured, key=str)
                    if p == "Learn" and (learn_device is None or device == learn_device)
-                   and (learn_threads is None or device != "cpu" or threads == learn_threads)]
+                   and (learn_threads is None or device != "cpu" or threads == learn_threads)
+                   and pays(backend, device, threads)]
     return [Placement(env, act, replay, learn) for env in slots("EnvStep") for act in slots("Act")
             for replay in replays for learn in learn_slots]
 

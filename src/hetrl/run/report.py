@@ -52,15 +52,18 @@ class PlainProgress:
         for task in self._tasks.values():
             self._line(task)
 
-    def add_task(self, description: str, total: int, completed: int = 0, **fields: str) -> int:
+    def add_task(self, description: str, total: int | None, completed: int = 0, unit: str = "env steps",
+                 **fields: str) -> int:
         now = time.monotonic()
-        self._tasks[len(self._tasks)] = {"description": description, "total": total, "completed": completed,
+        self._tasks[len(self._tasks)] = {"description": description, "total": total, "completed": completed, "unit": unit,
                                          "start": now, "start_completed": completed, "last": now, "fields": fields}
         return len(self._tasks) - 1
 
-    def update(self, task_id: int, completed: int, **fields: str) -> None:
+    def update(self, task_id: int, completed: int, total: int | None = None, **fields: str) -> None:
         task = self._tasks[task_id]
         task["completed"] = completed
+        if total is not None:
+            task["total"] = total
         task["fields"].update(fields)
         if time.monotonic() - task["last"] >= self.every_s:
             self._line(task)
@@ -68,11 +71,11 @@ class PlainProgress:
     def _line(self, task: dict) -> None:
         now = time.monotonic()
         task["last"] = now
-        done, total, elapsed = task["completed"], task["total"], now - task["start"]
+        done, total, elapsed = task["completed"], task["total"] or 0, now - task["start"]
         rate = (done - task["start_completed"]) / elapsed if elapsed > 0 else 0.0
         eta = f"{(total - done) / rate:,.0f} s" if rate > 0 and done < total else "-"
         stats = task["fields"].get("stats", "")
-        self.console.print(f"{task['description']}: {done:,}/{total:,} env steps ({done / max(1, total):.0%}), "
+        self.console.print(f"{task['description']}: {done:,}/{total:,} {task['unit']} ({done / max(1, total):.0%}), "
                            f"{elapsed:,.0f} s elapsed, ETA {eta}" + (f"; {stats}" if stats else ""),
                            highlight=False, soft_wrap=True)
 
@@ -97,6 +100,7 @@ def summary_table(result: "TrainResult") -> Table:
                                         f"{_count(result.actor_restarts, 'restart')}" if result.actors else "")),
         ("replay ratio", _ratio(result)),
         ("replay memory", _replay_memory(result)),
+        ("profile", result.profile_check or "n/a (no profile: plan rule or a plan file)"),
         ("policy staleness", _staleness(result)),
         ("energy", _energy(result)),
         ("final evaluation return", evaluation),

@@ -41,6 +41,7 @@ class TrainResult:
     best_eval_return_mean: float | None = None  # the best evaluation of the run so far (its policy: checkpoints/best.pt)
     best_eval_return_std: float | None = None
     best_eval_step: int | None = None  # the env step of that evaluation
+    profile_check: str | None = None  # plan=auto: the profile measured now, or cached and checked (refreshed if off)
     replay_bytes: int | None = None  # the replay's storage, allocated for its whole capacity
     replay_capacity: int | None = None  # transitions it holds when full (buffer_size)
     stopped_at: int | None = None  # env step at which a callback stopped the run (hetrl.Callback)

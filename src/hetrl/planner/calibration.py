@@ -1,0 +1,109 @@
+"""Is a cached profile still true? A short measurement of the plan's main stages at the start of a run.
+
+A profile is measured once per machine and workload and cached. The machine changes under it: other
+programs load the cores, a laptop throttles, the OS moves the process. So before a run trusts a cached
+profile, the stages that carry most of the plan's predicted time (Learn, EnvStep, Act: those with at
+least ``MAIN_SHARE`` of it) are measured again, each the way the profiler measured it
+(``hetrl.profile.measure``, a fraction of a second each). Their ratios, measured over cached, are
+weighed by each stage's predicted time per env step, give the factor the plan's prediction is taken
+to move by (the stages not measured again, such as the executor's own work, run on the same loaded
+or idle cores); when it is more than ``MARGIN`` either way, the profile is measured anew and the run is
+planned from it; otherwise the cached one is kept. (Weighing keeps the noise of a small stage, which
+timing on a shared machine has plenty of, from re-profiling every run.) Either way the run's summary says which, with the ratios
+(``Plan.profile_check``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from hetrl.algos import Algorithm
+from hetrl.planner.plan_file import Plan
+from hetrl.profile import Profile, Timing, TimingKey, measure
+
+MARGIN = 0.3  # a main stage measured more than 30% slower or faster than cached refreshes the profile
+MAIN_SHARE = 0.1  # a stage is main where it carries at least this share of the predicted time per env step
+CHECKED = ("Learn", "EnvStep", "Act")  # the stages a calibration can measure quickly
+
+Measure = Callable[[Algorithm, Sequence[TimingKey]], list[Timing]]
+
+
+@dataclass(frozen=True)
+class StageCheck:
+    key: TimingKey
+    cached_s: float
+    measured_s: float
+    weight: float  # the stage's share of the plan's predicted time per env step
+
+    @property
+    def ratio(self) -> float:
+        return self.measured_s / self.cached_s
+
+    def describe(self) -> str:
+        primitive, backend, device, size, _ = self.key
+        return f"{primitive} {backend} on {device} x{size} {self.ratio:.2f}x"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    checks: tuple[StageCheck, ...]
+    margin: float = MARGIN
+
+    @property
+    def change(self) -> float:
+        """How much slower (> 1) or faster the checked stages run than cached, each weighed by its
+        share of the plan's predicted time: the factor the whole prediction is taken to move by
+        (the stages not measured again, such as the loop's own work, share the machine's load)."""
+        total = sum(c.weight for c in self.checks)
+        return sum(c.weight * c.ratio for c in self.checks) / total if total > 0 else 1.0
+
+    @property
+    def drifted(self) -> bool:
+        """The predicted time per env step moved by more than the margin, slower or faster (beyond
+        1 + margin or below 1 / (1 + margin))."""
+        return bool(self.checks) and abs(math.log(max(self.change, 1e-9))) > math.log1p(self.margin)
+
+    def describe(self) -> str:
+        if not self.checks:
+            return "no main stage could be measured again"
+        return (f"predicted time per env step {self.change:.2f}x with "
+                + ", ".join(c.describe() for c in self.checks) + f" measured / cached (margin {self.margin:.0%})")
+
+
+def main_stages(plan: Plan, share: float = MAIN_SHARE) -> dict[TimingKey, float]:
+    """The profile rows behind the plan's main stages, with their shares of its predicted time per env
+    step: its placement's slots of Learn, EnvStep and Act at the plan's sizes, where the prediction
+    gives them at least ``share`` of that time."""
+    if plan.prediction is None:
+        return {}
+    per_step = plan.prediction.per_env_step_s
+    total = sum(per_step.values())
+    placement = plan.placement
+    keys: dict[TimingKey, float] = {}
+    for primitive in CHECKED:
+        if total <= 0 or per_step.get(primitive, 0.0) / total < share:
+            continue
+        slot = placement.slot_of(primitive)
+        if slot is None:
+            continue
+        size = plan.num_envs if primitive in ("EnvStep", "Act") else None  # Learn: the batch, filled in by measure
+        keys[(primitive, slot.backend, slot.device, size, slot.threads if primitive == "Learn" else None)] = \
+            per_step[primitive] / total
+    return keys
+
+
+def calibrate(profile: Profile, algorithm: Algorithm, plan: Plan, margin: float = MARGIN,
+              measuring: Measure = measure) -> Calibration:
+    """Measure the plan's main stages again and set them against the cached profile's rows."""
+    cached = {t.key: t for t in profile.timings}
+    stages = main_stages(plan)
+    batch = algorithm.config.batch_size
+    weights = {(p, b, d, batch if n is None else n, t): w for (p, b, d, n, t), w in stages.items()}
+    checks = []
+    for timing in measuring(algorithm, list(stages)):
+        before = cached.get(timing.key)
+        if before is not None and before.median_s > 0 and timing.median_s > 0 and timing.key in weights:
+            checks.append(StageCheck(timing.key, before.median_s, timing.median_s, weights[timing.key]))
+    return Calibration(tuple(checks), margin)

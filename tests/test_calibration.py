@@ -1,0 +1,130 @@
+"""A cached profile is checked at the start of a run (planner/calibration.py): kept when the plan's
+main stages measure as cached, refreshed when they drift; injected timings stand in for the machine."""
+
+from dataclasses import replace
+
+import pytest
+
+from hetrl.algos import make_algorithm
+from hetrl.config import make_config
+from hetrl.envs import env_spec
+from hetrl.planner import calibration
+from hetrl.planner.calibration import Calibration, StageCheck, calibrate, main_stages
+from hetrl.planner.choice import plan_for_run
+
+SETTINGS = ["plan=auto", "hidden=16,16", "batch_size=16", "train_every=1", "replay_ratio=1"]
+
+
+def _algorithm(cfg):
+    return make_algorithm(cfg.algo, env_spec(cfg.env), cfg.agent)
+
+
+def _fake_profile(real, scale: float):
+    """``real`` with every median multiplied by ``scale`` (what a uniformly slower machine measures)."""
+    return replace(real, timings=[replace(t, median_s=t.median_s * scale) for t in real.timings])
+
+
+@pytest.fixture(scope="module")
+def cached(tmp_path_factory):
+    """A real profile of a small CartPole DQN, measured once (for the module) into a temporary cache."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        cfg = make_config("dqn", "CartPole-v1", None, SETTINGS)
+        plan = plan_for_run(cfg, _algorithm(cfg))
+        assert plan.profile_check.startswith("measured now")
+        yield cfg, plan
+
+
+def test_the_weighted_change_decides(cached):
+    learn = ("Learn", "torch", "cpu", 16, 1)
+    same = Calibration((StageCheck(learn, 1e-3, 1.1e-3, 0.8),))
+    assert not same.drifted and same.change == pytest.approx(1.1)
+    noisy_small_stage = Calibration((StageCheck(learn, 1e-3, 1e-3, 0.8), StageCheck(("Act", "numpy", "cpu", 1, None), 1e-5, 3e-5, 0.05)))
+    assert not noisy_small_stage.drifted and noisy_small_stage.change == pytest.approx((0.8 + 0.15) / 0.85)
+    slow = Calibration((StageCheck(learn, 1e-3, 1.6e-3, 0.8),))
+    assert slow.drifted and "1.60x" in slow.describe()
+    fast = Calibration((StageCheck(("Learn", "torch", "cpu", 16, 1), 1e-3, 0.5e-3, 0.9),))
+    assert fast.drifted  # 0.55x: faster counts too
+    assert not Calibration(()).drifted
+
+
+def test_main_stages_are_the_plans_slots_with_their_shares(cached):
+    _, plan = cached
+    stages = main_stages(plan)
+    assert stages and sum(stages.values()) <= 1.0 + 1e-9
+    learn = plan.placement.learn
+    assert ("Learn", learn.backend, learn.device, None, learn.threads) in stages
+
+
+def test_a_cached_profile_that_still_holds_is_kept(cached, monkeypatch):
+    cfg, _ = cached
+    calls = []
+
+    def no_profiling(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("profiled again")
+
+    def as_cached(algorithm, keys):  # the machine measures what the profile says, 10% slower
+        from hetrl.profile import Profile, default_path
+        from hetrl.hardware import describe_machine
+        profile = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
+        wanted = {(p, b, d, cfg.agent.batch_size if n is None else n, t) for p, b, d, n, t in keys}
+        return [replace(t, median_s=t.median_s * 1.1) for t in profile.timings if t.key in wanted]
+
+    plan = plan_for_run(cfg, _algorithm(cfg), profiling=no_profiling, measuring=as_cached)
+    assert plan.profile_check.startswith("cached, checked") and "1.10x" in plan.profile_check and not calls
+
+
+def test_a_drifted_profile_is_measured_again_and_the_run_says_so(cached, monkeypatch):
+    cfg, first = cached
+    said, profiled = [], []
+
+    def slower(algorithm, keys):  # a busy machine: every main stage takes twice as long
+        from hetrl.profile import Profile, default_path
+        from hetrl.hardware import describe_machine
+        profile = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
+        wanted = {(p, b, d, cfg.agent.batch_size if n is None else n, t) for p, b, d, n, t in keys}
+        return [replace(t, median_s=t.median_s * 2.0) for t in profile.timings if t.key in wanted]
+
+    def profiling(algo, env, agent, machine=None):
+        from hetrl.profile import Profile, default_path
+        from hetrl.hardware import describe_machine
+        real = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
+        profiled.append(algo)
+        return _fake_profile(real, 2.0)
+
+    plan = plan_for_run(cfg, _algorithm(cfg), said.append, profiling=lambda *a, **k: profiling(*a, **k), measuring=slower)
+    assert profiled == ["dqn"] and plan.profile_check.startswith("refreshed")
+    assert any("profiling again" in line for line in said)
+    # the new prediction reflects the slower machine
+    assert plan.prediction.env_steps_per_s == pytest.approx(first.prediction.env_steps_per_s / 2, rel=0.05)
+
+
+def test_calibration_measures_the_real_primitives(cached):
+    """The real measure: the plan's main stages measured again on this machine, keyed like the profile."""
+    cfg, plan = cached
+    from hetrl.profile import Profile, default_path
+    from hetrl.hardware import describe_machine
+    profile = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
+    result = calibrate(profile, _algorithm(cfg), plan)
+    assert result.checks and all(isinstance(c, StageCheck) and c.measured_s > 0 for c in result.checks)
+    assert {c.key[0] for c in result.checks} <= set(calibration.CHECKED)
+
+
+def test_profiling_shows_progress_and_the_summary_says_where_the_profile_came_from(tmp_path, monkeypatch, capfd):
+    """Without a terminal: plain progress lines while profiling; the summary's profile row says
+    measured now, then cached and checked. `hetrl profile` prints its progress the same way."""
+    from hetrl.cli import main
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    common = ["--steps", "300", "--set", "hidden=8,8", "--set", "batch_size=16", "--set", "learning_starts=100",
+              "--set", "eval_episodes=1", "--set", "train_every=1"]
+    assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "a"), *common]) == 0
+    first = capfd.readouterr()
+    assert "profiling dqn CartPole-v1: " in first.err and " measurements (100%)" in first.err
+    assert "measured now" in first.out
+    assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "b"), *common]) == 0
+    second = capfd.readouterr()
+    assert "measurements" not in second.err and "cached, checked at the start" in second.out
+    assert main(["profile", "dqn", "Acrobot-v1", "--out", str(tmp_path / "p.json"), "--set", "hidden=8,8"]) == 0
+    assert " measurements (100%)" in capfd.readouterr().err
