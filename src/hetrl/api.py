@@ -129,7 +129,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
             which, note = "final", "the run has no best.pt, so its final policy is evaluated"
     elif checkpoint == "final":
         which = "final"
-    path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint)
+    path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint, replay=False)
     spec = env_spec(cfg.env, cfg.atari)
     if state.get("kind") == "best":  # the policy only: no executor to build
         which = "best" if path.resolve() == run.best.resolve() else which
@@ -141,7 +141,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
         session = Session.open(run, cfg, keep_plan=False)
         try:
-            session.restore(path)
+            session.restore(path, replay=False)
             policy, env_steps = greedy_policy(session.algo, session.executor.policy_network), session.executor.env_steps
         finally:
             session.executor.close()

@@ -95,11 +95,18 @@ class Session:
         session.run = run
         return session
 
-    def restore(self, checkpoint: str | Path | None = None) -> Path:
-        path, state = self.run.load_checkpoint(checkpoint)
+    def restore(self, checkpoint: str | Path | None = None, replay: bool = True) -> Path:
+        """Load the newest checkpoint (or ``checkpoint``). ``replay``: the whole training state, to
+        resume; a checkpoint without its replay is refused, since the run could not go on as it
+        would have. Without ``replay`` (evaluation) the replay is left empty."""
+        path, state = self.run.load_checkpoint(checkpoint, replay=replay)
         if state.get("kind") == "best":
             raise HetrlError(f"{path} holds only the best evaluation's policy, not the training state; "
                              f"resume from a periodic checkpoint (checkpoints/step_*.pt) instead")
+        if replay and "replay_missing" in state:
+            raise HetrlError(f"{path.name} cannot be resumed: {state['replay_missing']}; {self._resume_fix(path)}; "
+                             f"{path.name} itself can be evaluated (`hetrl eval {self.run.path} --checkpoint {path}`); "
+                             f"checkpoint_replay=all keeps every checkpoint resumable")
         self.executor.load_state_dict(state["executor"])
         self.resumed_from = self.executor.env_steps
         if self.run.best.exists():  # a resumed run keeps improving on the best it had
@@ -110,12 +117,26 @@ class Session:
                 self.console.print(f"warning: {exc}; the next evaluation writes a new best.pt", highlight=False)
         return path
 
+    def _resume_fix(self, path: Path) -> str:
+        """Where a run can resume from instead of ``path`` (which has no replay)."""
+        others = [p for p in self.run.resumable() if p.resolve() != path.resolve()]
+        if not others:
+            return "no checkpoint of this run has its replay"
+        if others[-1] == self.run.checkpoints()[-1]:
+            return f"`hetrl resume {self.run.path}` resumes from the newest, {others[-1].name}, which has it"
+        return f"resume from one that has it with --checkpoint ({', '.join(p.name for p in others)})"
+
     def evaluate(self, episodes: int) -> np.ndarray:
         policy = greedy_policy(self.algo, self.executor.policy_network)
         return evaluate_policy(policy, self.config.env, episodes, self.config.seed, self.spec.atari)
 
     def save_checkpoint(self) -> Path:
-        return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)
+        """``step_N.pt`` with the training state, the replay in a file beside it, and the older
+        checkpoints pruned, as ``checkpoint_replay`` and ``keep_checkpoints`` say (hetrl.run.rundir)."""
+        cfg, executor = self.config, self.executor.state_dict()
+        replay = executor.pop("replay", None)
+        return self.run.save_checkpoint({"config": cfg.to_dict(), "executor": executor}, self.executor.env_steps, replay,
+                                        replay_policy=cfg.checkpoint_replay, keep=cfg.keep_checkpoints)
 
     def _keep_if_best(self, returns: np.ndarray) -> None:
         """Write checkpoints/best.pt when this evaluation's mean beats every earlier one of the run."""
@@ -158,6 +179,7 @@ class Session:
         last_timers = ex.timer_totals()
         last_eval: np.ndarray | None = None
         last_eval_step: int | None = None
+        saved_at: int | None = None  # env steps of the last checkpoint written
         solved_at: int | None = None
         learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
         eval_seconds = 0.0  # spent evaluating since learning started
@@ -211,6 +233,7 @@ class Session:
                         break
                 if ex.env_steps >= next_ckpt:
                     self.save_checkpoint()
+                    saved_at = ex.env_steps
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
         end = time.perf_counter()
         wall = end - start
@@ -220,7 +243,8 @@ class Session:
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
-        self.save_checkpoint()
+        if saved_at != ex.env_steps:  # the loop's last iteration may have written this very state
+            self.save_checkpoint()
         # a prediction is shown only for the executor and actor count it was made for
         same = ((self.plan.executor, self.plan.actors, self.plan.inference, self.plan.num_envs)
                 == (self.executor_kind, self.actors, self.inference, self.num_envs))
