@@ -62,11 +62,49 @@ def test_resume_of_a_finished_run_says_how_to_extend(run_dir):
 
 
 def test_eval_and_video(run_dir, capsys):
+    """An MP4 where an encoder is installed (imageio-ffmpeg, in the test extra)."""
     assert main(["eval", str(run_dir), "--episodes", "3", "--render-video"]) == 0
     out = capsys.readouterr().out
-    assert "over 3 episodes" in out and "video:" in out and out.startswith("best policy (")
-    gif = run_dir / "eval_best.gif"
+    assert "over 3 episodes" in out and out.startswith("best policy (")
+    video = run_dir / "eval_best.mp4"
+    assert f"video: {video} (MP4)" in out
+    assert video.read_bytes()[4:8] == b"ftyp"  # an ISO media file
+    assert not list(run_dir.glob("*.partial.*"))
+
+
+def test_video_is_a_gif_without_an_mp4_encoder(run_dir, capsys, monkeypatch):
+    from hetrl import evaluation
+
+    monkeypatch.setattr(evaluation, "mp4_encoder", lambda: None)
+    assert main(["eval", str(run_dir), "--episodes", "2", "--render-video", "--checkpoint", "final"]) == 0
+    gif = run_dir / "eval_step_0000000400.gif"
+    assert f"video: {gif} (GIF; no MP4 encoder is installed: pip install 'hetrl[video]' for MP4)" in capsys.readouterr().out
     assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
+
+
+def test_mp4_of_frames_of_odd_size(tmp_path):
+    import numpy as np
+
+    from hetrl.evaluation import _write_mp4
+
+    def frames():
+        for i in range(5):
+            yield np.full((7, 11, 3), 40 * i, np.uint8)
+        return 3.0
+
+    assert _write_mp4(frames(), tmp_path / "v.mp4", 10) == 3.0
+    assert (tmp_path / "v.mp4").read_bytes()[4:8] == b"ftyp"
+
+
+def test_render_video_prints_no_sdl_noise(run_dir):
+    """Without a desktop session (no XDG_RUNTIME_DIR), SDL, which CartPole draws with, would print
+    'error: XDG_RUNTIME_DIR is invalid or not set in the environment.'"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SDL_", "XDG_RUNTIME_DIR", "PYGAME_"))}
+    proc = subprocess.run([sys.executable, "-m", "hetrl", "eval", str(run_dir), "--episodes", "2", "--render-video"],
+                          capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "XDG_RUNTIME_DIR" not in proc.stderr and "error" not in proc.stderr.lower(), proc.stderr
+    assert "video:" in proc.stdout and (run_dir / "eval_best.mp4").exists()
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -17,7 +17,7 @@ from hetrl.algos import make_algorithm
 from hetrl.config import TrainConfig, apply_values, defaults_origin, make_config, save_config
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
-from hetrl.evaluation import evaluate_policy, record_gif
+from hetrl.evaluation import evaluate_policy, record_video
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session, TrainResult, greedy_policy
 
@@ -92,10 +92,11 @@ def resumed_origin(run: RunDir) -> str:
 class EvalResult:
     returns: np.ndarray
     checkpoint: Path
-    video: Path | None
+    video: Path | None  # RUN/eval_<checkpoint>.mp4, or .gif where no MP4 encoder is installed
     which: str = "final"  # "best" (checkpoints/best.pt), "final" (the newest periodic checkpoint) or "given"
     env_steps: int | None = None  # the env step of the evaluated policy
     note: str = ""  # e.g. why the final policy was evaluated when the best was asked for
+    video_note: str = ""  # why the video is a GIF
 
     @property
     def mean(self) -> float:
@@ -108,7 +109,8 @@ class EvalResult:
 
 def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path | None = None,
              render_video: bool = False, seed: int | None = None) -> EvalResult:
-    """Greedy returns of one of a run's policies; optionally a GIF of one episode.
+    """Greedy returns of one of a run's policies; optionally a video of one episode
+    (``RUN/eval_<checkpoint>.mp4`` where an MP4 encoder is installed, else ``.gif``).
 
     ``checkpoint``: ``"best"`` (checkpoints/best.pt, the best evaluation during training),
     ``"final"`` (the newest periodic checkpoint), or a checkpoint file. By default the best, or
@@ -146,10 +148,11 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         finally:
             session.executor.close()
     returns = evaluate_policy(policy, cfg.env, episodes, cfg.seed, spec.atari)
-    video = None
+    video, video_note = None, ""
     if render_video:
         if not spec.supports_rgb_array:
             raise HetrlError(f"{cfg.env} cannot render rgb_array frames, so no video can be recorded; drop --render-video")
-        video = run.path / f"eval_{path.stem}.gif"
-        record_gif(policy, cfg.env, video, cfg.seed, atari=spec.atari)
-    return EvalResult(returns=returns, checkpoint=path, video=video, which=which, env_steps=env_steps, note=note)
+        recorded = record_video(policy, cfg.env, run.path / f"eval_{path.stem}", cfg.seed, atari=spec.atari)
+        video, video_note = recorded.path, recorded.note
+    return EvalResult(returns=returns, checkpoint=path, video=video, which=which, env_steps=env_steps, note=note,
+                      video_note=video_note)

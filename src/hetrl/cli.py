@@ -111,7 +111,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", help="best (default: checkpoints/best.pt, the best evaluation during training), "
                                         "final (the newest periodic checkpoint), or a checkpoint file")
     p.add_argument("--seed", type=int)
-    p.add_argument("--render-video", action="store_true", help="save a GIF of one episode (rgb_array envs)")
+    p.add_argument("--render-video", action="store_true",
+                   help="save a video of one episode (rgb_array envs): RUN_DIR/eval_CHECKPOINT.mp4 where an MP4 "
+                        "encoder is installed (hetrl[video]), else .gif")
     p.set_defaults(func=_eval)
 
 
@@ -126,7 +128,7 @@ def _eval(args: argparse.Namespace) -> int:
     print(f"{res.which} policy ({res.checkpoint}, env step {res.env_steps:,}): return {res.mean:.2f} ± {res.std:.2f} "
           f"over {len(res.returns)} episodes (min {res.returns.min():.1f}, max {res.returns.max():.1f})")
     if res.video is not None:
-        print(f"video: {res.video}")
+        print(f"video: {res.video} ({res.video.suffix[1:].upper()}{'; ' + res.video_note if res.video_note else ''})")
     return 0
 
 
