@@ -146,6 +146,54 @@ def test_existing_run_is_never_overwritten(run_dir):
     assert _snapshot(run_dir) == before
 
 
+def test_overwrite_never_removes_a_run_with_checkpoints(run_dir, capsys):
+    before = _snapshot(run_dir)
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run_dir), "--overwrite", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run with checkpoints; --overwrite replaces only a run stopped before its first checkpoint" in err
+    assert f"`hetrl resume {run_dir}`" in err
+    assert _snapshot(run_dir) == before
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_with_one_command(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    import hetrl
+    from hetrl.run.rundir import RunDir
+    from hetrl.runtime.inline import InlineExecutor
+
+    run, real = tmp_path / "killed", InlineExecutor.iteration
+
+    def killed(self):
+        if self.env_steps >= 150:
+            raise RuntimeError("killed")
+        real(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(InlineExecutor, "iteration", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            hetrl.train("dqn", "CartPole-v1", steps=300, run_dir=run, progress=False, plan="rule", hidden=(16, 16),
+                        learning_starts=100, batch_size=16, eval_every=0, eval_episodes=2, log_every=100)
+    assert (run / "config.json").exists() and (run / "metrics.csv").exists() and not RunDir.open(run).checkpoints()
+    (run / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    # the same `hetrl train` again is refused, naming the flag
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run), *FAST]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"hetrl: error: {run} holds a run stopped before its first checkpoint (nothing to resume); start afresh "
+                   f"there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
+    # `hetrl resume` is refused with the one command that starts it again, as it was configured
+    assert main(["resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "has no checkpoint (the run stopped before its first one), so there is nothing to resume" in err
+    command = re.search(r"`(hetrl train [^`]+)`", err).group(1)
+    assert command == f"hetrl train dqn CartPole-v1 --config {run / 'config.json'} --run-dir {run} --overwrite"
+    assert main([*shlex.split(command)[1:], "--no-progress"]) == 0
+    assert f"run directory: {run} (replacing the run that stopped there before its first checkpoint)" in capsys.readouterr().err
+    assert [p.name for p in RunDir.open(run).checkpoints()] == ["step_0000000300.pt"]
+    assert (run / "notes.txt").read_text() == "mine"  # only a run's own files are removed
+
+
 def test_missing_and_corrupt_checkpoints(tmp_path, run_dir):
     import shutil
 

@@ -33,6 +33,7 @@ def train(
     run_dir: str | Path | None = None,
     progress: bool = True,
     summary: bool = False,
+    overwrite: bool = False,
     **settings: Any,
 ) -> TrainResult:
     """Train ``algo`` on the Gymnasium env ``env``; returns measured rates, evaluation and the run dir.
@@ -43,11 +44,12 @@ def train(
     ``stop_at_return=475``), or Atari preprocessing field (``repeat_action_probability=0.0``; or
     ``atari=AtariOptions(...)``). DQN's ``network`` also takes a Q-network factory
     ``(obs_shape, n_actions) -> nn.Module``, defined at the top level of a module (the run keeps it
-    as ``"module:function"``).
+    as ``"module:function"``). ``overwrite``: replace a run in ``run_dir`` that stopped before its
+    first checkpoint (one with checkpoints is refused: resume it).
     """
     given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
     cfg = apply_values(make_config(algo, env, config), {**given, **settings})
-    session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, env, config, [*given, *settings]))
+    session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, env, config, [*given, *settings]), overwrite=overwrite)
     result = session.train(progress=progress)
     if summary:
         session.print_summary(result)
@@ -58,6 +60,11 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
            progress: bool = True, summary: bool = False) -> TrainResult:
     """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps."""
     run = RunDir.open(run_dir)
+    if checkpoint is None and not run.checkpoints():
+        cfg = run.load_config()
+        raise HetrlError(f"{run.path} has no checkpoint (the run stopped before its first one), so there is nothing to "
+                         f"resume; start it again with `hetrl train {cfg.algo} {cfg.env} --config {run.config} "
+                         f"--run-dir {run.path} --overwrite`")
     session = Session.open(run)
     cfg = session.config
     session.restore(checkpoint)

@@ -66,6 +66,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--actors", type=int, help="actor processes for local/ray (default: one per core beside the learner)")
     p.add_argument("--ray-address", help="connect the ray executor to this cluster (e.g. 10.0.0.1:6379); default: a local one")
     p.add_argument("--run-dir", help="where to write the run (default runs/ALGO_ENV_sSEED_TIME)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run in --run-dir if it stopped before its first checkpoint (one with checkpoints is refused)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
 
@@ -81,8 +83,10 @@ def _train(args: argparse.Namespace) -> int:
     cfg = make_config(args.algo, args.env, args.config, flags + args.overrides)
     console = Console(stderr=True)
     session = Session.create(cfg, args.run_dir, console,
-                             defaults=defaults_origin(args.algo, args.env, args.config, flags + args.overrides))
-    console.print(f"run directory: {session.run.path}")
+                             defaults=defaults_origin(args.algo, args.env, args.config, flags + args.overrides),
+                             overwrite=args.overwrite)
+    replaced = " (replacing the run that stopped there before its first checkpoint)" if session.run.replaced else ""
+    console.print(f"run directory: {session.run.path}{replaced}", soft_wrap=True)
     result = session.train(progress=not args.no_progress)
     session.print_summary(result)
     return 130 if result.interrupted else 0

@@ -81,9 +81,10 @@ class Session:
 
     @classmethod
     def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None,
-               defaults: str = "") -> "Session":
+               defaults: str = "", overwrite: bool = False) -> Session:
+        """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
         session = cls(config, console, defaults=defaults)
-        session.run = RunDir.create(run_dir, config)
+        session.run = RunDir.create(run_dir, config, overwrite=overwrite)
         return session
 
     @classmethod

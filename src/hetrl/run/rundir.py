@@ -1,7 +1,8 @@
 """The run directory: config, placement, metrics, TensorBoard events, checkpoints, plots.
 
 Writes are atomic (temp file, then rename), and nothing that exists is overwritten by a new run:
-a directory that already holds a run is refused.
+a directory that already holds a run is refused (one stopped before its first checkpoint may be
+replaced with ``overwrite``).
 
 A periodic checkpoint is ``checkpoints/step_N.pt`` (the training state) and, beside it,
 ``checkpoints/replay_step_N.pt`` (the replay's contents: by far the largest part). The step file
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 import uuid
 from pathlib import Path
@@ -34,11 +36,15 @@ READABLE_FORMATS = ("hetrl-checkpoint-v1", CHECKPOINT_FORMAT)
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 _REPLAY_FILE = re.compile(r"^replay_step_(\d+)\.pt$")
 BEST = "best.pt"  # the policy of the best evaluation so far; never a periodic checkpoint (no training state)
+# what a run directory holds (README "What a run directory holds"): what `overwrite` removes, config.json
+# last (until it goes, the directory is still a run: an interrupted removal is refused and can be retried)
+_RUN_FILES = ("plan.json", "metrics.csv", "tb", "checkpoints", "returns.png", "summary.json", "config.json")
 
 
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.replaced = False  # create(overwrite=True) removed a run stopped before its first checkpoint
 
     config = property(lambda self: self.path / "config.json")
     plan = property(lambda self: self.path / "plan.json")
@@ -50,7 +56,10 @@ class RunDir:
     best = property(lambda self: self.checkpoint_dir / BEST)
 
     @classmethod
-    def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs") -> "RunDir":
+    def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs",
+               overwrite: bool = False) -> RunDir:
+        """A new run directory. ``overwrite``: replace a run that stopped before its first periodic
+        checkpoint (its files are removed); a run holding one is never removed."""
         if path is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             base = Path(root) / f"{config.algo}_{config.env.replace('/', '-')}_s{config.seed}_{stamp}"
@@ -59,9 +68,15 @@ class RunDir:
                 path, k = base.with_name(f"{base.name}_{k}"), k + 1
         run = cls(Path(path))
         if run.config.exists():
-            raise HetrlError(
-                f"{run.path} already holds a run; continue it with `hetrl resume {run.path}` or choose another --run-dir"
-            )
+            if run.checkpoints():
+                refused = "--overwrite replaces only a run stopped before its first checkpoint; " if overwrite else ""
+                raise HetrlError(f"{run.path} already holds a run with checkpoints; {refused}continue it with "
+                                 f"`hetrl resume {run.path}` or choose another --run-dir")
+            if not overwrite:
+                raise HetrlError(f"{run.path} holds a run stopped before its first checkpoint (nothing to resume); start "
+                                 f"afresh there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
+            run.remove_unstarted()
+            run.replaced = True
         run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, run.config)
         return run
@@ -77,6 +92,19 @@ class RunDir:
 
     def load_config(self) -> TrainConfig:
         return load_config(self.config, invalid_hint="restore it from a copy", saved_run=True)
+
+    def remove_unstarted(self) -> None:
+        """Remove the files of a run that has no periodic checkpoint (other files are left)."""
+        if self.checkpoints():
+            raise HetrlError(f"{self.path} holds checkpoints; it is not removed")
+        for video in [*self.path.glob("eval_*.gif"), *self.path.glob("eval_*.mp4")]:
+            video.unlink()
+        for name in _RUN_FILES:
+            target = self.path / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
 
     # --- checkpoints -------------------------------------------------------------------------
     def checkpoints(self) -> list[Path]:
