@@ -6,6 +6,9 @@ max-Q). A greedy policy rests on the gap; with reward 1 per step and episodes th
 not ended, every balanced state is worth about 1 / (1 - gamma), so the gap is a tiny fraction of Q.
 
     python bench/action_gap.py runs/dqn_CartPole-v1_s0_* [more run directories]
+
+A run keeps its newest ``keep_checkpoints`` (3 by default): train with ``--set keep_checkpoints=0``
+to keep every one for this table.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ def main() -> None:
         run = RunDir.open(path)
         cfg = run.load_config()
         for checkpoint in run.checkpoints():
-            _, state = run.load_checkpoint(checkpoint)
+            _, state = run.load_checkpoint(checkpoint, replay=False)
             algo = make_algorithm(cfg.algo, env_spec(cfg.env), cfg.agent)
             net = algo.make_policy_network()
             net.load_state_dict(state["executor"]["learner"]["q"])

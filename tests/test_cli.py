@@ -62,11 +62,49 @@ def test_resume_of_a_finished_run_says_how_to_extend(run_dir):
 
 
 def test_eval_and_video(run_dir, capsys):
+    """An MP4 where an encoder is installed (imageio-ffmpeg, in the test extra)."""
     assert main(["eval", str(run_dir), "--episodes", "3", "--render-video"]) == 0
     out = capsys.readouterr().out
-    assert "over 3 episodes" in out and "video:" in out and out.startswith("best policy (")
-    gif = run_dir / "eval_best.gif"
+    assert "over 3 episodes" in out and out.startswith("best policy (")
+    video = run_dir / "eval_best.mp4"
+    assert f"video: {video} (MP4)" in out
+    assert video.read_bytes()[4:8] == b"ftyp"  # an ISO media file
+    assert not list(run_dir.glob("*.partial.*"))
+
+
+def test_video_is_a_gif_without_an_mp4_encoder(run_dir, capsys, monkeypatch):
+    from hetrl import evaluation
+
+    monkeypatch.setattr(evaluation, "mp4_encoder", lambda: None)
+    assert main(["eval", str(run_dir), "--episodes", "2", "--render-video", "--checkpoint", "final"]) == 0
+    gif = run_dir / "eval_step_0000000400.gif"
+    assert f"video: {gif} (GIF; no MP4 encoder is installed: pip install 'hetrl[video]' for MP4)" in capsys.readouterr().out
     assert gif.read_bytes()[:6] in (b"GIF89a", b"GIF87a")
+
+
+def test_mp4_of_frames_of_odd_size(tmp_path):
+    import numpy as np
+
+    from hetrl.evaluation import _write_mp4
+
+    def frames():
+        for i in range(5):
+            yield np.full((7, 11, 3), 40 * i, np.uint8)
+        return 3.0
+
+    assert _write_mp4(frames(), tmp_path / "v.mp4", 10) == 3.0
+    assert (tmp_path / "v.mp4").read_bytes()[4:8] == b"ftyp"
+
+
+def test_render_video_prints_no_sdl_noise(run_dir):
+    """Without a desktop session (no XDG_RUNTIME_DIR), SDL, which CartPole draws with, would print
+    'error: XDG_RUNTIME_DIR is invalid or not set in the environment.'"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SDL_", "XDG_RUNTIME_DIR", "PYGAME_"))}
+    proc = subprocess.run([sys.executable, "-m", "hetrl", "eval", str(run_dir), "--episodes", "2", "--render-video"],
+                          capture_output=True, text=True, env={**env, "OMP_NUM_THREADS": "1"}, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "XDG_RUNTIME_DIR" not in proc.stderr and "error" not in proc.stderr.lower(), proc.stderr
+    assert "video:" in proc.stdout and (run_dir / "eval_best.mp4").exists()
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -106,6 +144,54 @@ def test_existing_run_is_never_overwritten(run_dir):
     proc = cli("train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run_dir), *FAST)
     assert proc.returncode == 2 and "already holds a run" in proc.stderr and "hetrl resume" in proc.stderr
     assert _snapshot(run_dir) == before
+
+
+def test_overwrite_never_removes_a_run_with_checkpoints(run_dir, capsys):
+    before = _snapshot(run_dir)
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run_dir), "--overwrite", *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "already holds a run with checkpoints; --overwrite replaces only a run stopped before its first checkpoint" in err
+    assert f"`hetrl resume {run_dir}`" in err
+    assert _snapshot(run_dir) == before
+
+
+def test_a_run_killed_before_its_first_checkpoint_starts_again_with_one_command(tmp_path, monkeypatch, capsys):
+    import shlex
+
+    import hetrl
+    from hetrl.run.rundir import RunDir
+    from hetrl.runtime.inline import InlineExecutor
+
+    run, real = tmp_path / "killed", InlineExecutor.iteration
+
+    def killed(self):
+        if self.env_steps >= 150:
+            raise RuntimeError("killed")
+        real(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(InlineExecutor, "iteration", killed)
+        with pytest.raises(RuntimeError, match="killed"):
+            hetrl.train("dqn", "CartPole-v1", steps=300, run_dir=run, progress=False, plan="rule", hidden=(16, 16),
+                        learning_starts=100, batch_size=16, eval_every=0, eval_episodes=2, log_every=100)
+    assert (run / "config.json").exists() and (run / "metrics.csv").exists() and not RunDir.open(run).checkpoints()
+    (run / "notes.txt").write_text("mine")
+    capsys.readouterr()
+    # the same `hetrl train` again is refused, naming the flag
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run), *FAST]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (f"hetrl: error: {run} holds a run stopped before its first checkpoint (nothing to resume); start afresh "
+                   f"there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
+    # `hetrl resume` is refused with the one command that starts it again, as it was configured
+    assert main(["resume", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "has no checkpoint (the run stopped before its first one), so there is nothing to resume" in err
+    command = re.search(r"`(hetrl train [^`]+)`", err).group(1)
+    assert command == f"hetrl train dqn CartPole-v1 --config {run / 'config.json'} --run-dir {run} --overwrite"
+    assert main([*shlex.split(command)[1:], "--no-progress"]) == 0
+    assert f"run directory: {run} (replacing the run that stopped there before its first checkpoint)" in capsys.readouterr().err
+    assert [p.name for p in RunDir.open(run).checkpoints()] == ["step_0000000300.pt"]
+    assert (run / "notes.txt").read_text() == "mine"  # only a run's own files are removed
 
 
 def test_missing_and_corrupt_checkpoints(tmp_path, run_dir):

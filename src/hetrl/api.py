@@ -19,7 +19,7 @@ from hetrl.config import TrainConfig, apply_values, defaults_origin, make_config
 from hetrl.envs import env_source, env_spec
 from hetrl.envs.source import EnvFactory, Wrapper
 from hetrl.errors import HetrlError
-from hetrl.evaluation import evaluate_policy, record_gif
+from hetrl.evaluation import evaluate_policy, record_video
 from hetrl.importable import name_of
 from hetrl.run.callbacks import Callback, Callbacks
 from hetrl.run.rundir import RunDir
@@ -40,6 +40,7 @@ def train(
     run_dir: str | Path | None = None,
     progress: bool = True,
     summary: bool = False,
+    overwrite: bool = False,
     **settings: Any,
 ) -> TrainResult:
     """Train ``algo`` on ``env``; returns measured rates, evaluation and the run dir.
@@ -59,7 +60,8 @@ def train(
     ``stop_at_return=475``), or Atari preprocessing field (``repeat_action_probability=0.0``; or
     ``atari=AtariOptions(...)``). DQN's ``network`` also takes a Q-network factory
     ``(obs_shape, n_actions) -> nn.Module``, defined at the top level of a module (the run keeps it
-    as ``"module:function"``).
+    as ``"module:function"``). ``overwrite``: replace a run in ``run_dir`` that stopped before its
+    first checkpoint (one with checkpoints is refused: resume it).
     """
     hooks = Callbacks(callbacks)  # checked before anything is written
     name = env if isinstance(env, str) else name_of(env)
@@ -69,7 +71,7 @@ def train(
                         cfg.wrappers if wrappers is None else wrappers)
     cfg.env, cfg.env_kwargs, cfg.wrappers = source.name, dict(source.kwargs), source.wrappers
     session = Session.create(cfg, run_dir, defaults=defaults_origin(algo, name, config, [*given, *settings]), source=source,
-                             progress=progress)
+                             progress=progress, overwrite=overwrite)
     result = session.train(progress=progress, callbacks=hooks)
     if summary:
         session.print_summary(result)
@@ -82,6 +84,11 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     (``callbacks`` as :func:`train` takes them)."""
     hooks = Callbacks(callbacks)
     run = RunDir.open(run_dir)
+    if checkpoint is None and not run.checkpoints():
+        cfg = run.load_config()
+        raise HetrlError(f"{run.path} has no checkpoint (the run stopped before its first one), so there is nothing to "
+                         f"resume; start it again with `hetrl train {cfg.algo} {cfg.env} --config {run.config} "
+                         f"--run-dir {run.path} --overwrite`")
     session = Session.open(run)
     cfg = session.config
     session.restore(checkpoint)
@@ -116,10 +123,11 @@ def resumed_origin(run: RunDir) -> str:
 class EvalResult:
     returns: np.ndarray
     checkpoint: Path
-    video: Path | None
+    video: Path | None  # RUN/eval_<checkpoint>.mp4, or .gif where no MP4 encoder is installed
     which: str = "final"  # "best" (checkpoints/best.pt), "final" (the newest periodic checkpoint) or "given"
     env_steps: int | None = None  # the env step of the evaluated policy
     note: str = ""  # e.g. why the final policy was evaluated when the best was asked for
+    video_note: str = ""  # why the video is a GIF
 
     @property
     def mean(self) -> float:
@@ -132,7 +140,8 @@ class EvalResult:
 
 def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path | None = None,
              render_video: bool = False, seed: int | None = None) -> EvalResult:
-    """Greedy returns of one of a run's policies; optionally a GIF of one episode.
+    """Greedy returns of one of a run's policies; optionally a video of one episode
+    (``RUN/eval_<checkpoint>.mp4`` where an MP4 encoder is installed, else ``.gif``).
 
     ``checkpoint``: ``"best"`` (checkpoints/best.pt, the best evaluation during training),
     ``"final"`` (the newest periodic checkpoint), or a checkpoint file. By default the best, or
@@ -153,7 +162,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
             which, note = "final", "the run has no best.pt, so its final policy is evaluated"
     elif checkpoint == "final":
         which = "final"
-    path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint)
+    path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint, replay=False)
     spec = env_spec(cfg.env_source(), cfg.atari)
     if state.get("kind") == "best":  # the policy only: no executor to build
         which = "best" if path.resolve() == run.best.resolve() else which
@@ -165,15 +174,16 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
         session = Session.open(run, cfg, keep_plan=False)
         try:
-            session.restore(path)
+            session.restore(path, replay=False)
             policy, env_steps = greedy_policy(session.algo, session.executor.policy_network), session.executor.env_steps
         finally:
             session.executor.close()
     returns = evaluate_policy(policy, spec.origin, episodes, cfg.seed, spec.atari)
-    video = None
+    video, video_note = None, ""
     if render_video:
         if not spec.supports_rgb_array:
             raise HetrlError(f"{cfg.env} cannot render rgb_array frames, so no video can be recorded; drop --render-video")
-        video = run.path / f"eval_{path.stem}.gif"
-        record_gif(policy, spec.origin, video, cfg.seed, atari=spec.atari)
-    return EvalResult(returns=returns, checkpoint=path, video=video, which=which, env_steps=env_steps, note=note)
+        recorded = record_video(policy, spec.origin, run.path / f"eval_{path.stem}", cfg.seed, atari=spec.atari)
+        video, video_note = recorded.path, recorded.note
+    return EvalResult(returns=returns, checkpoint=path, video=video, which=which, env_steps=env_steps, note=note,
+                      video_note=video_note)

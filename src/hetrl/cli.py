@@ -68,6 +68,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--actors", type=int, help="actor processes for local/ray (default: one per core beside the learner)")
     p.add_argument("--ray-address", help="connect the ray executor to this cluster (e.g. 10.0.0.1:6379); default: a local one")
     p.add_argument("--run-dir", help="where to write the run (default runs/ALGO_ENV_sSEED_TIME)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the run in --run-dir if it stopped before its first checkpoint (one with checkpoints is refused)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
 
@@ -84,8 +86,9 @@ def _train(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     session = Session.create(cfg, args.run_dir, console,
                              defaults=defaults_origin(args.algo, args.env, args.config, flags + args.overrides),
-                             progress=not args.no_progress)
-    console.print(f"run directory: {session.run.path}")
+                             progress=not args.no_progress, overwrite=args.overwrite)
+    replaced = " (replacing the run that stopped there before its first checkpoint)" if session.run.replaced else ""
+    console.print(f"run directory: {session.run.path}{replaced}", soft_wrap=True)
     result = session.train(progress=not args.no_progress)
     session.print_summary(result)
     return 130 if result.interrupted else 0
@@ -114,7 +117,9 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--checkpoint", help="best (default: checkpoints/best.pt, the best evaluation during training), "
                                         "final (the newest periodic checkpoint), or a checkpoint file")
     p.add_argument("--seed", type=int)
-    p.add_argument("--render-video", action="store_true", help="save a GIF of one episode (rgb_array envs)")
+    p.add_argument("--render-video", action="store_true",
+                   help="save a video of one episode (rgb_array envs): RUN_DIR/eval_CHECKPOINT.mp4 where an MP4 "
+                        "encoder is installed (hetrl[video]), else .gif")
     p.set_defaults(func=_eval)
 
 
@@ -129,7 +134,7 @@ def _eval(args: argparse.Namespace) -> int:
     print(f"{res.which} policy ({res.checkpoint}, env step {res.env_steps:,}): return {res.mean:.2f} ± {res.std:.2f} "
           f"over {len(res.returns)} episodes (min {res.returns.min():.1f}, max {res.returns.max():.1f})")
     if res.video is not None:
-        print(f"video: {res.video}")
+        print(f"video: {res.video} ({res.video.suffix[1:].upper()}{'; ' + res.video_note if res.video_note else ''})")
     return 0
 
 

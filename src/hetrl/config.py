@@ -28,6 +28,10 @@ from hetrl.tuned import lookup as lookup_tuned
 
 EXECUTORS = ("inline", "local", "ray", "auto")
 INFERENCE = (*INFERENCE_WAYS, "auto")  # the local executor's ways, or the plan decides
+CHECKPOINT_REPLAY = ("newest", "all", "none")  # which periodic checkpoints keep the replay (hetrl.run.rundir)
+# A run's config.json written before a setting existed keeps the behaviour it was made with: these
+# values, not the generic defaults, stand for the keys it lacks (every checkpoint kept, each with its replay).
+SAVED_RUN_DEFAULTS: dict[str, Any] = {"keep_checkpoints": None, "checkpoint_replay": "all"}
 
 
 @dataclass
@@ -53,6 +57,8 @@ class TrainConfig:
     eval_episodes: int = 20
     stop_at_return: float | None = None  # stop once an evaluation's mean return reaches this
     checkpoint_every: int = 50_000  # env steps between checkpoints (one is always written at the end)
+    keep_checkpoints: int | None = 3  # periodic checkpoints kept, the newest ones (best.pt aside); 0 or none: keep all
+    checkpoint_replay: str = "newest"  # the replay saved with: the newest checkpoint only, all of them, or none (no resume)
     agent: AgentConfig = field(default_factory=AgentConfig)
     atari: AtariOptions = field(default_factory=AtariOptions)  # the preprocessing of ALE ids (hetrl.envs.pixels)
 
@@ -66,6 +72,11 @@ class TrainConfig:
         for name in ("eval_every", "threads", "actors", "num_envs"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
+        if self.keep_checkpoints is not None and self.keep_checkpoints < 0:
+            problems.append(f"keep_checkpoints must be >= 0 (got {self.keep_checkpoints}; 0 or none keeps every checkpoint)")
+        if self.checkpoint_replay not in CHECKPOINT_REPLAY:
+            problems.append(f"checkpoint_replay {self.checkpoint_replay!r} is unknown{did_you_mean(self.checkpoint_replay, CHECKPOINT_REPLAY)}; "
+                            f"use one of {', '.join(CHECKPOINT_REPLAY)}")
         if self.executor not in EXECUTORS:
             problems.append(f"executor {self.executor!r} is unknown{did_you_mean(self.executor, EXECUTORS)}; use one of {', '.join(EXECUTORS)}")
         if self.inference not in INFERENCE:
@@ -316,8 +327,17 @@ def config_from_dict(data: dict[str, Any], where: str = "config", tuned: bool = 
     return config
 
 
-def load_config(path: str | Path, invalid_hint: str = "fix it or pass another --config", tuned: bool = False) -> TrainConfig:
-    return config_from_dict(read_json(path, "config file", invalid_hint=invalid_hint), str(path), tuned)
+def load_config(path: str | Path, invalid_hint: str = "fix it or pass another --config", tuned: bool = False,
+                saved_run: bool = False) -> TrainConfig:
+    """The config in ``path``; ``saved_run``: a run directory's own config.json, whose missing keys
+    take :data:`SAVED_RUN_DEFAULTS` (how the run was made) where there is one."""
+    data = read_json(path, "config file", invalid_hint=invalid_hint)
+    config = config_from_dict(data, str(path), tuned)
+    if saved_run:
+        for key, value in SAVED_RUN_DEFAULTS.items():
+            if key not in data:
+                setattr(config, key, value)
+    return config
 
 
 def save_config(config: TrainConfig, path: Path) -> None:

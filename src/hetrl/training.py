@@ -91,9 +91,11 @@ class Session:
 
     @classmethod
     def create(cls, config: TrainConfig, run_dir: str | Path | None, console: Console | None = None,
-               defaults: str = "", source: EnvSource | None = None, progress: bool = True) -> "Session":
+               defaults: str = "", source: EnvSource | None = None, progress: bool = True,
+               overwrite: bool = False) -> "Session":
+        """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
-        session.run = RunDir.create(run_dir, config)
+        session.run = RunDir.create(run_dir, config, overwrite=overwrite)
         return session
 
     @classmethod
@@ -105,11 +107,18 @@ class Session:
         session.run = run
         return session
 
-    def restore(self, checkpoint: str | Path | None = None) -> Path:
-        path, state = self.run.load_checkpoint(checkpoint)
+    def restore(self, checkpoint: str | Path | None = None, replay: bool = True) -> Path:
+        """Load the newest checkpoint (or ``checkpoint``). ``replay``: the whole training state, to
+        resume; a checkpoint without its replay is refused, since the run could not go on as it
+        would have. Without ``replay`` (evaluation) the replay is left empty."""
+        path, state = self.run.load_checkpoint(checkpoint, replay=replay)
         if state.get("kind") == "best":
             raise HetrlError(f"{path} holds only the best evaluation's policy, not the training state; "
                              f"resume from a periodic checkpoint (checkpoints/step_*.pt) instead")
+        if replay and "replay_missing" in state:
+            raise HetrlError(f"{path.name} cannot be resumed: {state['replay_missing']}; {self._resume_fix(path)}; "
+                             f"{path.name} itself can be evaluated (`hetrl eval {self.run.path} --checkpoint {path}`); "
+                             f"checkpoint_replay=all keeps every checkpoint resumable")
         self.executor.load_state_dict(state["executor"])
         self.resumed_from = self.executor.env_steps
         if self.run.best.exists():  # a resumed run keeps improving on the best it had
@@ -120,12 +129,26 @@ class Session:
                 self.console.print(f"warning: {exc}; the next evaluation writes a new best.pt", highlight=False)
         return path
 
+    def _resume_fix(self, path: Path) -> str:
+        """Where a run can resume from instead of ``path`` (which has no replay)."""
+        others = [p for p in self.run.resumable() if p.resolve() != path.resolve()]
+        if not others:
+            return "no checkpoint of this run has its replay"
+        if others[-1] == self.run.checkpoints()[-1]:
+            return f"`hetrl resume {self.run.path}` resumes from the newest, {others[-1].name}, which has it"
+        return f"resume from one that has it with --checkpoint ({', '.join(p.name for p in others)})"
+
     def evaluate(self, episodes: int) -> np.ndarray:
         policy = greedy_policy(self.algo, self.executor.policy_network)
         return evaluate_policy(policy, self.spec.origin, episodes, self.config.seed, self.spec.atari)
 
     def save_checkpoint(self) -> Path:
-        return self.run.save_checkpoint({"config": self.config.to_dict(), "executor": self.executor.state_dict()}, self.executor.env_steps)
+        """``step_N.pt`` with the training state, the replay in a file beside it, and the older
+        checkpoints pruned, as ``checkpoint_replay`` and ``keep_checkpoints`` say (hetrl.run.rundir)."""
+        cfg, executor = self.config, self.executor.state_dict()
+        replay = executor.pop("replay", None)
+        return self.run.save_checkpoint({"config": cfg.to_dict(), "executor": executor}, self.executor.env_steps, replay,
+                                        replay_policy=cfg.checkpoint_replay, keep=cfg.keep_checkpoints)
 
     def _keep_if_best(self, returns: np.ndarray) -> None:
         """Write checkpoints/best.pt when this evaluation's mean beats every earlier one of the run."""
@@ -170,10 +193,10 @@ class Session:
         last_timers = ex.timer_totals()
         last_eval: np.ndarray | None = None
         last_eval_step: int | None = None
+        saved_at: int | None = None  # env steps of the last checkpoint written
         solved_at: int | None = None
         stopped_at: int | None = None  # the env step at which a callback stopped the run
         hooks, pending, episodes_seen = self._callbacks, [], 0  # pending: episodes on_step saw, for the next metrics row
-        reported: int | None = None  # the env step of the last checkpoint on_checkpoint was told of
         learning_from: tuple[float, int] | None = None  # (time, env steps) when learning started
         eval_seconds = 0.0  # spent evaluating since learning started
         final_eval_seconds = 0.0  # the final policy's evaluation, in the loop's last row
@@ -240,7 +263,7 @@ class Session:
                     if solved_at is not None:
                         break
                 if ex.env_steps >= next_ckpt:
-                    path, reported = self.save_checkpoint(), ex.env_steps
+                    path, saved_at = self.save_checkpoint(), ex.env_steps
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
                     if hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path)):
                         stopped_at = ex.env_steps
@@ -254,9 +277,9 @@ class Session:
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
-        path = self.save_checkpoint()
-        if reported != ex.env_steps:  # the run ends here: a stop asked for changes nothing
-            hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path))
+        if saved_at != ex.env_steps:  # the loop's last iteration may have written this very state
+            path = self.save_checkpoint()
+            hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path))  # the run ends here: a stop asked for changes nothing
         # a prediction is shown only for the executor and actor count it was made for
         same = ((self.plan.executor, self.plan.actors, self.plan.inference, self.plan.num_envs)
                 == (self.executor_kind, self.actors, self.inference, self.num_envs))

@@ -1,14 +1,27 @@
 """The run directory: config, placement, metrics, TensorBoard events, checkpoints, plots.
 
 Writes are atomic (temp file, then rename), and nothing that exists is overwritten by a new run:
-a directory that already holds a run is refused.
+a directory that already holds a run is refused (one stopped before its first checkpoint may be
+replaced with ``overwrite``).
+
+A periodic checkpoint is ``checkpoints/step_N.pt`` (the training state) and, beside it,
+``checkpoints/replay_step_N.pt`` (the replay's contents: by far the largest part). The step file
+names its replay file and a token the replay file repeats, so a replay file is never taken for
+another checkpoint of the same step. ``checkpoint_replay`` says which checkpoints keep their
+replay file (``newest``, ``all``, ``none``) and ``keep_checkpoints`` how many step files are kept.
+Each new checkpoint is written replay file first, step file second, then the older files are
+pruned: a crash at any point leaves every earlier checkpoint whole and at worst files that the
+pruning would have removed. Checkpoints written before this layout (format v1) hold their replay
+inline and load as they are.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +31,21 @@ from hetrl.config import TrainConfig, load_config, save_config
 from hetrl.errors import HetrlError
 from hetrl.files import file_part
 
-CHECKPOINT_FORMAT = "hetrl-checkpoint-v1"
-_STEP_FILE = re.compile(r"step_(\d+)\.pt$")
+CHECKPOINT_FORMAT = "hetrl-checkpoint-v2"  # v2: the replay is in a file of its own (replay_file)
+BEST_FORMAT = "hetrl-checkpoint-v1"  # best.pt's layout is v1's (the policy only)
+READABLE_FORMATS = ("hetrl-checkpoint-v1", CHECKPOINT_FORMAT)
+_STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
+_REPLAY_FILE = re.compile(r"^replay_step_(\d+)\.pt$")
 BEST = "best.pt"  # the policy of the best evaluation so far; never a periodic checkpoint (no training state)
+# what a run directory holds (README "What a run directory holds"): what `overwrite` removes, config.json
+# last (until it goes, the directory is still a run: an interrupted removal is refused and can be retried)
+_RUN_FILES = ("plan.json", "metrics.csv", "tb", "checkpoints", "returns.png", "summary.json", "config.json")
 
 
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
+        self.replaced = False  # create(overwrite=True) removed a run stopped before its first checkpoint
 
     config = property(lambda self: self.path / "config.json")
     plan = property(lambda self: self.path / "plan.json")
@@ -37,7 +57,10 @@ class RunDir:
     best = property(lambda self: self.checkpoint_dir / BEST)
 
     @classmethod
-    def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs") -> "RunDir":
+    def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs",
+               overwrite: bool = False) -> RunDir:
+        """A new run directory. ``overwrite``: replace a run that stopped before its first periodic
+        checkpoint (its files are removed); a run holding one is never removed."""
         if path is None:
             stamp = time.strftime("%Y%m%d-%H%M%S")
             base = Path(root) / f"{config.algo}_{file_part(config.env)}_s{config.seed}_{stamp}"
@@ -46,9 +69,15 @@ class RunDir:
                 path, k = base.with_name(f"{base.name}_{k}"), k + 1
         run = cls(Path(path))
         if run.config.exists():
-            raise HetrlError(
-                f"{run.path} already holds a run; continue it with `hetrl resume {run.path}` or choose another --run-dir"
-            )
+            if run.checkpoints():
+                refused = "--overwrite replaces only a run stopped before its first checkpoint; " if overwrite else ""
+                raise HetrlError(f"{run.path} already holds a run with checkpoints; {refused}continue it with "
+                                 f"`hetrl resume {run.path}` or choose another --run-dir")
+            if not overwrite:
+                raise HetrlError(f"{run.path} holds a run stopped before its first checkpoint (nothing to resume); start "
+                                 f"afresh there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
+            run.remove_unstarted()
+            run.replaced = True
         run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, run.config)
         return run
@@ -63,35 +92,105 @@ class RunDir:
         return run
 
     def load_config(self) -> TrainConfig:
-        return load_config(self.config, invalid_hint="restore it from a copy")
+        return load_config(self.config, invalid_hint="restore it from a copy", saved_run=True)
+
+    def remove_unstarted(self) -> None:
+        """Remove the files of a run that has no periodic checkpoint (other files are left)."""
+        if self.checkpoints():
+            raise HetrlError(f"{self.path} holds checkpoints; it is not removed")
+        for video in [*self.path.glob("eval_*.gif"), *self.path.glob("eval_*.mp4")]:
+            video.unlink()
+        for name in _RUN_FILES:
+            target = self.path / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
 
     # --- checkpoints -------------------------------------------------------------------------
     def checkpoints(self) -> list[Path]:
-        """Checkpoint files, oldest step first."""
-        found = [(int(m.group(1)), p) for p in self.checkpoint_dir.glob("step_*.pt") if (m := _STEP_FILE.search(p.name))]
-        return [p for _, p in sorted(found)]
+        """Periodic checkpoint files (step_*.pt), oldest step first."""
+        return [p for _, p in self._numbered(_STEP_FILE)]
 
-    def save_checkpoint(self, state: dict[str, Any], env_steps: int) -> Path:
-        return self._write(self.checkpoint_dir / f"step_{env_steps:010d}.pt", state)
+    def replay_files(self) -> list[Path]:
+        """The replay files (replay_step_*.pt), oldest step first."""
+        return [p for _, p in self._numbered(_REPLAY_FILE)]
+
+    def _numbered(self, pattern: re.Pattern[str]) -> list[tuple[int, Path]]:
+        found = [(int(m.group(1)), p) for p in self.checkpoint_dir.glob("*.pt") if (m := pattern.match(p.name))]
+        return sorted(found)
+
+    def save_checkpoint(self, state: dict[str, Any], env_steps: int, replay: Any = None, *,
+                        replay_policy: str = "newest", keep: int | None = None) -> Path:
+        """Write ``step_N.pt`` holding ``state`` and, unless ``replay_policy`` is ``none``,
+        ``replay_step_N.pt`` holding ``replay`` (the executor's replay state), then prune (:meth:`prune`)."""
+        name = f"step_{env_steps:010d}.pt"
+        state = {**state, "replay_file": None}
+        if replay is not None and replay_policy != "none":
+            token = uuid.uuid4().hex
+            replay_path = self._write(self.checkpoint_dir / f"replay_{name}",
+                                      {"kind": "replay", "env_steps": env_steps, "token": token, "replay": replay})
+            state.update(replay_file=replay_path.name, replay_token=token)
+        path = self._write(self.checkpoint_dir / name, state)
+        self.prune(env_steps, keep, replay_policy)
+        return path
+
+    def prune(self, newest: int, keep: int | None, replay_policy: str) -> None:
+        """After the checkpoint of step ``newest`` was written: delete the step files older than it
+        beyond the newest ``keep`` (it included; 0 or None keeps all), then the replay files older
+        than it that ``replay_policy`` does not keep (``all``: those of the step files kept). Files
+        of later steps (a run resumed from an earlier checkpoint leaves them) are left alone, and
+        so is best.pt. A step file goes before its replay file: an interrupted prune leaves only
+        files it would have deleted."""
+        older = [(step, path) for step, path in self._numbered(_STEP_FILE) if step < newest]
+        doomed = older[: max(0, len(older) - (keep - 1))] if keep else []
+        for _, path in doomed:
+            path.unlink(missing_ok=True)
+        kept = {step for step, _ in older} - {step for step, _ in doomed}
+        for step, path in self._numbered(_REPLAY_FILE):
+            if step < newest and (replay_policy != "all" or step not in kept):
+                path.unlink(missing_ok=True)
 
     def save_best(self, state: dict[str, Any]) -> Path:
         """``checkpoints/best.pt``: replaced atomically, so a crash leaves the previous best whole."""
-        return self._write(self.best, {"kind": "best", **state})
+        return self._write(self.best, {"kind": "best", **state}, BEST_FORMAT)
 
-    def _write(self, path: Path, state: dict[str, Any]) -> Path:
+    def _write(self, path: Path, state: dict[str, Any], fmt: str = CHECKPOINT_FORMAT) -> Path:
         tmp = path.with_suffix(".tmp")
-        torch.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
+        torch.save({"format": fmt, **state}, tmp)
         os.replace(tmp, path)
         return path
 
-    def load_checkpoint(self, path: str | Path | None = None) -> tuple[Path, dict[str, Any]]:
-        """The newest checkpoint, or ``path``; a missing or corrupt file is a HetrlError."""
+    def load_checkpoint(self, path: str | Path | None = None, replay: bool = True) -> tuple[Path, dict[str, Any]]:
+        """The newest checkpoint, or ``path``; a missing or corrupt file is a HetrlError.
+
+        ``replay``: put the replay, read from the checkpoint's replay file, into the executor state
+        (``state["executor"]["replay"]``), as checkpoints before v2 held it; where it cannot be
+        (none was saved, it was pruned, or it is unreadable) the state has no replay and
+        ``state["replay_missing"]`` says why. Without ``replay`` (evaluation, export) the replay
+        file is not read.
+        """
         if path is None:
             found = self.checkpoints()
             if not found:
                 raise HetrlError(f"{self.path} has no checkpoint in {self.checkpoint_dir}; nothing to resume or evaluate")
             path = found[-1]
         path = Path(path)
+        state = self._read(path)
+        if state.get("kind") == "replay":
+            step_file = path.name.removeprefix("replay_")
+            raise HetrlError(f"{path} holds only the replay of {step_file}; pass {step_file} instead")
+        if replay and state.get("replay_file") is not None:
+            found, why = self._read_replay(path, state)
+            if found is not None:
+                state["executor"]["replay"] = found
+            else:
+                state["replay_missing"] = why
+        elif replay and "replay_file" in state:
+            state["replay_missing"] = "it was saved without the replay (checkpoint_replay=none)"
+        return path, state
+
+    def _read(self, path: Path) -> dict[str, Any]:
         if not path.exists():
             raise HetrlError(f"checkpoint {path} does not exist")
         try:
@@ -100,6 +199,26 @@ class RunDir:
             older = [p.name for p in self.checkpoints() if p != path]
             hint = f"use an earlier one with --checkpoint ({', '.join(older)})" if older else "no earlier checkpoint exists"
             raise HetrlError(f"checkpoint {path} is corrupt or truncated ({type(exc).__name__}); {hint}") from None
-        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        if not isinstance(state, dict) or state.get("format") not in READABLE_FORMATS:
             raise HetrlError(f"{path} is not a hetrl checkpoint (expected format {CHECKPOINT_FORMAT})")
-        return path, state
+        return state
+
+    def _read_replay(self, path: Path, state: dict[str, Any]) -> tuple[Any, str]:
+        """(the replay state, "") or (None, why not) for the step file ``path``."""
+        replay_path = path.parent / state["replay_file"]
+        if not replay_path.exists():
+            return None, (f"its replay ({replay_path.name}) was not kept (checkpoint_replay=newest keeps only the newest "
+                          f"checkpoint's)")
+        try:
+            saved = torch.load(replay_path, map_location="cpu", weights_only=False)
+        except Exception as exc:  # noqa: BLE001 (as for a step file: any failure to read means corrupt)
+            return None, f"its replay file {replay_path.name} is corrupt or truncated ({type(exc).__name__})"
+        if not isinstance(saved, dict) or saved.get("token") != state.get("replay_token"):
+            return None, f"{replay_path.name} holds the replay of another checkpoint of that step"
+        return saved["replay"], ""
+
+    def resumable(self) -> list[Path]:
+        """Step files whose replay file is there (cheap: checkpoints before v2, which hold their
+        replay inline, are not listed)."""
+        replays = {p.name.removeprefix("replay_") for p in self.replay_files()}
+        return [p for p in self.checkpoints() if p.name in replays]

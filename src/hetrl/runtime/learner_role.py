@@ -102,5 +102,7 @@ class LearnerRole:
         return {"replay": self.replay.state_dict(), "learner": self.learner.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.replay.load_state_dict(state["replay"])
+        """``state`` without a replay (an evaluation reads no replay file) leaves the replay empty."""
+        if state.get("replay") is not None:
+            self.replay.load_state_dict(state["replay"])
         self.learner.load_state_dict(state["learner"])

@@ -340,7 +340,7 @@ class RayExecutor(ParallelBookkeeping):
         self.updates = state["learner"]["updates"]
         self.finished = list(state["finished"])
         self.restarts = state["restarts"]
-        self._restore = {"replay": state["replay"], "learner": state["learner"]}
+        self._restore = {"replay": state.get("replay"), "learner": state["learner"]}
         # the coordinator's copy of the policy (evaluation, `hetrl eval`) is the checkpoint's at once
         self.policy_network.load_state_dict(state["learner"][self.algo.policy_key])
 
