@@ -125,6 +125,11 @@ def test_profiling_shows_progress_and_the_summary_says_where_the_profile_came_fr
     assert "measured now" in first.out
     assert main(["train", "dqn", "CartPole-v1", "--run-dir", str(tmp_path / "b"), *common]) == 0
     second = capfd.readouterr()
-    assert "measurements" not in second.err and "cached, checked at the start" in second.out
+    # cached and checked; on a machine whose load changed in between, refreshed (and said so): the
+    # decision itself is tested above with injected timings
+    if "refreshed" in second.out:
+        assert "the cached profile is off" in second.err
+    else:
+        assert "measurements" not in second.err and "cached, checked at the start" in second.out
     assert main(["profile", "dqn", "Acrobot-v1", "--out", str(tmp_path / "p.json"), "--set", "hidden=8,8"]) == 0
     assert " measurements (100%)" in capfd.readouterr().err
