@@ -8,6 +8,9 @@ from pathlib import Path
 
 @dataclass
 class TrainResult:
+    """A run's (or a resumed session's) measured figures; summary.json holds the same fields.
+    Rates are measured; ``predicted_*`` fields are the plan's model's predictions."""
+
     run_dir: Path
     algo: str
     env: str
@@ -19,7 +22,7 @@ class TrainResult:
     eval_return_mean: float | None  # the final evaluation (the policy at the end of the run)
     eval_return_std: float | None
     eval_episodes: int
-    solved_at: int | None  # env step at which stop_at_return was reached
+    solved_at: int | None  # env step at which stop_at_return was reached, stopping the run before its budget
     interrupted: bool
     placement: dict[str, str]
     timers: list[tuple[str, int, float, float]]
