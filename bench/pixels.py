@@ -366,6 +366,8 @@ def main() -> int:
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="smoke test: 6k MinAtar / 6k Atari steps, one seed")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--from-json", type=Path, help="write the report from the runs a (possibly cut short) "
+                        "benchmark saved in its _pixels.json, measuring nothing")
     parser.add_argument("--worker", nargs=2, metavar=("LIB", "WORKLOAD"), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -374,6 +376,17 @@ def main() -> int:
         print(json.dumps(worker(args)))
         return 0
     args.argv = sys.argv[1:]
+    if args.from_json:
+        saved = json.loads(args.from_json.read_text())
+        runs, failures = saved["runs"], saved["failures"]
+        out = args.out
+        args = parser.parse_args(saved["args"])
+        args.out, args.argv = out, saved["args"] + ([] if saved.get("complete") else ["(cut short: the runs it finished)"])
+        args.seeds = sorted({r["seed"] for r in runs})
+        args.workloads = [w for w in args.workloads if any(r["workload"] == w for r in runs)]
+        write_report(report(runs, failures, args, args.out, sum(r.get("call_seconds", r["seconds"]) for r in runs)), args.out)
+        print(f"wrote {args.out}")
+        return 0
     if args.quick:
         args.minatar_steps, args.atari_steps, args.seeds, args.eval_episodes = 6_000, 6_000, args.seeds[:1], 2
     start = time.perf_counter()
