@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from hetrl.config import apply_overrides, config_from_dict, default_config, load_config, save_config
+from hetrl.config import apply_overrides, config_from_dict, default_config, load_config, make_config, save_config
 from hetrl.errors import HetrlError
 
 
@@ -118,3 +118,21 @@ def test_a_partial_yaml_or_json_config_file(tmp_path):
     (tmp_path / "ddpg.yaml").write_text("algo: ddpg\n")
     with pytest.raises(HetrlError, match="the config is for ddpg, not dqn"):
         make_config("dqn", "CartPole-v1", tmp_path / "ddpg.yaml")
+
+
+@pytest.mark.parametrize("setting, fix", [
+    ("max_grad_norm=-1", "null for no clipping"), ("max_grad_norm=0", "null for no clipping"),
+    ("lr=nan", "finite"), ("replay_ratio=nan", "finite"), ("gamma=inf", "finite"),
+    ("alpha=-1", "prioritisation exponent"), ("beta0=-3", "in \\[0, 1\\]"),
+    ("eps_start=5", "0 <= eps_end <= eps_start <= 1"), ("eps_end=-2", "0 <= eps_end <= eps_start <= 1"),
+    ("learning_starts=-5", "learning_starts must be >= 0"),
+])
+def test_settings_a_backend_would_read_its_own_way_are_refused(setting, fix):
+    """One meaning on every backend: torch's clip_grad_norm_ scales gradients by a negative factor at
+    max_grad_norm=-1 (gradient ascent) and zeroes them at 0, where the numba learner skipped clipping."""
+    from hetrl.algos import make_algorithm
+    from hetrl.envs import env_spec
+
+    cfg = make_config("dqn", "CartPole-v1", None, [setting])
+    with pytest.raises(HetrlError, match=fix):
+        make_algorithm("dqn", env_spec("CartPole-v1"), cfg.agent)

@@ -8,10 +8,11 @@ names a device.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 import numpy as np
@@ -55,8 +56,12 @@ class AgentConfig:
         return {k: v for k, v in asdict(self).items() if k not in self.COST_FREE}
 
     def validate(self) -> list[str]:
-        """Problems with the values, one message each."""
-        problems = []
+        """Problems with the values, one message each. Every setting means one thing on every
+        backend: a value a backend would read otherwise (a negative clipping norm, a NaN) is refused."""
+        problems = [f"{f.name} must be a finite number (got {getattr(self, f.name)})" for f in fields(self)
+                    if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))]
+        if problems:
+            return problems  # every check below compares numbers
         for name in ("lr", "batch_size", "buffer_size", "n_step", "train_every"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
@@ -64,6 +69,17 @@ class AgentConfig:
             problems.append(f"gamma must be in (0, 1] (got {self.gamma})")
         if self.replay_ratio < 0:
             problems.append(f"replay_ratio must be >= 0 (got {self.replay_ratio})")
+        if self.learning_starts < 0:
+            problems.append(f"learning_starts must be >= 0 (got {self.learning_starts})")
+        if self.max_grad_norm is not None and self.max_grad_norm <= 0:
+            problems.append(f"max_grad_norm must be > 0, or null for no clipping (got {self.max_grad_norm})")
+        if self.alpha < 0:
+            problems.append(f"alpha (the prioritisation exponent) must be >= 0 (got {self.alpha})")
+        if not 0 <= self.beta0 <= 1:
+            problems.append(f"beta0 (the importance-sampling exponent at the start) must be in [0, 1] (got {self.beta0})")
+        if self.beta_anneal_steps < 0 or self.priority_eps <= 0:
+            problems.append(f"beta_anneal_steps must be >= 0 and priority_eps > 0 (got {self.beta_anneal_steps}, "
+                            f"{self.priority_eps})")
         if not self.hidden or min(self.hidden) <= 0:
             problems.append(f"hidden must list positive layer widths (got {self.hidden})")
         if self.batch_size > self.buffer_size:

@@ -49,8 +49,9 @@ class DDPGConfig(AgentConfig):
             problems.append(f"tau must be in (0, 1] (got {self.tau})")
         if self.policy_delay < 1:
             problems.append(f"policy_delay must be >= 1 (got {self.policy_delay})")
-        if self.action_noise < 0 or self.target_noise < 0:
-            problems.append("action_noise and target_noise must be >= 0")
+        if self.action_noise < 0 or self.target_noise < 0 or self.target_noise_clip < 0:
+            problems.append(f"action_noise, target_noise and target_noise_clip must be >= 0 (got {self.action_noise}, "
+                            f"{self.target_noise}, {self.target_noise_clip})")
         return problems
 
 

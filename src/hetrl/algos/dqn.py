@@ -68,6 +68,11 @@ class DQNConfig(AgentConfig):
             problems.append(f"tau must be in (0, 1] (got {self.tau})")
         if self.target_update_every <= 0:
             problems.append(f"target_update_every must be > 0 (got {self.target_update_every})")
+        if not (0 <= self.eps_end <= self.eps_start <= 1):
+            problems.append(f"epsilon must fall within [0, 1]: 0 <= eps_end <= eps_start <= 1 (got eps_start={self.eps_start}, "
+                            f"eps_end={self.eps_end})")
+        if self.eps_decay_steps < 0:
+            problems.append(f"eps_decay_steps must be >= 0 (got {self.eps_decay_steps})")
         return problems
 
 
