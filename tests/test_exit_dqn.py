@@ -207,6 +207,22 @@ def test_host_backends_that_cannot_run_it_say_so():
     assert get("Act", "numpy").unsupported(algo) is None and get("Act", "torch").unsupported(algo) is None
 
 
+def test_the_profiler_times_act_at_a_fixed_exit_distribution():
+    """The profiler's random observations would exit at random; the network it times answers every
+    one at the final head after every confidence head (acting with exits), or runs no branch."""
+    obs = np.random.default_rng(0).integers(0, 256, (64, 4, 10, 10), dtype=np.uint8)
+    algo = exit_algo(act_with_exits=True)
+    net = algo.make_networks()["q"]
+    mixed_exits(net, obs)  # confidences as after some learning: input-dependent, half of them above 0.5
+    with torch.no_grad():
+        assert 0 < int((net.act_forward(torch.as_tensor(obs))[1] == 0).sum()) < 64
+        profiled = algo.profiled_policy(net)
+        assert profiled.threshold == 0.5 and profiled.act_forward(torch.as_tensor(obs))[1].tolist() == [1] * 64
+        assert 0 < int((net.act_forward(torch.as_tensor(obs))[1] == 0).sum()) < 64  # the run's own is untouched
+    plain = exit_algo(act_with_exits=False)
+    assert plain.profiled_policy(plain.make_networks()["q"]).threshold == 1.0  # no branch runs
+
+
 # --- training ------------------------------------------------------------------------------------
 def batches(spec, n, size=16, seed=0):
     rng = np.random.default_rng(seed)
@@ -407,7 +423,7 @@ def mixed_exits(net, obs):
         g = torch.Generator().manual_seed(0)
         branch.confidence.weight.copy_(torch.randn(branch.confidence.weight.shape, generator=g))
         features = net.blocks[0](net._input(torch.as_tensor(obs)))
-        logits = branch.confidence(features).squeeze(1)
+        logits = branch.confidence(features.flatten(1)).squeeze(1)
         branch.confidence.bias.sub_(logits.median())  # half above 0, half below
         net.set_threshold(0.5)
 

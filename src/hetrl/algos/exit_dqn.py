@@ -37,6 +37,7 @@ and writes it into the checkpoint, where evaluation and a loaded policy find it.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
@@ -45,7 +46,13 @@ from torch import nn
 
 from hetrl.algos.dqn import DQN, DQNConfig, DQNLearner
 from hetrl.errors import HetrlError
-from hetrl.nets.exits import MINATAR_CONVS, NATURE_CONVS, NEVER, ExitQNetwork
+from hetrl.nets.exits import (
+    CONFIDENCE_BIAS,
+    MINATAR_CONVS,
+    NATURE_CONVS,
+    NEVER,
+    ExitQNetwork,
+)
 
 SCHEDULES = ("staged", "joint")
 TARGETS = ("both", "td", "distill")
@@ -169,6 +176,19 @@ class ExitDQN(DQN):
     def acting_threshold(self) -> float:
         """The threshold a fresh network acts with: training's (exits only with act_with_exits)."""
         return self.config.exit_threshold if self.config.act_with_exits else NEVER
+
+    def profiled_policy(self, network: nn.Module) -> nn.Module:
+        """A copy whose confidence heads say the fresh value (``CONFIDENCE_BIAS``) whatever the
+        input, so the profiler times Act at a fixed exit distribution: with ``act_with_exits`` (and
+        a threshold above sigmoid(-4)) every decision runs every confidence head and leaves at the
+        final head, the dearest path, which a run pays until its branches learn; without, the plain
+        backbone. (The random observations the profiler feeds would otherwise exit at random.)"""
+        net = copy.deepcopy(network)
+        with torch.no_grad():
+            for branch in net.branches:
+                branch.confidence.weight.zero_()
+                branch.confidence.bias.fill_(CONFIDENCE_BIAS)
+        return net
 
     def make_networks(self) -> dict[str, nn.Module]:
         cfg, spec, kind = self.config, self.spec, self.network_kind
