@@ -20,6 +20,7 @@ from hetrl.envs import EnvSpec, env_spec
 from hetrl.errors import HetrlError
 from hetrl.evaluation import EVAL_SEED_OFFSET
 from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, choose, store_threshold
+from hetrl.nets import exits as exits_module
 from hetrl.nets import numpy_params
 from hetrl.nets.conv import MinAtarNet
 from hetrl.nets.exits import (
@@ -44,14 +45,33 @@ def exit_algo(spec=None, **agent):
     return make_algorithm("exit-dqn", spec, cfg)
 
 
-class Calls:
-    """Forward hooks: the rows each module of a network was run on, call by call."""
+class Work:
+    """Every layer the network's passes run, recorded: the rows each weight was applied to and the
+    multiply-accumulates done (its passes call torch.nn.functional, which this stands in for)."""
 
-    def __init__(self, net, names):
-        self.rows = {name: [] for name in names}
-        modules = dict(net.named_modules())
-        for name in names:
-            modules[name].register_forward_hook(lambda m, args, out, name=name: self.rows[name].append(len(args[0])))
+    def __init__(self, net, monkeypatch):
+        self.names = {id(p): name.removesuffix(".weight") for name, p in net.named_parameters() if name.endswith("weight")}
+        self.rows = {name: [] for name in self.names.values()}
+        self.macs = 0
+        monkeypatch.setattr(exits_module, "F", self)
+
+    def linear(self, x, weight, bias=None):
+        self.rows[self.names[id(weight)]].append(len(x))
+        self.macs += len(x) * weight.shape[0] * weight.shape[1]
+        return torch.nn.functional.linear(x, weight, bias)
+
+    def conv2d(self, x, weight, bias=None, stride=1):
+        out = torch.nn.functional.conv2d(x, weight, bias, stride)
+        self.rows[self.names[id(weight)]].append(len(x))
+        self.macs += out.numel() * weight[0].numel()  # positions x filters x patch, per row
+        return out
+
+    def clear(self):
+        self.rows = {name: [] for name in self.rows}
+        self.macs = 0
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
 
 
 def sorting_mlp():
@@ -70,58 +90,71 @@ def sorting_mlp():
 
 
 # --- the network ---------------------------------------------------------------------------------
-def test_exits_skip_the_rest_of_the_network_at_batch_1():
+def test_exits_skip_the_rest_of_the_network_at_batch_1(monkeypatch):
     net = sorting_mlp()
-    calls = Calls(net, ["blocks.0", "blocks.1", "blocks.2", "head", "branches.0.q", "branches.0.confidence"])
+    with torch.no_grad():
+        branch_q = net.heads(torch.tensor([[0.9, 0.0]]))[1][0]  # every head, for reference
+    work = Work(net, monkeypatch)
     with torch.no_grad():
         q, exit_index = net.act_forward(torch.tensor([[0.9, 0.0]]), threshold=0.5)
     assert exit_index.tolist() == [0]
-    assert calls.rows == {"blocks.0": [1], "blocks.1": [], "blocks.2": [], "head": [], "branches.0.q": [1],
-                          "branches.0.confidence": [1]}
-    torch.testing.assert_close(q, net.heads(torch.tensor([[0.9, 0.0]]))[1][0])  # the branch's Q-values
-    calls.rows = {name: [] for name in calls.rows}
+    assert work.rows == {"blocks.0.0": [1], "blocks.1.0": [], "blocks.2.0": [], "head": [], "branches.0.q": [1],
+                         "branches.0.confidence": [1]}
+    torch.testing.assert_close(q, branch_q)  # the branch's Q-values
+    work.clear()
     with torch.no_grad():  # not confident: on to the final head, the branch's Q head never runs
         _, exit_index = net.act_forward(torch.tensor([[0.1, 0.0]]), threshold=0.5)
     assert exit_index.tolist() == [1]
-    assert calls.rows == {"blocks.0": [1], "blocks.1": [1], "blocks.2": [1], "head": [1], "branches.0.q": [],
-                          "branches.0.confidence": [1]}
+    assert work.rows == {"blocks.0.0": [1], "blocks.1.0": [1], "blocks.2.0": [1], "head": [1], "branches.0.q": [],
+                         "branches.0.confidence": [1]}
 
 
-def test_exited_samples_leave_the_batch():
-    """At batch 8, the later layers see only the rows that did not exit (gather), and every row
-    gets its own exit's Q-values (scatter)."""
+def test_exited_samples_leave_the_batch(monkeypatch):
+    """At batch 8, the later layers see only the rows that did not exit (gather), every row gets
+    its own exit's Q-values (scatter), and the work done is the sum of each row's exit's count."""
     net = sorting_mlp()
     x0 = torch.tensor([0.9, 0.1, 0.7, 0.2, 0.3, 0.95, 0.0, 0.6])
     obs = torch.stack([x0, torch.randn(8)], dim=1)
     with torch.no_grad():
         final, branch_q, _ = net.heads(obs)  # every head on every row, for reference
-    calls = Calls(net, ["blocks.1", "blocks.2", "head", "branches.0.q", "branches.0.confidence"])
+    work = Work(net, monkeypatch)
     with torch.no_grad():
         q, exit_index = net.act_forward(obs, threshold=0.5)
     exited = x0 > 0.5
     assert exit_index.tolist() == [0 if e else 1 for e in exited.tolist()]
-    assert calls.rows == {"blocks.1": [4], "blocks.2": [4], "head": [4], "branches.0.q": [4],
-                          "branches.0.confidence": [8]}
+    assert work.rows == {"blocks.0.0": [8], "blocks.1.0": [4], "blocks.2.0": [4], "head": [4], "branches.0.q": [4],
+                         "branches.0.confidence": [8]}
+    assert work.macs == 4 * net.macs(0) + 4 * net.macs(1)
     torch.testing.assert_close(q[exited], branch_q[0][exited])
     torch.testing.assert_close(q[~exited], final[~exited])
+    work.clear()
     with torch.no_grad():  # every row exits: nothing after the branch runs
         net.act_forward(obs[exited], threshold=0.5)
-    assert calls.rows["head"] == [4] and calls.rows["blocks.1"] == [4]
+    assert work.rows["head"] == [] and work.rows["blocks.1.0"] == [] and work.macs == 4 * net.macs(0)
     # the numpy pass takes the same exits and gives the same Q-values
     q_np, exit_np = net.act_numpy(numpy_params(net), obs.numpy(), threshold=0.5)
     np.testing.assert_array_equal(exit_np, exit_index.numpy())
     np.testing.assert_allclose(q_np, q.numpy(), rtol=1e-5, atol=1e-6)
+    for row in range(8):  # and batch 1, in both
+        q1, e1 = net.act_forward(obs[row:row + 1], threshold=0.5)
+        q1_np, e1_np = net.act_numpy(numpy_params(net), obs[row:row + 1].numpy(), threshold=0.5)
+        assert e1.item() == e1_np[0] == exit_index[row].item()
+        np.testing.assert_allclose(q1.detach().numpy(), q[row:row + 1].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(q1_np, q[row:row + 1].numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_threshold_one_runs_no_branch():
+def test_threshold_one_runs_no_branch(monkeypatch):
     net = sorting_mlp()
-    calls = Calls(net, ["branches.0.confidence", "head"])
     obs = torch.tensor([[0.99, 0.0], [0.9, 1.0]])
+    with torch.no_grad():
+        reference = net.final(obs)
+    work = Work(net, monkeypatch)
     with torch.no_grad():
         q, exit_index = net.act_forward(obs)  # the buffer's threshold: 1 (never) by default
     assert net.threshold == 1.0 and exit_index.tolist() == [1, 1]
-    assert calls.rows == {"branches.0.confidence": [], "head": [2]}
-    torch.testing.assert_close(q, net.final(obs))
+    assert work.rows["branches.0.confidence"] == [] and work.rows["head"] == [2]
+    assert work.macs == 2 * net.baseline_macs
+    torch.testing.assert_close(q, reference)
     assert threshold_logit(1.0) == math.inf and threshold_logit(0.0) == -math.inf
 
 
@@ -146,31 +179,20 @@ def test_operation_counts_equal_a_hand_count():
     assert net.mean_macs([1, 1, 2]) == (1056 + 1168 + 2 * 1215) / 4
 
 
-def test_operation_counts_equal_what_the_pass_ran():
-    """The analytic count of each exit equals the multiply-accumulates of the modules a batch-1
-    pass actually ran (counted by hooks on every conv and linear layer)."""
+def test_operation_counts_equal_what_the_pass_ran(monkeypatch):
+    """The analytic count of each exit equals the multiply-accumulates of the layers a pass ran."""
     net = small_conv()
-    ran = []
-
-    def count(module, args, out):
-        if isinstance(module, torch.nn.Conv2d):
-            ran.append(out[0].numel() * module.in_channels * module.kernel_size[0] * module.kernel_size[1])
-        else:
-            ran.append(module.in_features * module.out_features)
-
-    for m in net.modules():
-        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
-            m.register_forward_hook(count)
     obs = torch.randint(0, 2, (1, 2, 6, 6), dtype=torch.uint8)
+    work = Work(net, monkeypatch)
     for exit_index in range(3):
         with torch.no_grad():  # make exit `exit_index` the first confident one
             for j, branch in enumerate(net.branches):
                 branch.confidence.weight.zero_()
                 branch.confidence.bias.fill_(10.0 if j == exit_index else -10.0)
-            ran.clear()
+            work.clear()
             _, got = net.act_forward(obs, threshold=0.5)
         assert got.tolist() == [exit_index]
-        assert sum(ran) == net.macs(exit_index)
+        assert work.macs == net.macs(exit_index)
 
 
 def test_the_minatar_backbone_is_dqns_network():
