@@ -22,6 +22,8 @@ from hetrl.errors import HetrlError
 from hetrl.evaluation import evaluate_policy, record_video
 from hetrl.importable import name_of
 from hetrl.run.callbacks import Callback, Callbacks
+from hetrl.exits import ExitCounter, ExitStats
+from hetrl.nets.exits import ExitQNetwork
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session, TrainResult, greedy_policy
 
@@ -128,6 +130,7 @@ class EvalResult:
     env_steps: int | None = None  # the env step of the evaluated policy
     note: str = ""  # e.g. why the final policy was evaluated when the best was asked for
     video_note: str = ""  # why the video is a GIF
+    exits: ExitStats | None = None  # an exit network's: where its decisions left it, and their operations
 
     @property
     def mean(self) -> float:
@@ -169,16 +172,17 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         algo = make_algorithm(cfg.algo, spec, cfg.agent)
         network = algo.make_policy_network()
         network.load_state_dict(state["policy"])
-        policy, env_steps = greedy_policy(algo, network), int(state["env_steps"])
+        policy, env_steps = _greedy(algo, network), int(state["env_steps"])
     else:
         cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
         session = Session.open(run, cfg, keep_plan=False)
         try:
             session.restore(path, replay=False)
-            policy, env_steps = greedy_policy(session.algo, session.executor.policy_network), session.executor.env_steps
+            policy, env_steps = _greedy(session.algo, session.executor.policy_network), session.executor.env_steps
         finally:
             session.executor.close()
     returns = evaluate_policy(policy, spec.origin, episodes, cfg.seed, spec.atari)
+    exits = policy.stats() if isinstance(policy, ExitCounter) else None
     video, video_note = None, ""
     if render_video:
         if not spec.supports_rgb_array:
@@ -186,4 +190,11 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         recorded = record_video(policy, spec.origin, run.path / f"eval_{path.stem}", cfg.seed, atari=spec.atari)
         video, video_note = recorded.path, recorded.note
     return EvalResult(returns=returns, checkpoint=path, video=video, which=which, env_steps=env_steps, note=note,
-                      video_note=video_note)
+                      video_note=video_note, exits=exits)
+
+
+def _greedy(algo: Any, network: Any):
+    """The greedy policy evaluated; an exit network's counts where each decision left it."""
+    if isinstance(network, ExitQNetwork):
+        return ExitCounter(algo, network)
+    return greedy_policy(algo, network)

@@ -1,4 +1,4 @@
-"""The ``hetrl`` command line: train, resume, eval, devices, profile, plan, and tabular collect/train."""
+"""The ``hetrl`` command line: train, resume, eval, devices, profile, plan, exits sweep, and tabular collect/train."""
 
 from __future__ import annotations
 
@@ -47,10 +47,10 @@ def _count(text: str) -> int:
 
 
 def _add_train(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, ddpg, td3, sac) on a Gymnasium env.",
+    p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, exit-dqn, ddpg, td3, sac) on a Gymnasium env.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.epilog_fn = _settings_help  # built on `train --help` only: it imports the algorithms (and torch)
-    p.add_argument("algo", help="dqn, ddpg, td3 or sac")
+    p.add_argument("algo", help="dqn, exit-dqn, ddpg, td3 or sac")
     p.add_argument("env", help="a Gymnasium env id (CartPole-v1), 'module:Id' (importing the module registers Id) "
                                "or 'module:factory' (a function returning a gym.Env); --set env_kwargs='{...}' "
                                "and --set wrappers=module:Wrapper,... apply to it")
@@ -133,6 +133,8 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"note: {res.note}")
     print(f"{res.which} policy ({res.checkpoint}, env step {res.env_steps:,}): return {res.mean:.2f} ± {res.std:.2f} "
           f"over {len(res.returns)} episodes (min {res.returns.min():.1f}, max {res.returns.max():.1f})")
+    if res.exits is not None:
+        print(res.exits.describe())
     if res.video is not None:
         print(f"video: {res.video} ({res.video.suffix[1:].upper()}{'; ' + res.video_note if res.video_note else ''})")
     return 0
@@ -292,6 +294,46 @@ def _export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_exits(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("exits", help="early exits of an exit-dqn run: choose its threshold",
+                       description="Early-exit DQN (exit-dqn): the trade-off between operations and score.")
+    commands = p.add_subparsers(dest="exits_command", required=True, metavar="COMMAND")
+    s = commands.add_parser("sweep", help="choose the exit threshold on validation episodes",
+                            description="Play validation episodes (seeded apart from the test episodes `hetrl eval` "
+                                        "plays) at each confidence threshold; report the operations ratio, score ratio "
+                                        "and measured latency per decision against the whole network; write "
+                                        "RUN_DIR/exits/sweep.md, sweep.json and sweep.png; store the chosen threshold "
+                                        "(the fewest operations at the score ratio asked for) in the checkpoint.")
+    s.add_argument("run_dir")
+    s.add_argument("--checkpoint", help="best (default, as hetrl eval), final, or a checkpoint file")
+    s.add_argument("--episodes", type=int, default=20, help="validation episodes per threshold (default 20)")
+    s.add_argument("--thresholds", help="comma-separated confidences in [0, 1] (default 1,0.99,0.98,0.95,0.9,0.85,"
+                                        "0.8,0.7,0.6,0.5; 1, the whole network, is always included)")
+    s.add_argument("--min-score-ratio", type=float, default=0.9,
+                   help="the least score ratio to the whole network the chosen threshold keeps (default 0.9)")
+    s.add_argument("--out", help="where to write the table and plot (default RUN_DIR/exits)")
+    s.add_argument("--no-store", action="store_true", help="report only; leave the checkpoint's threshold as it is")
+    s.add_argument("--no-timing", action="store_true", help="skip the latency measurements")
+    s.set_defaults(func=_exits_sweep)
+
+
+def _exits_sweep(args: argparse.Namespace) -> int:
+    from hetrl.exits import THRESHOLDS, markdown, sweep
+
+    thresholds = THRESHOLDS
+    if args.thresholds:
+        try:
+            thresholds = tuple(float(t) for t in args.thresholds.split(",") if t.strip())
+        except ValueError:
+            raise HetrlError(f"--thresholds {args.thresholds}: expected comma-separated numbers in [0, 1]") from None
+    console = Console(stderr=True)
+    result = sweep(args.run_dir, args.checkpoint, args.episodes, thresholds, args.min_score_ratio, args.out,
+                   store=not args.no_store, timing=not args.no_timing,
+                   progress=lambda label: console.print(f"validation episodes: {label}", highlight=False))
+    print(markdown(result))
+    return 0
+
+
 class _Parser(argparse.ArgumentParser):
     """A parser whose epilog may be computed when help is asked for (``epilog_fn``), so that
     building the parsers, and `hetrl --help`, import no torch."""
@@ -316,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_devices(sub)
     _add_profile(sub)
     _add_plan(sub)
+    _add_exits(sub)
     from hetrl.tabular.cli import add_subparser as _add_tabular
 
     _add_tabular(sub)

@@ -19,13 +19,15 @@ EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with train
 
 def evaluate_policy(
     policy: Callable[[np.ndarray], np.ndarray], env: str | EnvSource, episodes: int, seed: int,
-    atari: AtariOptions | None = None,
+    atari: AtariOptions | None = None, seed_offset: int = EVAL_SEED_OFFSET,
 ) -> np.ndarray:
-    """Returns of ``episodes`` episodes; env i is reset with ``seed + EVAL_SEED_OFFSET + i``. The
+    """Returns of ``episodes`` episodes; env i is reset with ``seed + seed_offset + i`` (by default
+    ``EVAL_SEED_OFFSET``: the test episodes; ``hetrl exits sweep`` plays validation episodes of
+    another offset). The
     envs are made for evaluation (``training=False``): an Atari env plays full games (no life loss
     as terminal) and returns raw scores; observations keep their dtype (uint8 for pixels)."""
     envs = [make_env(env, training=False, atari=atari) for _ in range(episodes)]
-    first = np.stack([made.reset(seed=seed + EVAL_SEED_OFFSET + i)[0] for i, made in enumerate(envs)])
+    first = np.stack([made.reset(seed=seed + seed_offset + i)[0] for i, made in enumerate(envs)])
     obs = first if first.dtype == np.uint8 else first.astype(np.float32)
     returns = np.zeros(episodes)
     active = np.ones(episodes, dtype=bool)

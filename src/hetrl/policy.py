@@ -24,6 +24,7 @@ from torch import nn
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
+from hetrl.nets.exits import ExitQNetwork
 from hetrl.run.rundir import RunDir
 from hetrl.training import host_forward
 
@@ -90,6 +91,10 @@ class Policy:
         if format not in FORMATS.values():
             raise HetrlError(f"cannot tell the export format of {path.name}; name it .pt (TorchScript) or .onnx, "
                              "or pass --format torchscript|onnx")
+        if isinstance(self.network, ExitQNetwork):
+            # tracing would freeze the exits the example input takes; ONNX has no early return either
+            raise HetrlError("exporting an exit-dqn policy is not supported yet (its early exits are data-dependent "
+                             "control flow); use hetrl.load(...).predict, which exits early")
         module = self.module()
         example = torch.zeros((1, *self.spec.obs_shape), dtype=getattr(torch, self.spec.obs_dtype))
         spec = json.dumps(self.spec_dict())

@@ -275,7 +275,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 return [t]
             yield f"EnvStep {backend} x{n}", env_step
 
-    network = build("Learn", Slot("torch", "cpu"), algo, 0).learner.policy_network
+    network = algo.profiled_policy(build("Learn", Slot("torch", "cpu"), algo, 0).learner.policy_network)
     for backend, impl in implementations("Act").items():
         if impl.unsupported(algo):
             continue

@@ -210,3 +210,12 @@ for _game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
     for _version in ("v0", "v1"):
         TUNED[("dqn", f"MinAtar/{_game}-{_version}")] = dict(DQN_MINATAR)
         SOURCE[("dqn", f"MinAtar/{_game}-{_version}")] = MINATAR_SOURCE
+
+
+# --- exit-dqn: DQN's rows ------------------------------------------------------------------------
+# The early-exit DQN is judged against the baseline DQN at the same budget, so it starts from the
+# very same settings (its own, the exit_* ones, keep their defaults).
+for (_algo, _env), _row in list(TUNED.items()):
+    if _algo == "dqn":
+        TUNED[("exit-dqn", _env)] = dict(_row)
+        SOURCE[("exit-dqn", _env)] = f"dqn's row: {SOURCE[(_algo, _env)]}"

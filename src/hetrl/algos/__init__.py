@@ -1,15 +1,16 @@
-"""Algorithms, written once against the protocol: DQN, DDPG, TD3 and SAC."""
+"""Algorithms, written once against the protocol: DQN (and its early-exit variant), DDPG, TD3 and SAC."""
 
 from __future__ import annotations
 
 from hetrl.algos.base import AgentConfig, Algorithm, Learner, TorchLearner
 from hetrl.algos.ddpg import DDPG, TD3, DDPGConfig, TD3Config
 from hetrl.algos.dqn import DQN, DQNConfig
+from hetrl.algos.exit_dqn import ExitDQN, ExitDQNConfig
 from hetrl.algos.sac import SAC, SACConfig
 from hetrl.envs.spec import EnvSpec
 from hetrl.errors import HetrlError, did_you_mean
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (DQN, DDPG, TD3, SAC)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (DQN, ExitDQN, DDPG, TD3, SAC)}
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
@@ -22,9 +23,9 @@ def algorithm_class(name: str) -> type[Algorithm]:
 def make_algorithm(name: str, spec: EnvSpec, config: AgentConfig) -> Algorithm:
     """The algorithm ``name`` for ``spec``, after checking that it can handle the env's actions."""
     cls = algorithm_class(name)
-    if spec.is_image and cls is not DQN:
+    if spec.is_image and not issubclass(cls, DQN):
         raise HetrlError(f"{cls.name} has MLP networks only, and {spec.env_id} has image observations "
-                         f"{spec.obs_shape}; train dqn on it")
+                         f"{spec.obs_shape}; train dqn (or exit-dqn) on it")
     if cls.discrete_actions and not spec.discrete:
         raise HetrlError(
             f"{cls.name} needs a discrete action space, but {spec.env_id} has continuous actions; "
@@ -41,6 +42,6 @@ def make_algorithm(name: str, spec: EnvSpec, config: AgentConfig) -> Algorithm:
 
 
 __all__ = [
-    "ALGORITHMS", "AgentConfig", "Algorithm", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "Learner",
+    "ALGORITHMS", "AgentConfig", "Algorithm", "DDPG", "DDPGConfig", "DQN", "DQNConfig", "ExitDQN", "ExitDQNConfig", "Learner",
     "SAC", "SACConfig", "TD3", "TD3Config", "TorchLearner", "algorithm_class", "make_algorithm",
 ]

@@ -178,6 +178,11 @@ class Algorithm(ABC):
         """A fresh acting network (an actor fills in the learner's weights)."""
         return self.make_networks()[self.policy_key]
 
+    def profiled_policy(self, network: nn.Module) -> nn.Module:
+        """The acting network as the profiler times Act on it. Its own by default; an algorithm
+        whose acting cost depends on the inputs (exit-dqn) fixes that cost here."""
+        return network
+
     def learner_parameters(self) -> int:
         """Trainable parameters of the learner (targets excluded): the size of its work."""
         return sum(p.numel() for net in self.make_networks().values() for p in net.parameters())

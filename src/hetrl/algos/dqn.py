@@ -143,6 +143,7 @@ class DQN(Algorithm):
     policy_key = "q"
     discrete_actions = True
     default_steps = 100_000
+    early_exits = False  # a branched Q-network (exit-dqn): the flat host learners do not write it out
     config: DQNConfig
 
     def build_learner(self, device: torch.device, seed: int) -> DQNLearner:

@@ -455,6 +455,8 @@ class LearnBlas(LearnOnHost):
         """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
         use_torch = "use the torch learner (plan=rule, or backend torch for learn in a plan.json)"
         if isinstance(algorithm, DQN):
+            if algorithm.early_exits:
+                return f"the blas learner writes out plain Q-networks, not {algorithm.name}'s branched one; {use_torch}"
             if algorithm.network_kind not in ("mlp", "nature", "minatar"):
                 return f"the blas learner writes out hetrl's Q-networks only, not a user's module; {use_torch}"
             if algorithm.config.dueling:

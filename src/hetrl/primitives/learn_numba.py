@@ -154,7 +154,7 @@ class LearnNumba(LearnOnHost):
     def unsupported(cls, algorithm: Algorithm) -> str | None:
         """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
         use_torch = "use the torch learner (plan=rule, or backend torch for learn in a plan.json)"
-        if not isinstance(algorithm, DQN):
+        if not isinstance(algorithm, DQN) or algorithm.early_exits:
             return f"the numba learner implements DQN only, not {algorithm.name}; {use_torch}"
         if not algorithm.mlp_networks():
             return f"the numba learner runs MLP Q-networks only, not DQN's {algorithm.network_kind} network; {use_torch}"

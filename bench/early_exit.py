@@ -1,0 +1,238 @@
+"""Early-exit DQN (exit-dqn, RAPID-RL) against the baseline DQN: operations, score and latency.
+
+For each MinAtar game and seed, a baseline ``dqn`` and an ``exit-dqn`` train with the same settings
+(the tuned MinAtar row, the MinAtar reference agent), the same seed and the same env-step budget,
+each as a fresh ``hetrl train`` subprocess (fixed rule placement: one process, torch Act and Learn
+on the host, ``--threads`` torch threads). Then, for the exit-dqn run, ``hetrl exits sweep`` chooses
+the threshold on validation episodes (seeded apart from the test episodes) and stores it; both final
+policies then play the same test episodes (``hetrl.evaluate``: the seeds ``hetrl eval`` uses), and
+
+- operations ratio: exit-dqn's mean multiply-accumulates per decision over the test episodes'
+  decisions (counted exactly, layer by layer, for the exits the decisions took) over the baseline
+  network's per decision (the same backbone without branches);
+- score ratio: exit-dqn's mean test return over the baseline's (on the same episode seeds);
+- latency ratio: measured wall time per decision at batch 1 of each policy's Act (Act/torch on the
+  host, one thread, median of timed blocks) on the same observations, those the exit-dqn policy met
+  in its test episodes; beside it, the ratio to the exit network's own pass at threshold 1 (the same
+  code, no exit), which separates what the exits save from how the two networks' passes are written.
+
+The report gives each ratio per (game, seed) and per game as mean, min and max over seeds, against
+the aims of issue 18 (<= 0.35x operations at >= 0.9x score on every game; batch-1 latency <= 0.5x).
+The final checkpoints are compared (not best.pt, which training chose on the test seeds).
+
+    python bench/early_exit.py                                   # 3 games x 3 seeds x 1M steps (very long)
+    python bench/early_exit.py --games Breakout-v1 --seeds 1 --steps 3000 --set learning_starts=1000 \
+        --test-episodes 3 --validation-episodes 3 --out /tmp/exits.md        # smoke test (minutes)
+
+On 2 cores, MinAtar DQN trains at a few hundred env steps per second: a full run is some 2 x 9
+trainings of 1M steps, i.e. days; pass ``--steps`` to shorten it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+GAMES = ("Breakout-v1", "SpaceInvaders-v1", "Asterix-v1")
+AIM_OPS, AIM_SCORE, AIM_LATENCY = 0.35, 0.9, 0.5
+
+
+def hetrl_cli(*args: str) -> None:
+    cmd = [sys.executable, "-m", "hetrl", *args]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+
+
+def train(algo: str, env: str, seed: int, steps: int, run_dir: Path, threads: int, settings: list[str]) -> None:
+    sets = [f"threads={threads}", "eval_every=0", "eval_episodes=3", *settings]
+    hetrl_cli("train", algo, env, "--steps", str(steps), "--seed", str(seed), "--plan", "rule", "--device", "cpu",
+              "--run-dir", str(run_dir), "--no-progress", *[a for s in sets for a in ("--set", s)])
+
+
+def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
+            min_score_ratio: float) -> dict[str, Any]:
+    """Sweep the exit run on validation episodes, then play both final policies on the test episodes."""
+    import copy
+
+    import hetrl
+    from hetrl.evaluation import evaluate_policy
+    from hetrl.exits import ExitCounter, decision_latency, score_ratio, sweep
+    from hetrl.primitives import build
+    from hetrl.protocol import Slot
+
+    result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False)
+    base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
+    exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
+    stats = exit_eval.exits
+    # latency: both policies on the observations the exit policy met in (some of) the test episodes
+    policy, baseline = hetrl.load(exit_dir, "final"), hetrl.load(base_dir, "final")
+    counter = ExitCounter(policy.algo, policy.network, keep=512, seed=seed)
+    evaluate_policy(counter, env, min(test_episodes, 5), seed)
+    obs = counter.observations()
+    exit_b1 = decision_latency(policy.algo, policy.network, policy.network.threshold, obs, 1)
+    whole_b1 = decision_latency(policy.algo, policy.network, 1.0, obs, 1)  # the same code, no exit
+    act = build("Act", Slot("torch", "cpu"), baseline.algo, 0, source=copy.deepcopy(baseline.network))
+    base_b1 = _time_act(act, obs)
+    macs_dqn = _dqn_macs(baseline.network, obs[:1])
+    assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
+    return {
+        "env": env, "seed": seed, "threshold": result.chosen,
+        "validation": {str(p.threshold): {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio} for p in result.points},
+        "base_return": base.mean, "exit_return": exit_eval.mean,
+        "score_ratio": score_ratio(exit_eval.mean, base.mean),
+        "macs_exit": stats.macs_mean, "macs_base": macs_dqn, "ops_ratio": stats.macs_mean / macs_dqn,
+        "exit_fractions": stats.fractions, "exit_names": stats.names,
+        "latency_b1_us_exit": 1e6 * exit_b1[0], "latency_b1_us_base": 1e6 * base_b1[0],
+        "latency_b1_spread_exit": [1e6 * exit_b1[1], 1e6 * exit_b1[2]],
+        "latency_b1_spread_base": [1e6 * base_b1[1], 1e6 * base_b1[2]],
+        "latency_ratio_b1": exit_b1[0] / base_b1[0],
+        "latency_b1_us_whole": 1e6 * whole_b1[0], "latency_ratio_b1_own": exit_b1[0] / whole_b1[0],
+    }
+
+
+def _time_act(act: Any, obs: Any, seconds: float = 0.3) -> tuple[float, float, float]:
+    """Seconds per decision of ``act.forward`` at batch 1 over ``obs`` (median, p10, p90 of 7 blocks), one thread."""
+    import time
+
+    import numpy as np
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for i in range(3):
+            act.forward(obs[i % len(obs)][None])
+        start = time.perf_counter()
+        act.forward(obs[0][None])
+        inner = max(len(obs), int(seconds / 7 / max(time.perf_counter() - start, 1e-9)))
+        blocks = []
+        for _ in range(7):
+            start = time.perf_counter()
+            for i in range(inner):
+                act.forward(obs[i % len(obs)][None])
+            blocks.append((time.perf_counter() - start) / inner)
+    finally:
+        torch.set_num_threads(previous)
+    p10, median, p90 = np.percentile(blocks, [10, 50, 90])
+    return float(median), float(p10), float(p90)
+
+
+def _dqn_macs(net: Any, obs: Any) -> int:
+    """Multiply-accumulates per decision of a plain DQN network, counted by hooks on its layers as
+    it runs on one observation."""
+    import torch
+
+    total = 0
+    hooks = []
+
+    def count(module: Any, args: Any, out: Any) -> None:
+        nonlocal total
+        if isinstance(module, torch.nn.Conv2d):
+            total += out[0].numel() * module.in_channels * module.kernel_size[0] * module.kernel_size[1]
+        else:
+            total += module.in_features * module.out_features
+
+    for m in net.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            hooks.append(m.register_forward_hook(count))
+    with torch.no_grad():
+        net(torch.as_tensor(obs))
+    for h in hooks:
+        h.remove()
+    return total
+
+
+def spread(values: list[float]) -> str:
+    if len(values) == 1:
+        return f"{values[0]:.3f}"
+    return f"{statistics.mean(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
+
+
+def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        "## Early-exit DQN against DQN (bench/early_exit.py)",
+        "",
+        f"{datetime.date.today()}, {platform.processor() or platform.machine()}, torch threads {args.threads}; "
+        f"{args.steps:,} env steps per run, seeds {', '.join(str(s) for s in range(args.seeds))}; "
+        f"threshold chosen on {args.validation_episodes} validation episodes at score ratio >= {args.min_score_ratio}; "
+        f"{args.test_episodes} test episodes; final checkpoints. Settings: the tuned MinAtar row"
+        + (f", then {', '.join(args.settings)}" if args.settings else "") + ".",
+        "",
+        ("| game | seeds | ops ratio | score ratio | batch-1 latency ratio | latency ratio to its own whole pass | "
+         "thresholds | aims (ops <= 0.35, score >= 0.9, latency <= 0.5) |"),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for game in dict.fromkeys(r["env"] for r in rows):
+        mine = [r for r in rows if r["env"] == game]
+        ops, score, lat, own = ([r[k] for r in mine] for k in ("ops_ratio", "score_ratio", "latency_ratio_b1",
+                                                                  "latency_ratio_b1_own"))
+        met = (max(ops) <= AIM_OPS, min(score) >= AIM_SCORE, max(lat) <= AIM_LATENCY)
+        thresholds = ", ".join(f"{r['threshold']:g}" for r in mine)
+        aims = " / ".join("met" if m else "not met" for m in met)
+        lines.append(f"| {game} | {len(mine)} | {spread(ops)} | {spread(score)} | {spread(lat)} | {spread(own)} | "
+                     f"{thresholds} | {aims} |")
+    lines += ["", "Per run (mean over seeds [min-max] above):", "",
+              ("| game | seed | threshold | DQN return | exit-dqn return | score ratio | MACs/decision (exit / DQN) | "
+               "ops ratio | exits | us/decision b1 (exit / DQN, p10-p90) | latency ratio |"),
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        exits = ", ".join(f"{n} {100 * f:.0f}%" for n, f in zip(r["exit_names"], r["exit_fractions"]))
+        le, lb = r["latency_b1_spread_exit"], r["latency_b1_spread_base"]
+        lines.append(f"| {r['env']} | {r['seed']} | {r['threshold']:g} | {r['base_return']:.2f} | {r['exit_return']:.2f} | "
+                     f"{r['score_ratio']:.3f} | {r['macs_exit']:,.0f} / {r['macs_base']:,} | {r['ops_ratio']:.3f} | {exits} | "
+                     f"{r['latency_b1_us_exit']:.1f} ({le[0]:.1f}-{le[1]:.1f}) / {r['latency_b1_us_base']:.1f} "
+                     f"({lb[0]:.1f}-{lb[1]:.1f}) | {r['latency_ratio_b1']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--games", nargs="+", default=list(GAMES), help="MinAtar games (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=1_000_000, help="env steps per training run, both arms")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of each run's learner")
+    p.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="a setting for both arms (exit-dqn's own exit_* settings go with --exit-set)")
+    p.add_argument("--exit-set", dest="exit_settings", action="append", default=[], metavar="KEY=VALUE",
+                   help="an exit-dqn setting, e.g. exit_schedule=joint")
+    p.add_argument("--validation-episodes", type=int, default=20)
+    p.add_argument("--test-episodes", type=int, default=20)
+    p.add_argument("--min-score-ratio", type=float, default=0.9)
+    p.add_argument("--workdir", help="where the runs go (default: a temporary folder, removed at the end)")
+    p.add_argument("--out", help="a markdown file to write (default: print only)")
+    args = p.parse_args()
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="early_exit_") as tmp:
+        work = Path(args.workdir or tmp)
+        for game in args.games:
+            env = game if game.startswith("MinAtar/") else f"MinAtar/{game}"
+            for seed in range(args.seeds):
+                stem = work / f"{env.replace('/', '-')}_s{seed}"
+                base_dir, exit_dir = stem.with_name(stem.name + "_dqn"), stem.with_name(stem.name + "_exit")
+                print(f"{env} seed {seed}: dqn", file=sys.stderr, flush=True)
+                train("dqn", env, seed, args.steps, base_dir, args.threads, args.settings)
+                print(f"{env} seed {seed}: exit-dqn", file=sys.stderr, flush=True)
+                train("exit-dqn", env, seed, args.steps, exit_dir, args.threads, args.settings + args.exit_settings)
+                rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
+                                    args.min_score_ratio))
+                if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
+                    Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    text = report(rows, args)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""Early-exit DQN (``exit-dqn``): DQN whose Q-network has side branches that may answer early
+(RAPID-RL, Kosta et al. 2021; the network is :class:`hetrl.nets.exits.ExitQNetwork`).
+
+Everything but the network and the loss is DQN's: exploration, replay, targets, the protocol and
+every executor. The final head learns by DQN's loss. Each branch learns
+
+- its Q head: from the same TD targets as the final head on the taken action (``exit_target``
+  "td"), by distillation of the final head's Q-values on every action ("distill"), or both
+  (default): distillation carries the final head's ranking of all actions, which is what the
+  branch must reproduce for its greedy action to be the final head's; the TD term anchors the
+  scale early on, while the final head is still poor;
+- its confidence head: whether the branch's greedy action equals the final head's on the batch's
+  states (binary cross-entropy on the logit), so a threshold on the confidence bounds how often an
+  exit changes the action.
+
+Schedules (``exit_schedule``):
+
+- ``"staged"`` (default): the backbone and the final head learn by DQN's loss alone; the
+  branches learn on the backbone's features without sending it gradients (detached), from update
+  ``exit_stage_start`` on (stage 1: DQN alone; stage 2: the branches fit the features the DQN
+  learns). The final head therefore learns exactly as plain ``dqn`` does for the same seed (the
+  branches add no gradient to the backbone and are clipped apart), so the exits can only trade
+  score for operations at the threshold the sweep picks, never lower the final head's score.
+- ``"joint"``: one loss, DQN's plus ``exit_loss_weight`` times the branches' mean, from the first
+  update; the branches' gradients reach the early blocks, which learn features that serve an
+  early decision too, at some risk to the final head (the early blocks now serve two masters).
+
+``staged`` is the default because the comparison the method is judged by (operations and score
+against the baseline DQN at the same budget) then has an exact baseline inside every run: the
+final head is the baseline DQN, and the sweep measures what the exits cost against it.
+
+Acting: ``act_with_exits`` (default false) acts during training with exits at ``exit_threshold``;
+otherwise training acts with the whole network (no branch runs). The threshold rides in the
+network's ``exit_threshold`` buffer; ``hetrl exits sweep RUN_DIR`` picks one on validation episodes
+and writes it into the checkpoint, where evaluation and a loaded policy find it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from hetrl.algos.dqn import DQN, DQNConfig, DQNLearner
+from hetrl.errors import HetrlError
+from hetrl.nets.exits import (
+    CONFIDENCE_BIAS,
+    MINATAR_CONVS,
+    NATURE_CONVS,
+    NEVER,
+    ExitQNetwork,
+)
+
+SCHEDULES = ("staged", "joint")
+TARGETS = ("both", "td", "distill")
+
+
+@dataclass
+class ExitDQNConfig(DQNConfig):
+    exits: tuple[int, ...] | None = None  # blocks (0-based: convs, then hidden layers) a branch follows; none: every block but the last
+    exit_hidden: int = 0  # a hidden layer in each branch (units); 0: linear Q and confidence heads on the block's features
+    exit_schedule: str = "staged"  # staged (branches on detached features, the final head is plain DQN) or joint
+    exit_stage_start: int = 0  # staged: updates before the branches start learning
+    exit_target: str = "both"  # what a branch's Q head learns: td (the TD targets), distill (the final head's Q), both
+    exit_loss_weight: float = 1.0  # the branches' loss beside DQN's (joint: how hard they pull on the shared blocks)
+    act_with_exits: bool = False  # act during training with exits (at exit_threshold); false: the whole network
+    exit_threshold: float = 0.9  # the confidence an exit needs while training acts with exits
+
+    COST_FREE = DQNConfig.COST_FREE | {"exit_target", "exit_loss_weight", "exit_stage_start"}
+
+    def validate(self) -> list[str]:
+        problems = super().validate()
+        if ":" in self.network:
+            problems.append("exit-dqn builds its branches into hetrl's own networks (auto, minatar, nature, mlp), "
+                            f"not a user's factory ({self.network})")
+        if self.dueling:
+            problems.append("exit-dqn has no dueling head; set dueling=false")
+        if self.exit_schedule not in SCHEDULES:
+            problems.append(f"exit_schedule must be one of {', '.join(SCHEDULES)} (got {self.exit_schedule!r})")
+        if self.exit_target not in TARGETS:
+            problems.append(f"exit_target must be one of {', '.join(TARGETS)} (got {self.exit_target!r})")
+        if self.exit_hidden < 0:
+            problems.append(f"exit_hidden must be >= 0 (got {self.exit_hidden})")
+        if self.exit_stage_start < 0:
+            problems.append(f"exit_stage_start must be >= 0 (got {self.exit_stage_start})")
+        if self.exit_loss_weight < 0:
+            problems.append(f"exit_loss_weight must be >= 0 (got {self.exit_loss_weight})")
+        if not 0 <= self.exit_threshold <= 1:
+            problems.append(f"exit_threshold must be in [0, 1] (got {self.exit_threshold})")
+        if self.exits is not None and (not self.exits or min(self.exits) < 0):
+            problems.append(f"exits must list block indices >= 0 (got {self.exits}); none: after every block but the last")
+        return problems
+
+
+class ExitDQNLearner(DQNLearner):
+    """DQN's learner (its targets, periodic target refresh and checkpoint layout) with the
+    branches' losses added to the step."""
+
+    q: ExitQNetwork
+    q_target: ExitQNetwork
+
+    def __init__(self, algo: ExitDQN, device: torch.device, seed: int) -> None:
+        super().__init__(algo, device, seed)
+        self.cfg: ExitDQNConfig = algo.config
+        trunk = [p for name, p in self.q.named_parameters() if not name.startswith("branches.")]
+        self._clip_groups = ([trunk, list(self.q.branches.parameters())] if self.cfg.exit_schedule == "staged"
+                             else [list(self.q.parameters())])
+
+    def branches_learn(self) -> bool:
+        return self.cfg.exit_schedule == "joint" or self.updates >= self.cfg.exit_stage_start
+
+    def step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        actions, weights = batch["actions"].unsqueeze(1), batch["weights"]
+        learn_branches = self.branches_learn()
+        if learn_branches:
+            final, branch_q, branch_logits = self.q.heads(batch["obs"], detach=cfg.exit_schedule == "staged")
+        else:
+            final, branch_q, branch_logits = self.q.final(batch["obs"]), [], []
+        q = final.gather(1, actions).squeeze(1)
+        with torch.no_grad():
+            next_q_all = self.q_target.final(batch["next_obs"])
+            if cfg.double:
+                best = self.q.final(batch["next_obs"]).argmax(dim=1, keepdim=True)
+                next_q = next_q_all.gather(1, best).squeeze(1)
+            else:
+                next_q = next_q_all.max(dim=1).values
+            target = batch["rewards"] + batch["discounts"] * next_q
+        td = target - q
+        loss = (weights * F.huber_loss(q, target, reduction="none")).mean()
+        if learn_branches:
+            loss = loss + cfg.exit_loss_weight * self.branch_loss(final.detach(), branch_q, branch_logits, actions,
+                                                                 target, weights)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.max_grad_norm is not None:
+            for group in self._clip_groups:
+                torch.nn.utils.clip_grad_norm_(group, cfg.max_grad_norm)
+        self.optimizer.step()
+        return {"td_errors": td.detach().abs(), "loss": loss.detach()}
+
+    def branch_loss(self, final: torch.Tensor, branch_q: list[torch.Tensor], branch_logits: list[torch.Tensor],
+                    actions: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The branches' mean loss: Q head (TD and/or distillation) plus confidence (BCE)."""
+        greedy = final.argmax(dim=1)
+        total = final.new_zeros(())
+        for qb, logits in zip(branch_q, branch_logits):
+            if self.cfg.exit_target in ("td", "both"):
+                taken = qb.gather(1, actions).squeeze(1)
+                total = total + (weights * F.huber_loss(taken, target, reduction="none")).mean()
+            if self.cfg.exit_target in ("distill", "both"):
+                total = total + (weights * F.huber_loss(qb, final, reduction="none").mean(dim=1)).mean()
+            agrees = (qb.detach().argmax(dim=1) == greedy).float()
+            total = total + F.binary_cross_entropy_with_logits(logits, agrees)
+        return total / max(1, len(branch_q))
+
+
+class ExitDQN(DQN):
+    name = "exit-dqn"
+    Config = ExitDQNConfig
+    early_exits = True
+    config: ExitDQNConfig
+
+    def build_learner(self, device: torch.device, seed: int) -> ExitDQNLearner:
+        return ExitDQNLearner(self, device, seed)
+
+    def mlp_networks(self) -> bool:
+        return False  # a branched network: the MLP-only host backends (numba) do not serve it
+
+    def numpy_policy(self) -> bool:
+        return True  # ExitQNetwork has a numpy forward that exits early too
+
+    def acting_threshold(self) -> float:
+        """The threshold a fresh network acts with: training's (exits only with act_with_exits)."""
+        return self.config.exit_threshold if self.config.act_with_exits else NEVER
+
+    def profiled_policy(self, network: nn.Module) -> nn.Module:
+        """A copy whose confidence heads say the fresh value (``CONFIDENCE_BIAS``) whatever the
+        input, so the profiler times Act at a fixed exit distribution: with ``act_with_exits`` (and
+        a threshold above sigmoid(-4)) every decision runs every confidence head and leaves at the
+        final head, the dearest path, which a run pays until its branches learn; without, the plain
+        backbone. (The random observations the profiler feeds would otherwise exit at random.)"""
+        net = copy.deepcopy(network)
+        with torch.no_grad():
+            for branch in net.branches:
+                branch.confidence.weight.zero_()
+                branch.confidence.bias.fill_(CONFIDENCE_BIAS)
+        return net
+
+    def make_networks(self) -> dict[str, nn.Module]:
+        cfg, spec, kind = self.config, self.spec, self.network_kind
+        if kind == "mlp":
+            convs, hidden, scale = (), tuple(cfg.hidden), 1.0
+        else:
+            convs, hidden = (NATURE_CONVS, (512,)) if kind == "nature" else (MINATAR_CONVS, (128,))
+            scale = spec.pixel_scale
+        try:
+            net = ExitQNetwork(spec.obs_shape, spec.n_actions, convs, hidden, scale, cfg.exits, cfg.exit_hidden,
+                               self.acting_threshold())
+        except ValueError as exc:
+            raise HetrlError(f"exit-dqn's {kind} network on {spec.env_id}: {exc}") from None
+        return {"q": net}
+

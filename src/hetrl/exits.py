@@ -1,0 +1,377 @@
+"""Early exits in use: where decisions leave an exit network, what they cost, and the threshold.
+
+- :class:`ExitCounter`: an exit network's greedy policy on host arrays (its numpy pass) that counts
+  each decision's exit; :class:`ExitStats` turns the counts into the exit histogram and the mean
+  multiply-accumulates per decision (exact for conv and linear layers,
+  :meth:`hetrl.nets.exits.ExitQNetwork.macs`) beside the network without branches (DQN's).
+- :func:`decision_latency`: measured wall time per decision of the run's Act backend on the host
+  at a batch size, on observations the policy met.
+- :func:`sweep` (``hetrl exits sweep RUN_DIR``): the trade-off of every threshold on *validation*
+  episodes, seeded apart from training's envs and from the test episodes ``hetrl eval`` plays
+  (``VALIDATION_SEED_OFFSET`` against ``EVAL_SEED_OFFSET``), so the threshold is chosen without
+  looking at the episodes it is reported on. Each threshold plays the same validation episodes
+  (the same seeds); its score ratio is its mean return over the full network's (threshold 1: no
+  exit) on them. The choice: the fewest operations among the thresholds whose score ratio is at
+  least ``min_score_ratio``. It writes ``exits/sweep.md`` (the table), ``exits/sweep.json`` and
+  ``exits/sweep.png`` in the run directory, and stores the chosen threshold in the swept checkpoint
+  (the network's ``exit_threshold`` buffer), where ``hetrl eval`` and ``hetrl.load`` find it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from hetrl.algos import Algorithm
+from hetrl.errors import HetrlError
+from hetrl.evaluation import evaluate_policy
+from hetrl.files import write_json
+from hetrl.nets import numpy_params
+from hetrl.nets.exits import NEVER, ExitQNetwork, threshold_logit
+from hetrl.primitives import build
+from hetrl.protocol import Slot
+
+VALIDATION_SEED_OFFSET = 2_000_029  # validation episodes: apart from training's seeds and evaluation's (1_000_003)
+THRESHOLDS = (NEVER, 0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5)
+MIN_SCORE_RATIO = 0.9
+KEPT_OBSERVATIONS = 512  # observations kept per threshold (a uniform sample) to time decisions on
+
+
+@dataclass
+class ExitStats:
+    """Where a policy's decisions left the network, and what they cost."""
+
+    threshold: float
+    names: list[str]  # each exit's name, the final head last
+    counts: list[int]  # decisions per exit
+    macs_mean: float  # multiply-accumulates per decision, averaged over the decisions
+    baseline_macs: int  # the network without branches (DQN's), per decision
+
+    @property
+    def decisions(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def fractions(self) -> list[float]:
+        total = max(1, self.decisions)
+        return [c / total for c in self.counts]
+
+    @property
+    def ops_ratio(self) -> float:
+        return self.macs_mean / self.baseline_macs
+
+    def describe(self) -> str:
+        if threshold_logit(self.threshold) == math.inf:
+            head = f"exits: none (threshold {self.threshold:g}: the whole network; `hetrl exits sweep` chooses one)"
+        else:
+            shares = ", ".join(f"{name} {100 * f:.1f}%" for name, f in zip(self.names, self.fractions))
+            head = f"exits (threshold {self.threshold:g}) over {self.decisions:,} decisions: {shares}"
+        return (f"{head}\noperations: {self.macs_mean:,.0f} multiply-accumulates per decision, {self.ops_ratio:.2f}x "
+                f"the {self.baseline_macs:,} of the network without branches")
+
+
+class ExitCounter:
+    """The greedy policy of ``network`` (an :class:`ExitQNetwork`) at ``threshold`` (default: its
+    own), on host arrays, counting each decision's exit; keeps a uniform sample of the observations
+    it acted on (``keep``) for timing."""
+
+    def __init__(self, algo: Algorithm, network: ExitQNetwork, threshold: float | None = None, keep: int = 0,
+                 seed: int = 0) -> None:
+        if not isinstance(network, ExitQNetwork):
+            raise HetrlError(f"{algo.name}'s network has no exits; exit statistics are for exit-dqn runs")
+        self.algo, self.network = algo, network
+        self.params = numpy_params(network)
+        self.threshold = network.threshold if threshold is None else float(threshold)
+        self.counts = np.zeros(network.n_exits, dtype=np.int64)
+        self.keep, self.kept, self.seen = keep, [], 0
+        self._rng = np.random.default_rng(seed)
+
+    def __call__(self, obs: np.ndarray) -> np.ndarray:
+        q, exits = self.network.act_numpy(self.params, obs, self.threshold)
+        self.counts += np.bincount(exits, minlength=len(self.counts))
+        for row in obs if self.keep else ():  # reservoir sampling: every decision equally likely kept
+            self.seen += 1
+            if len(self.kept) < self.keep:
+                self.kept.append(row.copy())
+            else:
+                j = int(self._rng.integers(self.seen))
+                if j < self.keep:
+                    self.kept[j] = row.copy()
+        return self.algo.greedy_rule(q)
+
+    def stats(self) -> ExitStats:
+        net, counts = self.network, self.counts.tolist()
+        exits_on = threshold_logit(self.threshold) < math.inf
+        return ExitStats(self.threshold, net.exit_names(), counts, net.mean_macs(counts, exits_on), net.baseline_macs)
+
+    def observations(self) -> np.ndarray:
+        return np.stack(self.kept) if self.kept else np.zeros((0, *self.network.obs_shape), np.float32)
+
+
+def decision_latency(algo: Algorithm, network: ExitQNetwork, threshold: float, obs: np.ndarray, batch: int,
+                     backend: str = "torch", seconds: float = 0.2) -> tuple[float, float, float]:
+    """Seconds per decision (median, 10th and 90th percentiles over timed blocks) of the Act
+    backend's forward on the host at ``batch``, cycling through ``obs`` (the states the policy met,
+    so the exits are the ones it takes), with one torch thread (as an actor runs)."""
+    if len(obs) == 0:
+        raise HetrlError("no observations to time decisions on")
+    acting = copy.deepcopy(network).cpu()
+    acting.set_threshold(threshold)
+    policy = build("Act", Slot(backend, "cpu"), algo, 0, source=acting)
+    reps = max(1, -(-batch // len(obs)))
+    pool = np.concatenate([obs] * reps) if reps > 1 else obs
+    batches = [pool[i:i + batch] for i in range(0, len(pool) - batch + 1, batch)]
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        k = 0
+
+        def call() -> None:
+            nonlocal k
+            policy.forward(batches[k])
+            k = (k + 1) % len(batches)
+
+        for _ in range(3):
+            call()
+        start = time.perf_counter()
+        call()
+        inner = max(len(batches), int(seconds / 7 / max(time.perf_counter() - start, 1e-9)))
+        blocks = []
+        for _ in range(7):
+            start = time.perf_counter()
+            for _ in range(inner):
+                call()
+            blocks.append((time.perf_counter() - start) / inner / batch)
+    finally:
+        torch.set_num_threads(previous)
+    p10, median, p90 = np.percentile(blocks, [10, 50, 90])
+    return float(median), float(p10), float(p90)
+
+
+def score_ratio(mean: float, baseline: float) -> float:
+    """``mean`` over ``baseline`` for a positive baseline; 1 + (mean - baseline) / |baseline| in
+    general (the same for a positive one, and a fall below a negative baseline counts as below 1);
+    for a baseline of 0: 1 if not below it, else 0."""
+    if baseline == 0:
+        return 1.0 if mean >= 0 else 0.0
+    return 1.0 + (mean - baseline) / abs(baseline)
+
+
+@dataclass
+class SweepPoint:
+    threshold: float
+    return_mean: float
+    return_std: float
+    score_ratio: float
+    macs_mean: float
+    ops_ratio: float
+    exit_fractions: list[float]
+    latency_b1_us: float | None = None  # per decision at batch 1 (median)
+    latency_b1_spread_us: tuple[float, float] | None = None  # 10th, 90th percentiles
+    latency_batch_us: float | None = None  # per decision at the executor's batch
+    latency_ratio_b1: float | None = None  # over the full network's
+    latency_ratio_batch: float | None = None
+
+
+@dataclass
+class SweepResult:
+    run_dir: str
+    checkpoint: str
+    env: str
+    episodes: int
+    seed_offset: int
+    batch: int
+    backend: str
+    baseline_macs: int
+    exit_names: list[str]
+    min_score_ratio: float
+    chosen: float
+    points: list[SweepPoint] = field(default_factory=list)
+    stored: bool = False
+
+    def point(self, threshold: float) -> SweepPoint:
+        return next(p for p in self.points if p.threshold == threshold)
+
+
+def choose(points: Sequence[SweepPoint], min_score_ratio: float) -> SweepPoint:
+    """The fewest operations among the points whose score ratio is at least ``min_score_ratio``
+    (ties: the higher threshold); the full network's point always qualifies (its ratio is 1)."""
+    ok = [p for p in points if p.score_ratio >= min_score_ratio or p.threshold >= NEVER]
+    return min(ok, key=lambda p: (p.ops_ratio, -p.threshold))
+
+
+def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int, episodes: int,
+                 thresholds: Sequence[float] = THRESHOLDS, atari: Any = None, batch: int = 1, backend: str = "torch",
+                 timing: bool = True, timing_seconds: float = 0.2,
+                 progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
+    """Every threshold's point on the validation episodes (the full network's first)."""
+    values = sorted({float(t) for t in thresholds} | {NEVER}, reverse=True)
+    points: list[SweepPoint] = []
+    base_return = base_b1 = base_batch = None
+    for threshold in values:
+        if progress:
+            progress(f"threshold {threshold:g}")
+        counter = ExitCounter(algo, network, threshold, keep=KEPT_OBSERVATIONS if timing else 0, seed=seed)
+        returns = evaluate_policy(counter, env_id, episodes, seed, atari, seed_offset=VALIDATION_SEED_OFFSET)
+        stats = counter.stats()
+        mean = float(returns.mean())
+        if base_return is None:
+            base_return = mean
+        point = SweepPoint(threshold, mean, float(returns.std()), score_ratio(mean, base_return), stats.macs_mean,
+                           stats.ops_ratio, stats.fractions)
+        if timing:
+            obs = counter.observations()
+            b1, p10, p90 = decision_latency(algo, network, threshold, obs, 1, backend, timing_seconds)
+            bb = decision_latency(algo, network, threshold, obs, batch, backend, timing_seconds)[0] if batch > 1 else b1
+            if base_b1 is None:
+                base_b1, base_batch = b1, bb
+            point.latency_b1_us, point.latency_b1_spread_us, point.latency_batch_us = 1e6 * b1, (1e6 * p10, 1e6 * p90), 1e6 * bb
+            point.latency_ratio_b1, point.latency_ratio_batch = b1 / base_b1, bb / base_batch
+        points.append(point)
+    return points
+
+
+def executor_batch(run: Any) -> tuple[int, str]:
+    """The batch the run's Act served and its backend: envs per actor (times the actors under
+    central inference), from the run's plan.json; (1, "torch") without one. A backend that ran on
+    a device is timed as torch on the host."""
+    from hetrl.planner.plan_file import Plan
+
+    if not run.plan.exists():
+        return 1, "torch"
+    plan = Plan.load(run.plan)
+    batch = plan.num_envs * (plan.actors if plan.executor == "local" and plan.inference == "central" else 1)
+    act = plan.placement.act
+    backend = act.backend if act.device == "cpu" and act.backend in ("torch", "numpy") else "torch"
+    return max(1, batch), backend
+
+
+def store_threshold(path: Path, threshold: float) -> int:
+    """Write ``threshold`` into every exit network state of checkpoint ``path`` (the policy, the
+    learner's networks, an acting copy): the entries named ``exit_threshold``. Returns how many."""
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    found = 0
+
+    def walk(node: Any) -> None:
+        nonlocal found
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "exit_threshold" and isinstance(value, (torch.Tensor, np.ndarray)):
+                    node[key] = (torch.full_like(value, threshold) if isinstance(value, torch.Tensor)
+                                 else np.full_like(value, threshold))
+                    found += 1
+                else:
+                    walk(value)
+        elif isinstance(node, (list, tuple)):
+            for item in node:
+                walk(item)
+
+    walk(state)
+    if found:
+        tmp = path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    return found
+
+
+def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: int = 20,
+          thresholds: Sequence[float] = THRESHOLDS, min_score_ratio: float = MIN_SCORE_RATIO,
+          out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
+          progress: Callable[[str], None] | None = None) -> SweepResult:
+    """``hetrl exits sweep``: the trade-off on validation episodes, written as a table and a PNG,
+    and the chosen threshold stored in the checkpoint (``store``)."""
+    from hetrl.policy import load
+    from hetrl.run.rundir import RunDir
+
+    if episodes <= 0:
+        raise HetrlError(f"episodes must be > 0 (got {episodes})")
+    run = RunDir.open(run_dir)
+    cfg = run.load_config()
+    policy = load(run.path, checkpoint)
+    network = policy.network
+    if not isinstance(network, ExitQNetwork):
+        raise HetrlError(f"{run.path} trained {cfg.algo}, whose network has no exits; sweep an exit-dqn run")
+    bad = [t for t in thresholds if not 0 <= t <= 1]
+    if bad:
+        raise HetrlError(f"thresholds must be in [0, 1] (got {bad})")
+    batch, backend = executor_batch(run)
+    points = sweep_policy(policy.algo, network, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
+                          backend, timing, timing_seconds, progress)
+    best = choose(points, min_score_ratio)
+    result = SweepResult(str(run.path), str(policy.source), cfg.env, episodes, VALIDATION_SEED_OFFSET, batch, backend,
+                         network.baseline_macs, network.exit_names(), min_score_ratio, best.threshold, points)
+    if store:
+        result.stored = store_threshold(Path(policy.source), best.threshold) > 0
+    folder = Path(out) if out is not None else run.path / "exits"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "sweep.json", asdict(result))
+    (folder / "sweep.md").write_text(markdown(result) + "\n")
+    plot(result, folder / "sweep.png")
+    return result
+
+
+def markdown(result: SweepResult) -> str:
+    """The trade-off as a markdown table (the chosen threshold marked)."""
+    names = " | ".join(result.exit_names)
+    lines = [
+        (f"Exit thresholds of {result.checkpoint} on {result.episodes} validation episodes of {result.env} "
+         f"(seeds apart from the test episodes); baseline {result.baseline_macs:,} MACs per decision; "
+         f"latency: Act/{result.backend} on the host, one thread, batch 1 and batch {result.batch}."),
+        "",
+        (f"| threshold | return | score ratio | MACs/decision | ops ratio | {names} | us/decision b1 (p10-p90) | "
+         f"latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
+        "|" + "---|" * (9 + len(result.exit_names)),
+    ]
+    for p in result.points:
+        mark = " **chosen**" if p.threshold == result.chosen else ""
+        shares = " | ".join(f"{100 * f:.1f}%" for f in p.exit_fractions)
+        if p.latency_b1_us is not None:
+            lo, hi = p.latency_b1_spread_us or (p.latency_b1_us, p.latency_b1_us)
+            timing = (f"{p.latency_b1_us:.1f} ({lo:.1f}-{hi:.1f}) | {p.latency_ratio_b1:.2f} | "
+                      f"{p.latency_batch_us:.1f} | {p.latency_ratio_batch:.2f}")
+        else:
+            timing = "- | - | - | -"
+        lines.append(f"| {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | {p.score_ratio:.3f} | "
+                     f"{p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | {timing} |")
+    lines += ["", f"Chosen: threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
+                  f"{result.min_score_ratio:g} on the validation episodes"
+                  + (f"; stored in {result.checkpoint}." if result.stored else " (not stored).")]
+    return "\n".join(lines)
+
+
+def plot(result: SweepResult, path: Path) -> None:
+    """Score ratio against operations ratio (and latency ratio), one point per threshold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ops = [p.ops_ratio for p in result.points]
+    score = [p.score_ratio for p in result.points]
+    ax.plot(ops, score, "o-", color="tab:blue", label="operations ratio")
+    if all(p.latency_ratio_b1 is not None for p in result.points):
+        ax.plot([p.latency_ratio_b1 for p in result.points], score, "s--", color="tab:orange", alpha=0.8,
+                label="latency ratio (batch 1)")
+    for p in result.points:
+        ax.annotate(f"{p.threshold:g}", (p.ops_ratio, p.score_ratio), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    chosen = result.point(result.chosen)
+    ax.plot([chosen.ops_ratio], [chosen.score_ratio], "*", color="tab:red", markersize=14, label=f"chosen ({result.chosen:g})")
+    ax.axhline(result.min_score_ratio, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("cost ratio to the full network (operations, latency)")
+    ax.set_ylabel("score ratio (validation episodes)")
+    ax.set_title(f"exit thresholds: {result.env}")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)

@@ -1,0 +1,485 @@
+"""Early-exit DQN (exit-dqn, RAPID-RL): exits skip compute, operation counts, the training
+schedules, the threshold chosen on validation episodes only, checkpoints, and acting under every
+executor of one process and of the local executor alike."""
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+import hetrl
+from hetrl.algos import make_algorithm
+from hetrl.algos.dqn import DQNLearner
+from hetrl.algos.exit_dqn import ExitDQNLearner
+from hetrl.cli import main
+from hetrl.config import make_config
+from hetrl.envs import EnvSpec, env_spec
+from hetrl.errors import HetrlError
+from hetrl.evaluation import EVAL_SEED_OFFSET
+from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, choose, store_threshold
+from hetrl.nets import exits as exits_module
+from hetrl.nets import numpy_params
+from hetrl.nets.conv import MinAtarNet
+from hetrl.nets.exits import (
+    CONFIDENCE_BIAS,
+    MINATAR_CONVS,
+    ExitQNetwork,
+    threshold_logit,
+)
+from hetrl.primitives import build, get
+from hetrl.protocol import Slot
+
+
+def image_spec(shape=(4, 10, 10), n_actions=3, env_id="Pixels/Fake-v0"):
+    return EnvSpec(env_id, shape, True, n_actions, (), (), (), None, False, obs_dtype="uint8")
+
+
+def exit_algo(spec=None, **agent):
+    spec = spec or image_spec()
+    cfg = make_config("exit-dqn", "CartPole-v1").agent
+    for key, value in agent.items():
+        setattr(cfg, key, value)
+    return make_algorithm("exit-dqn", spec, cfg)
+
+
+class Work:
+    """Every layer the network's passes run, recorded: the rows each weight was applied to and the
+    multiply-accumulates done (its passes call torch.nn.functional, which this stands in for)."""
+
+    def __init__(self, net, monkeypatch):
+        self.names = {id(p): name.removesuffix(".weight") for name, p in net.named_parameters() if name.endswith("weight")}
+        self.rows = {name: [] for name in self.names.values()}
+        self.macs = 0
+        monkeypatch.setattr(exits_module, "F", self)
+
+    def linear(self, x, weight, bias=None):
+        self.rows[self.names[id(weight)]].append(len(x))
+        self.macs += len(x) * weight.shape[0] * weight.shape[1]
+        return torch.nn.functional.linear(x, weight, bias)
+
+    def conv2d(self, x, weight, bias=None, stride=1):
+        out = torch.nn.functional.conv2d(x, weight, bias, stride)
+        self.rows[self.names[id(weight)]].append(len(x))
+        self.macs += out.numel() * weight[0].numel()  # positions x filters x patch, per row
+        return out
+
+    def clear(self):
+        self.rows = {name: [] for name in self.rows}
+        self.macs = 0
+
+    def __getattr__(self, name):
+        return getattr(torch.nn.functional, name)
+
+
+def sorting_mlp():
+    """An MLP whose branch is confident exactly for inputs with x0 > 0.5: block 0 passes x0 through
+    its first unit, and the branch's confidence logit is 20 * (x0 - 0.5)."""
+    net = ExitQNetwork((2,), 3, (), (4, 4, 4), exits=(0,))
+    with torch.no_grad():
+        net.blocks[0][0].weight.zero_()
+        net.blocks[0][0].bias.zero_()
+        net.blocks[0][0].weight[0, 0] = 1.0
+        branch = net.branches[0]
+        branch.confidence.weight.zero_()
+        branch.confidence.weight[0, 0] = 20.0
+        branch.confidence.bias.fill_(-10.0)
+    return net
+
+
+# --- the network ---------------------------------------------------------------------------------
+def test_exits_skip_the_rest_of_the_network_at_batch_1(monkeypatch):
+    net = sorting_mlp()
+    with torch.no_grad():
+        branch_q = net.heads(torch.tensor([[0.9, 0.0]]))[1][0]  # every head, for reference
+    work = Work(net, monkeypatch)
+    with torch.no_grad():
+        q, exit_index = net.act_forward(torch.tensor([[0.9, 0.0]]), threshold=0.5)
+    assert exit_index.tolist() == [0]
+    assert work.rows == {"blocks.0.0": [1], "blocks.1.0": [], "blocks.2.0": [], "head": [], "branches.0.q": [1],
+                         "branches.0.confidence": [1]}
+    torch.testing.assert_close(q, branch_q)  # the branch's Q-values
+    work.clear()
+    with torch.no_grad():  # not confident: on to the final head, the branch's Q head never runs
+        _, exit_index = net.act_forward(torch.tensor([[0.1, 0.0]]), threshold=0.5)
+    assert exit_index.tolist() == [1]
+    assert work.rows == {"blocks.0.0": [1], "blocks.1.0": [1], "blocks.2.0": [1], "head": [1], "branches.0.q": [],
+                         "branches.0.confidence": [1]}
+
+
+def test_exited_samples_leave_the_batch(monkeypatch):
+    """At batch 8, the later layers see only the rows that did not exit (gather), every row gets
+    its own exit's Q-values (scatter), and the work done is the sum of each row's exit's count."""
+    net = sorting_mlp()
+    x0 = torch.tensor([0.9, 0.1, 0.7, 0.2, 0.3, 0.95, 0.0, 0.6])
+    obs = torch.stack([x0, torch.randn(8)], dim=1)
+    with torch.no_grad():
+        final, branch_q, _ = net.heads(obs)  # every head on every row, for reference
+    work = Work(net, monkeypatch)
+    with torch.no_grad():
+        q, exit_index = net.act_forward(obs, threshold=0.5)
+    exited = x0 > 0.5
+    assert exit_index.tolist() == [0 if e else 1 for e in exited.tolist()]
+    assert work.rows == {"blocks.0.0": [8], "blocks.1.0": [4], "blocks.2.0": [4], "head": [4], "branches.0.q": [4],
+                         "branches.0.confidence": [8]}
+    assert work.macs == 4 * net.macs(0) + 4 * net.macs(1)
+    torch.testing.assert_close(q[exited], branch_q[0][exited])
+    torch.testing.assert_close(q[~exited], final[~exited])
+    work.clear()
+    with torch.no_grad():  # every row exits: nothing after the branch runs
+        net.act_forward(obs[exited], threshold=0.5)
+    assert work.rows["head"] == [] and work.rows["blocks.1.0"] == [] and work.macs == 4 * net.macs(0)
+    # the numpy pass takes the same exits and gives the same Q-values
+    q_np, exit_np = net.act_numpy(numpy_params(net), obs.numpy(), threshold=0.5)
+    np.testing.assert_array_equal(exit_np, exit_index.numpy())
+    np.testing.assert_allclose(q_np, q.numpy(), rtol=1e-5, atol=1e-6)
+    for row in range(8):  # and batch 1, in both
+        q1, e1 = net.act_forward(obs[row:row + 1], threshold=0.5)
+        q1_np, e1_np = net.act_numpy(numpy_params(net), obs[row:row + 1].numpy(), threshold=0.5)
+        assert e1.item() == e1_np[0] == exit_index[row].item()
+        np.testing.assert_allclose(q1.detach().numpy(), q[row:row + 1].numpy(), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(q1_np, q[row:row + 1].numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_threshold_one_runs_no_branch(monkeypatch):
+    net = sorting_mlp()
+    obs = torch.tensor([[0.99, 0.0], [0.9, 1.0]])
+    with torch.no_grad():
+        reference = net.final(obs)
+    work = Work(net, monkeypatch)
+    with torch.no_grad():
+        q, exit_index = net.act_forward(obs)  # the buffer's threshold: 1 (never) by default
+    assert net.threshold == 1.0 and exit_index.tolist() == [1, 1]
+    assert work.rows["branches.0.confidence"] == [] and work.rows["head"] == [2]
+    assert work.macs == 2 * net.baseline_macs
+    torch.testing.assert_close(q, reference)
+    assert threshold_logit(1.0) == math.inf and threshold_logit(0.0) == -math.inf
+
+
+def small_conv():
+    # obs (2, 6, 6); conv 3x3x3 stride 1 -> (3, 4, 4); conv 4 2x2 stride 2 -> (4, 2, 2); 16 -> 5; 5 -> 3 actions
+    return ExitQNetwork((2, 6, 6), 3, ((3, 3, 1), (4, 2, 2)), (5,), exits=(0, 1))
+
+
+def test_operation_counts_equal_a_hand_count():
+    net = small_conv()
+    conv1 = 4 * 4 * 3 * (2 * 3 * 3)  # positions x filters x patch = 864
+    conv2 = 2 * 2 * 4 * (3 * 2 * 2)  # 192
+    fc, head = 16 * 5, 5 * 3  # 80, 15
+    assert net.block_macs() == [864, 192, 80] == [conv1, conv2, fc]
+    assert net.baseline_macs == 1151 == conv1 + conv2 + fc + head
+    branch0_conf, branch0_q = 48, 48 * 3  # branch 0 reads conv1's 3 x 4 x 4 = 48 features
+    branch1_conf, branch1_q = 16, 16 * 3
+    assert net.macs(0) == conv1 + branch0_conf + branch0_q == 1056
+    assert net.macs(1) == conv1 + conv2 + branch0_conf + branch1_conf + branch1_q == 1168
+    assert net.macs(2) == net.baseline_macs + branch0_conf + branch1_conf == 1215
+    assert net.macs(2, exits_on=False) == 1151
+    assert net.mean_macs([1, 1, 2]) == (1056 + 1168 + 2 * 1215) / 4
+
+
+def test_operation_counts_equal_what_the_pass_ran(monkeypatch):
+    """The analytic count of each exit equals the multiply-accumulates of the layers a pass ran."""
+    net = small_conv()
+    obs = torch.randint(0, 2, (1, 2, 6, 6), dtype=torch.uint8)
+    work = Work(net, monkeypatch)
+    for exit_index in range(3):
+        with torch.no_grad():  # make exit `exit_index` the first confident one
+            for j, branch in enumerate(net.branches):
+                branch.confidence.weight.zero_()
+                branch.confidence.bias.fill_(10.0 if j == exit_index else -10.0)
+            work.clear()
+            _, got = net.act_forward(obs, threshold=0.5)
+        assert got.tolist() == [exit_index]
+        assert work.macs == net.macs(exit_index)
+
+
+def test_the_minatar_backbone_is_dqns_network():
+    """For one seed the backbone and final head start as dqn's MinAtar network, and the pass
+    without exits computes what it computes."""
+    torch.manual_seed(3)
+    dqn = MinAtarNet((4, 10, 10), 3)
+    torch.manual_seed(3)
+    net = ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,))
+    assert net.exits == (0,) and net.baseline_macs == 8 * 8 * 16 * 36 + 1024 * 128 + 128 * 3
+    obs = torch.randint(0, 2, (5, 4, 10, 10), dtype=torch.uint8)
+    with torch.no_grad():
+        assert torch.equal(net(obs), dqn(obs)) and torch.equal(net.final(obs), dqn(obs))
+    assert net.branches[0].confidence.bias.item() == CONFIDENCE_BIAS
+
+
+def test_exits_are_checked():
+    with pytest.raises(ValueError, match="out of range"):
+        ExitQNetwork((4,), 2, (), (8, 8), exits=(1,))
+    with pytest.raises(ValueError, match="no exit"):
+        ExitQNetwork((4,), 2, (), (8,))
+    with pytest.raises(HetrlError, match="out of range"):
+        exit_algo(exits=(1,)).make_networks()
+    with pytest.raises(HetrlError, match="no dueling head"):
+        exit_algo(dueling=True)
+    with pytest.raises(HetrlError, match="exit_schedule"):
+        exit_algo(exit_schedule="later")
+
+
+def test_host_backends_that_cannot_run_it_say_so():
+    algo = exit_algo(env_spec("CartPole-v1"), hidden=(16, 16))
+    for primitive, backend in [("Act", "numba"), ("Learn", "numba"), ("Learn", "blas"), ("Learn", "cudagraph")]:
+        assert get(primitive, backend).unsupported(algo), (primitive, backend)
+    assert get("Act", "numpy").unsupported(algo) is None and get("Act", "torch").unsupported(algo) is None
+
+
+def test_the_profiler_times_act_at_a_fixed_exit_distribution():
+    """The profiler's random observations would exit at random; the network it times answers every
+    one at the final head after every confidence head (acting with exits), or runs no branch."""
+    obs = np.random.default_rng(0).integers(0, 256, (64, 4, 10, 10), dtype=np.uint8)
+    algo = exit_algo(act_with_exits=True)
+    net = algo.make_networks()["q"]
+    mixed_exits(net, obs)  # confidences as after some learning: input-dependent, half of them above 0.5
+    with torch.no_grad():
+        assert 0 < int((net.act_forward(torch.as_tensor(obs))[1] == 0).sum()) < 64
+        profiled = algo.profiled_policy(net)
+        assert profiled.threshold == 0.5 and profiled.act_forward(torch.as_tensor(obs))[1].tolist() == [1] * 64
+        assert 0 < int((net.act_forward(torch.as_tensor(obs))[1] == 0).sum()) < 64  # the run's own is untouched
+    plain = exit_algo(act_with_exits=False)
+    assert plain.profiled_policy(plain.make_networks()["q"]).threshold == 1.0  # no branch runs
+
+
+# --- training ------------------------------------------------------------------------------------
+def batches(spec, n, size=16, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(n):
+        yield {
+            "obs": torch.as_tensor(rng.integers(0, 2, (size, *spec.obs_shape), dtype=np.uint8)),
+            "actions": torch.as_tensor(rng.integers(0, spec.n_actions, size)),
+            "rewards": torch.as_tensor(rng.standard_normal(size).astype(np.float32)),
+            "next_obs": torch.as_tensor(rng.integers(0, 2, (size, *spec.obs_shape), dtype=np.uint8)),
+            "discounts": torch.full((size,), 0.99),
+            "weights": torch.ones(size),
+        }
+
+
+SETTINGS = {"lr": 1e-3, "double": True, "target_update_every": 3, "max_grad_norm": 1.0}
+
+
+def test_staged_schedule_leaves_the_final_head_plain_dqn():
+    """Staged: the branches learn without touching the backbone, so the backbone and final head
+    take exactly the updates dqn's learner takes on the same batches from the same seed."""
+    spec = image_spec()
+    dqn_cfg = make_config("dqn", "CartPole-v1").agent
+    for key, value in SETTINGS.items():
+        setattr(dqn_cfg, key, value)
+    dqn = DQNLearner(make_algorithm("dqn", spec, dqn_cfg), torch.device("cpu"), seed=5)
+    exits = ExitDQNLearner(exit_algo(spec, exit_schedule="staged", **SETTINGS), torch.device("cpu"), seed=5)
+    branch_before = [p.clone() for p in exits.q.branches.parameters()]
+    for batch in batches(spec, 8):
+        dqn.update(dict(batch))
+        exits.update(dict(batch))
+    mine = exits.q.state_dict()
+    pairs = [("features.0", "blocks.0.0"), ("head.0", "blocks.1.0"), ("head.2", "head")]
+    for theirs, ours in pairs:
+        for kind in ("weight", "bias"):
+            assert torch.equal(dqn.q.state_dict()[f"{theirs}.{kind}"], mine[f"{ours}.{kind}"]), (ours, kind)
+    assert all(not torch.equal(a, b) for a, b in zip(branch_before, exits.q.branches.parameters()))  # they learned
+
+
+def test_joint_schedule_trains_the_backbone_for_the_branches_too():
+    spec = image_spec()
+    staged = ExitDQNLearner(exit_algo(spec, exit_schedule="staged", **SETTINGS), torch.device("cpu"), seed=5)
+    joint = ExitDQNLearner(exit_algo(spec, exit_schedule="joint", **SETTINGS), torch.device("cpu"), seed=5)
+    batch = next(batches(spec, 1))
+    staged.update(dict(batch))
+    joint.update(dict(batch))
+    assert not torch.equal(staged.q.blocks[0][0].weight, joint.q.blocks[0][0].weight)  # the branches' pull
+
+
+def test_staged_branches_start_at_the_stage_boundary():
+    spec = image_spec()
+    learner = ExitDQNLearner(exit_algo(spec, exit_schedule="staged", exit_stage_start=3, **SETTINGS),
+                             torch.device("cpu"), seed=0)
+    before = [p.clone() for p in learner.q.branches.parameters()]
+    stream = batches(spec, 4)
+    for _ in range(3):
+        learner.update(next(stream))
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.q.branches.parameters()))
+    learner.update(next(stream))
+    assert not all(torch.equal(a, b) for a, b in zip(before, learner.q.branches.parameters()))
+
+
+def test_confidence_learns_whether_the_branch_agrees_with_the_final_head():
+    """The confidence head's target is 1 where the branch's greedy action is the final head's and
+    0 where it is not: the loss pushes its logit up on the first and down on the second."""
+    learner = ExitDQNLearner(exit_algo(image_spec(), exit_target="td"), torch.device("cpu"), seed=1)
+    final = torch.tensor([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 3.0], [1.0, 2.0, 0.0]])
+    branch = torch.tensor([[0.5, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 9.0]])
+    logits = torch.zeros(4, requires_grad=True)
+    target = torch.zeros(4)
+    learner.branch_loss(final, [branch], [logits], torch.zeros(4, 1, dtype=torch.int64), target, torch.ones(4)).backward()
+    agrees = torch.tensor([True, False, True, False])
+    assert (logits.grad[agrees] < 0).all() and (logits.grad[~agrees] > 0).all()  # descent raises / lowers them
+    torch.testing.assert_close(logits.grad.abs(), torch.full((4,), 0.5 / 4))  # BCE at sigmoid(0) = 0.5, mean of 4
+
+
+# --- threshold, checkpoints, evaluation ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("exits") / "run"
+    hetrl.train("exit-dqn", "CartPole-v1", steps=1_000, run_dir=path, progress=False, plan="rule", hidden=(32, 32),
+                learning_starts=300, batch_size=32, eval_every=500, eval_episodes=2, seed=2)
+    return path
+
+
+def test_choose_takes_the_fewest_operations_at_the_score_ratio():
+    def point(threshold, score, ops):
+        return SweepPoint(threshold, 0.0, 0.0, score, 0.0, ops, [])
+
+    points = [point(1.0, 1.0, 1.0), point(0.9, 0.97, 0.6), point(0.8, 0.92, 0.4), point(0.7, 0.85, 0.3)]
+    assert choose(points, 0.9).threshold == 0.8
+    assert choose(points, 0.99).threshold == 1.0  # the whole network always qualifies
+    assert choose(points, 0.0).threshold == 0.7
+
+
+def test_the_threshold_is_chosen_without_the_test_episodes(run_dir, monkeypatch):
+    """Every episode the sweep plays is a validation episode: its seeds are none of those of the
+    test episodes hetrl eval plays."""
+    from hetrl import evaluation
+
+    seeds = []
+    make_env = evaluation.make_env
+
+    def spying(*args, **kwargs):
+        env = make_env(*args, **kwargs)
+        reset = env.reset
+
+        def recording_reset(*a, seed=None, **k):
+            seeds.append(seed)
+            return reset(*a, seed=seed, **k)
+
+        env.reset = recording_reset
+        return env
+
+    monkeypatch.setattr(evaluation, "make_env", spying)
+    from hetrl.exits import sweep
+
+    result = sweep(run_dir, episodes=3, thresholds=(0.9, 0.5), timing=False, store=False)
+    assert len(seeds) == 3 * 3  # three thresholds (the whole network's added), the same three episodes each
+    assert set(seeds) == {2 + VALIDATION_SEED_OFFSET + i for i in range(3)}
+    tests = {2 + EVAL_SEED_OFFSET + i for i in range(10_000)}
+    assert not tests & set(seeds)
+    assert [p.threshold for p in result.points] == [1.0, 0.9, 0.5] and result.point(1.0).score_ratio == 1.0
+    seeds.clear()
+    hetrl.evaluate(run_dir, 2)  # while the test episodes are these
+    assert seeds == [2 + EVAL_SEED_OFFSET, 2 + EVAL_SEED_OFFSET + 1]
+
+
+def test_save_and_load_keep_branches_and_threshold(run_dir, tmp_path):
+    best = run_dir / "checkpoints" / "best.pt"
+    final = max((run_dir / "checkpoints").glob("step_*.pt"))
+    copy = tmp_path / final.name
+    copy.write_bytes(final.read_bytes())
+    assert store_threshold(best, 0.7) == 1  # the policy
+    assert store_threshold(copy, 0.6) >= 3  # the learner's network, its target, the inline acting copy
+    policy = hetrl.load(run_dir)  # best.pt
+    assert isinstance(policy.network, ExitQNetwork) and policy.network.threshold == pytest.approx(0.7)
+    state = torch.load(best, weights_only=False)["policy"]
+    assert any(k.startswith("branches.0.confidence") for k in state)
+    for name, value in policy.network.state_dict().items():
+        assert torch.equal(value, state[name]), name
+    # a periodic checkpoint restores the learner with its branches and threshold
+    from hetrl.run.rundir import RunDir
+    from hetrl.training import Session
+
+    run = RunDir.open(run_dir)
+    cfg = run.load_config()
+    cfg.plan = "rule"
+    session = Session.open(run, cfg, keep_plan=False)
+    try:
+        session.restore(copy, replay=False)  # the copy has no replay file beside it
+        net = session.executor.policy_network
+        assert isinstance(net, ExitQNetwork) and net.threshold == pytest.approx(0.6)
+        saved = torch.load(copy, weights_only=False)["executor"]["learner"]["q"]
+        for name, value in net.state_dict().items():
+            assert torch.equal(value, saved[name]), name
+    finally:
+        session.executor.close()
+    result = hetrl.evaluate(run_dir, 2)
+    assert result.exits is not None and result.exits.threshold == pytest.approx(0.7)
+    assert sum(result.exits.counts) > 0 and len(result.exits.counts) == 2
+
+
+def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0.9,0", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| threshold |" in text and "Chosen: threshold" in text
+    data = json.loads((out / "sweep.json").read_text())
+    assert [p["threshold"] for p in data["points"]] == [1.0, 0.9, 0.0]
+    zero = data["points"][2]  # threshold 0: every decision leaves at the first branch
+    assert zero["exit_fractions"] == [1.0, 0.0] and zero["ops_ratio"] < 0.5
+    assert zero["latency_b1_us"] > 0 and data["points"][0]["latency_ratio_b1"] == 1.0
+    assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "sweep.md").exists()
+    chosen = data["chosen"]
+    assert hetrl.load(run_dir).network.threshold == pytest.approx(chosen)
+    assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "multiply-accumulates per decision" in text and "exits" in text
+    assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "2"]) == 2
+
+
+def test_train_exit_dqn_on_minatar_from_the_cli(tmp_path, capsys):
+    path = tmp_path / "minatar"
+    assert main(["train", "exit-dqn", "MinAtar/Breakout-v1", "--steps", "600", "--plan", "rule", "--run-dir", str(path),
+                 "--set", "learning_starts=300", "--set", "eval_episodes=2", "--set", "act_with_exits=true",
+                 "--no-progress"]) == 0
+    config = json.loads((path / "config.json").read_text())
+    assert config["algo"] == "exit-dqn" and config["agent"]["lr"] == 1e-4  # dqn's MinAtar row
+    net = hetrl.load(path).network
+    assert isinstance(net, ExitQNetwork) and net.exits == (0,) and net.threshold == pytest.approx(0.9)
+
+
+# --- acting under every executor ---------------------------------------------------------------
+def mixed_exits(net, obs):
+    """Confidence weights that send some of ``obs`` out at the branch at threshold 0.5."""
+    with torch.no_grad():
+        branch = net.branches[0]
+        g = torch.Generator().manual_seed(0)
+        branch.confidence.weight.copy_(torch.randn(branch.confidence.weight.shape, generator=g))
+        features = net.blocks[0](net._input(torch.as_tensor(obs)))
+        logits = branch.confidence(features.flatten(1)).squeeze(1)
+        branch.confidence.bias.sub_(logits.median())  # half above 0, half below
+        net.set_threshold(0.5)
+
+
+@pytest.mark.parametrize("inference", ["actor", "central"])
+def test_local_executor_acts_as_inline(inference):
+    """Actor processes (their own acting copy, weights and threshold through shared memory) and
+    central inference choose, for every observation they met, the action the inline Act chooses on
+    it with the same network."""
+    from hetrl.planner.rule import default_placement
+    from hetrl.runtime.local import LocalExecutor
+
+    spec = env_spec("CartPole-v1")
+    algo = exit_algo(spec, hidden=(32, 32), learning_starts=0, batch_size=16, eps_start=0.0, eps_end=0.0,
+                     lr=1e-30, replay_ratio=0.25, train_every=1, act_with_exits=True)
+    placement = replace(default_placement(torch.device("cpu"), (1, 1), threads=1, mlp_policy=False),
+                        act=Slot("torch", "cpu"))
+    ex = LocalExecutor(algo, placement, 2, seed=0, actors=1, log=lambda m: None, inference=inference)
+    net = ex.learner.policy_network
+    probe = np.random.default_rng(0).uniform(-0.2, 0.2, (256, 4)).astype(np.float32)
+    mixed_exits(net, probe)  # before the executor starts: the actors take these weights
+    try:
+        while ex.env_steps < 300:
+            ex.iteration()
+        state = ex.state_dict()
+    finally:
+        ex.close()
+    replay = state["replay"]
+    obs, actions = replay["obs"][:replay["size"]], replay["actions"][:replay["size"]]
+    inline = build("Act", Slot("torch", "cpu"), algo, 0, source=net)
+    host = build("Act", Slot("numpy", "cpu"), algo, 0, source=net)
+    ones = np.ones(len(obs), np.float32)  # explore draws above epsilon: greedy
+    np.testing.assert_array_equal(inline.act(obs, ones, np.zeros(len(obs), np.int64), 0.0), actions)
+    np.testing.assert_array_equal(host.act(obs, ones, np.zeros(len(obs), np.int64), 0.0), actions)
+    with torch.no_grad():
+        exits = net.act_forward(torch.as_tensor(obs))[1]
+    assert 0 < int((exits == 0).sum()) < len(obs)  # some decisions left early, some did not
