@@ -115,7 +115,7 @@ class ConvQNetwork(nn.Module):
         n = len(obs)
         x = obs.reshape(n, -1)
         for k, (shape, index) in enumerate(zip(self.geometry, self._patch_index)):
-            patches = x[:, index].reshape(n * shape.positions, shape.patch).astype(np.float32, copy=False)
+            patches = x.take(index, axis=1).reshape(n * shape.positions, shape.patch).astype(np.float32, copy=False)  # take: fancy indexing is several times slower
             if k == 0 and self.scale != 1.0:
                 patches = patches / np.float32(self.scale)
             w, b = params[f"features.{2 * k}.weight"], params[f"features.{2 * k}.bias"]
