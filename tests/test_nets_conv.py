@@ -190,3 +190,30 @@ def test_the_rule_acts_with_torch_for_conv_networks():
     obs = np.zeros((2, 4, 10, 10), np.uint8)
     actions = act.act(obs, np.ones(2, np.float32), np.zeros(2, np.int64), 0.0)
     assert actions.shape == (2,) and actions.dtype == np.int64
+
+
+def test_the_channels_last_learner_is_the_torch_learner_in_another_memory_order():
+    """Learn/torch-channels-last: the same updates as Learn/torch (to float tolerance), weights in
+    NHWC; checkpoints move between the two; vectors and a user's module are refused."""
+    spec = image_spec((4, 36, 36), 4, env_id="Nature-v0")
+    algo = make_algorithm("dqn", spec, DQNConfig(network="nature", lr=1e-3))
+    plain, nhwc = build("Learn", Slot("torch", "cpu", 1), algo, 3), build("Learn", Slot("torch-channels-last", "cpu", 1), algo, 3)
+    assert nhwc.learner.q.features[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert nhwc.learner.q_target.features[0].weight.is_contiguous(memory_format=torch.channels_last)
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        batch = {"obs": torch.as_tensor(rng.integers(0, 256, (6, 4, 36, 36), dtype=np.uint8)),
+                 "next_obs": torch.as_tensor(rng.integers(0, 256, (6, 4, 36, 36), dtype=np.uint8)),
+                 "actions": torch.as_tensor(rng.integers(0, 4, 6)), "rewards": torch.randn(6),
+                 "discounts": torch.full((6,), 0.99), "weights": torch.ones(6)}
+        a, b = plain.learn(**batch), nhwc.learn(**batch)
+        torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
+    for name, value in plain.learner.q.state_dict().items():
+        torch.testing.assert_close(value, nhwc.learner.q.state_dict()[name], rtol=1e-4, atol=1e-5)
+    again = build("Learn", Slot("torch", "cpu", 1), algo, 9)
+    again.learner.load_state_dict(nhwc.learner.state_dict())
+    torch.testing.assert_close(again.learner.q(batch["obs"]), nhwc.learner.q(batch["obs"]), rtol=1e-4, atol=1e-5)
+    impl = get("Learn", "torch-channels-last")
+    assert "conv Q-networks" in impl.unsupported(make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig()))
+    mine = make_algorithm("dqn", image_spec((4, 10, 10), 3), DQNConfig(network=factory_name(tiny_q)))
+    assert "conv Q-networks" in impl.unsupported(mine)

@@ -92,6 +92,7 @@ class ConvQNetwork(nn.Module):
         layers.append(nn.Flatten())
         self.features = nn.Sequential(*layers)
         self.scale, self.dueling, self.obs_shape = float(scale), dueling, tuple(int(d) for d in obs_shape)
+        self.memory_format = torch.contiguous_format  # Learn/torch-channels-last sets channels_last
         flat = channels * height * width
         if dueling:
             self.value = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, 1))
@@ -103,6 +104,8 @@ class ConvQNetwork(nn.Module):
         x = obs.float()
         if self.scale != 1.0:
             x = x / self.scale
+        if self.memory_format is not torch.contiguous_format:
+            x = x.contiguous(memory_format=self.memory_format)
         h = self.features(x)
         if not self.dueling:
             return self.head(h)
