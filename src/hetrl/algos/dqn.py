@@ -76,7 +76,28 @@ class DQNConfig(AgentConfig):
         return problems
 
 
-class DQNLearner(TorchLearner):
+class DQNCheckpoint:
+    """DQN's checkpoint format, written once for every DQN learner (Learn/torch, numba, blas), so a run
+    resumes on any of them. A learner has ``q``, ``q_target``, an ``optimizer`` with torch Adam's
+    state dicts and ``updates``."""
+
+    q: nn.Module
+    q_target: nn.Module
+    optimizer: Any
+    updates: int
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
+                "optimizer": self.optimizer.state_dict(), "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.q.load_state_dict(state["q"])  # copies into the parameters (a flat learner's vectors included)
+        self.q_target.load_state_dict(state["q_target"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.updates = state["updates"]
+
+
+class DQNLearner(DQNCheckpoint, TorchLearner):
     def __init__(self, algo: "DQN", device: torch.device, seed: int) -> None:
         cfg = algo.config
         with seeded_init(seed):
@@ -120,21 +141,6 @@ class DQNLearner(TorchLearner):
 
     def periodic(self, batch: dict[str, torch.Tensor]) -> None:
         polyak_(self.q_target, self.q, self.cfg.tau)
-
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "q": self.q.state_dict(),
-            "q_target": self.q_target.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "updates": self.updates,
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.q.load_state_dict(state["q"])
-        self.q_target.load_state_dict(state["q_target"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.updates = state["updates"]
-
 
 class DQN(Algorithm):
     name = "dqn"

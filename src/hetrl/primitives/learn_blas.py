@@ -35,7 +35,7 @@ from torch import nn
 
 from hetrl.algos.base import Algorithm, Learner, seeded_init
 from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
-from hetrl.algos.dqn import DQN, DQNConfig
+from hetrl.algos.dqn import DQN, DQNCheckpoint, DQNConfig
 from hetrl.nets import Actor, Critic, narrow
 from hetrl.nets.flat_q import FlatQ, QPass
 from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
@@ -378,7 +378,7 @@ def dqn_td_loss(q, actions, rewards, discounts, next_q_all, best, weights, q_gra
     return loss / n
 
 
-class DQNBlasLearner(Learner):
+class DQNBlasLearner(DQNCheckpoint, Learner):
     """DQN's update with the Q-network written out (:mod:`hetrl.nets.flat_q`): convolutions as gathers
     and products, the backward pass by hand, Adam and the target update in one compiled pass. It
     computes what :class:`hetrl.algos.dqn.DQNLearner` computes, to float32 tolerance, and keeps its
@@ -394,7 +394,7 @@ class DQNBlasLearner(Learner):
         layout.adopt(self.params)
         layout.adopt(self.target, list(self.q_target.parameters()))
         self.weights, self.target_weights, self.grad_tensors = (layout.tensors(flat) for flat in (self.params, self.target, self.grads))
-        self.adam = FlatAdam(layout.size, layout.views, cfg.lr)
+        self.optimizer = FlatAdam(layout.size, layout.views, cfg.lr)  # torch Adam's checkpoint layout
         self.cfg, self.updates = cfg, 0
         self._batch, self._no_best = -1, np.zeros(0, np.int64)
 
@@ -428,19 +428,8 @@ class DQNBlasLearner(Learner):
         self.updates += 1
         # Polyak averaging every update, or a hard copy every target_update_every (DQNLearner.periodic_due)
         target_moves = cfg.tau < 1.0 or self.updates % cfg.target_update_every == 0
-        self.adam.step(self.params, self.grads, cfg.max_grad_norm, self.target, cfg.tau if target_moves else 0.0)
+        self.optimizer.step(self.params, self.grads, cfg.max_grad_norm, self.target, cfg.tau if target_moves else 0.0)
         return {"td_errors": torch.from_numpy(td), "loss": torch.from_numpy(np.array(loss, np.float32))}
-
-    # --- checkpoints: the torch learner's format ----------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
-                "optimizer": self.adam.state_dict(), "updates": self.updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.q.load_state_dict(state["q"])  # copies into the parameters, i.e. into the flat vectors
-        self.q_target.load_state_dict(state["q_target"])
-        self.adam.load_state_dict(state["optimizer"])
-        self.updates = state["updates"]
 
 
 @implements(Learn="learn")

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Algorithm, Learner, seeded_init
-from hetrl.algos.dqn import DQN, DQNConfig
+from hetrl.algos.dqn import DQN, DQNCheckpoint, DQNConfig
 from hetrl.nets import QNetwork
 from hetrl.nets.fused_mlp import BETAS, EPS, FlatAdam, FlatMLP, backward, clip_and_adam, forward
 from hetrl.primitives.learn_host import LearnOnHost, host_array
@@ -77,8 +77,9 @@ def dqn_update(params, target, grads, m, v, step, dims, w_off, b_off, a_off,
 _HOST_DTYPES = {"actions": np.int64}  # every other input is float32
 
 
-class DQNNumbaLearner(Learner):
-    """DQN's learner with the update in :func:`dqn_update`; parameters shared with torch modules."""
+class DQNNumbaLearner(DQNCheckpoint, Learner):
+    """DQN's learner with the update in :func:`dqn_update`; parameters shared with torch modules;
+    checkpoints in the torch learner's format (DQNCheckpoint)."""
 
     def __init__(self, algo: DQN, seed: int) -> None:
         cfg: DQNConfig = algo.config  # LearnNumba.unsupported has ruled out a dueling head
@@ -91,7 +92,7 @@ class DQNNumbaLearner(Learner):
         self.layout.adopt(self.params)
         FlatMLP(self.q_target.trunk).adopt(self.target)
         self.grads = np.zeros(n, np.float32)
-        self.adam = FlatAdam(n, self.layout.views, cfg.lr)  # its moments are updated inside dqn_update
+        self.optimizer = FlatAdam(n, self.layout.views, cfg.lr)  # its moments are updated inside dqn_update
         self.cfg, self.updates = cfg, 0
         self._batch = -1
 
@@ -116,7 +117,7 @@ class DQNNumbaLearner(Learner):
         size = len(host["actions"])
         self._scratch(size)
         td = np.empty(size, np.float32)
-        adam = self.adam
+        adam = self.optimizer
         adam.steps += 1
         self.updates += 1
         # Polyak averaging every update, or a hard copy every target_update_every (DQNLearner.periodic_due)
@@ -131,16 +132,6 @@ class DQNNumbaLearner(Learner):
         )
         return {"td_errors": torch.from_numpy(td), "loss": torch.from_numpy(np.array(loss, np.float32))}  # cheaper than torch.tensor (docs/benchmarks.md, 'Measurements behind the code')
 
-    # --- checkpoints: the torch learner's format ----------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"q": self.q.state_dict(), "q_target": self.q_target.state_dict(),
-                "optimizer": self.adam.state_dict(), "updates": self.updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.q.load_state_dict(state["q"])  # copies into the parameters, i.e. into the flat vectors
-        self.q_target.load_state_dict(state["q_target"])
-        self.adam.load_state_dict(state["optimizer"])
-        self.updates = state["updates"]
 
 
 @implements(Learn="learn")
