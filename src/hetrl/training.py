@@ -227,6 +227,7 @@ class Session:
                         "return_mean": float(np.mean([r for r, _ in episodes])) if episodes else None,
                         "length_mean": float(np.mean([n for _, n in episodes])) if episodes else None,
                         "loss": ex.drain_losses(),
+                        "actor_loss": ex.drain_actor_losses(),
                         "exploration": self.algo.exploration(ex.env_steps),
                         "env_steps_per_s": (ex.env_steps - last_steps) / (now - last_t),
                         "updates_per_s": (ex.updates - last_updates) / (now - last_t),
