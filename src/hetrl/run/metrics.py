@@ -1,12 +1,14 @@
-"""Metric rows, written to metrics.csv and to TensorBoard event files."""
+"""Metric rows, written to metrics.csv and to TensorBoard event files, and to any further sink
+(Weights & Biases: hetrl.run.wandb_sink)."""
 
 from __future__ import annotations
 
 import csv
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 # the timed stages whose share of wall time each row records (share_<stage>)
 STAGES = ("EnvStep", "Act", "WeightSync", "WeightFetch", "ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate",
@@ -59,8 +61,19 @@ def _csv_columns(csv_path: Path) -> list[str]:
     return columns
 
 
+class MetricsSink(Protocol):
+    """Somewhere else each row goes (a :class:`hetrl.run.wandb_sink.WandbSink`)."""
+
+    def write(self, row: dict[str, Any]) -> None: ...
+
+    def close(self, failed: bool = False) -> None: ...
+
+
 class MetricsWriter:
-    def __init__(self, csv_path: Path, tensorboard_dir: Path, resume_step: int | None = None) -> None:
+    """Each row to metrics.csv, to TensorBoard and to every one of ``sinks``; ``close`` closes them all."""
+
+    def __init__(self, csv_path: Path, tensorboard_dir: Path, resume_step: int | None = None,
+                 sinks: Sequence[MetricsSink] = ()) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
         self._columns = _csv_columns(csv_path)
@@ -71,6 +84,8 @@ class MetricsWriter:
             self._csv.writeheader()
         # purge_step drops events past the checkpoint a resumed run restarts from
         self._tb = SummaryWriter(str(tensorboard_dir), purge_step=resume_step)
+        self._sinks = list(sinks)
+        self._closed = False
 
     def write(self, row: dict[str, Any]) -> None:
         self._csv.writerow({k: ("" if row.get(k) is None else row[k]) for k in self._columns})
@@ -79,10 +94,18 @@ class MetricsWriter:
         for key, value in row.items():
             if key != "env_steps" and isinstance(value, (int, float)) and not math.isnan(value):
                 self._tb.add_scalar(tensorboard_tag(key), value, step)
+        for sink in self._sinks:
+            sink.write(row)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Close every output once (later calls do nothing); ``failed``: the run ended in an error."""
+        if self._closed:
+            return
+        self._closed = True
         self._file.close()
         self._tb.close()
+        for sink in self._sinks:
+            sink.close(failed)
 
 
 def read_metrics(csv_path: Path) -> list[dict[str, float | None]]:
