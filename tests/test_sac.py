@@ -155,6 +155,7 @@ def test_the_update_equals_a_plain_sac_update(env):
         _close(got["loss"], want["loss"], f"critic loss, update {i}")
         _close(got["td_errors"], want["td_errors"], f"td errors, update {i}")
         _close(learner.actor_loss, want["actor_loss"], f"actor loss, update {i}")
+        _close(got["actor_loss"], want["actor_loss"], f"reported actor loss, update {i}")  # what metrics.csv averages
         _close(learner.alpha_loss, want["alpha_loss"], f"alpha loss, update {i}")
         _close(learner.log_alpha.detach(), ref["log_alpha"].detach(), f"log alpha, update {i}")
     state = learner.state_dict()

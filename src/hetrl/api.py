@@ -175,6 +175,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         policy, env_steps = _greedy(algo, network), int(state["env_steps"])
     else:
         cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
+        cfg.wandb_project = None  # and logs no metrics (nor needs the wandb extra)
         session = Session.open(run, cfg, keep_plan=False)
         try:
             session.restore(path, replay=False)

@@ -28,6 +28,7 @@ from hetrl.tuned import lookup as lookup_tuned
 
 EXECUTORS = ("inline", "local", "ray", "auto")
 INFERENCE = (*INFERENCE_WAYS, "auto")  # the local executor's ways, or the plan decides
+WANDB_MODES = ("online", "offline", "disabled")  # wandb.init's modes a run may ask for
 CHECKPOINT_REPLAY = ("newest", "all", "none")  # which periodic checkpoints keep the replay (hetrl.run.rundir)
 # A run's config.json written before a setting existed keeps the behaviour it was made with: these
 # values, not the generic defaults, stand for the keys it lacks (every checkpoint kept, each with its replay).
@@ -53,6 +54,9 @@ class TrainConfig:
     prefetch: bool = False  # local: sample the next batch in a thread during Learn (pays off when Learn leaves the CPU idle, e.g. on a GPU)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
     log_every: int = 1_000  # env steps between metric rows
+    wandb_project: str | None = None  # also log the metric rows to this Weights & Biases project (the wandb extra)
+    wandb_entity: str | None = None  # the W&B entity (user or team); none: wandb's default
+    wandb_mode: str | None = None  # online, offline or disabled; none: the WANDB_MODE variable (else online)
     eval_every: int = 10_000  # env steps between evaluations (0: only at the end)
     eval_episodes: int = 20
     stop_at_return: float | None = None  # stop once an evaluation's mean return reaches this
@@ -74,6 +78,11 @@ class TrainConfig:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
         if self.keep_checkpoints is not None and self.keep_checkpoints < 0:
             problems.append(f"keep_checkpoints must be >= 0 (got {self.keep_checkpoints}; 0 or none keeps every checkpoint)")
+        if self.wandb_project is not None and not self.wandb_project.strip():
+            problems.append("wandb_project must name a W&B project (or be none)")
+        if self.wandb_mode is not None and self.wandb_mode not in WANDB_MODES:
+            problems.append(f"wandb_mode {self.wandb_mode!r} is unknown{did_you_mean(self.wandb_mode, WANDB_MODES)}; "
+                            f"use one of {', '.join(WANDB_MODES)} (or none: the WANDB_MODE variable)")
         if self.checkpoint_replay not in CHECKPOINT_REPLAY:
             problems.append(f"checkpoint_replay {self.checkpoint_replay!r} is unknown{did_you_mean(self.checkpoint_replay, CHECKPOINT_REPLAY)}; "
                             f"use one of {', '.join(CHECKPOINT_REPLAY)}")

@@ -28,6 +28,7 @@ from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
 from hetrl.run.result import TrainResult
 from hetrl.run.rundir import RunDir
+from hetrl.run.wandb_sink import WandbSink, require_wandb
 from hetrl.runtime.executors import make_executor
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.choice import resolve
@@ -63,6 +64,8 @@ class Session:
     def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None,
                  defaults: str = "", source: EnvSource | None = None, progress: bool = True) -> None:
         config.validate()
+        if config.wandb_project:
+            require_wandb()  # a missing extra stops the run before anything is written
         self.config = config
         self.console = console or Console(stderr=True)
         self.defaults = defaults
@@ -87,6 +90,7 @@ class Session:
             torch.set_num_threads(self.placement.learn.threads)
         self.executor = make_executor(self.run_plan, config, self.algo, self.console.print)
         self.resumed_from: int | None = None
+        self._metrics: MetricsWriter | None = None  # open while a train() call runs
         self.best: tuple[float, float, int] | None = None  # (mean, std, env step) of the best evaluation
 
     @classmethod
@@ -176,6 +180,10 @@ class Session:
             with discover_meters() as meters:
                 self._energy = EnergyMeasurement(meters)
                 return self._train(progress)
+        except BaseException:
+            if self._metrics is not None:  # the W&B run is marked failed, the files closed
+                self._metrics.close(failed=True)
+            raise
         finally:
             self.executor.close()
 
@@ -183,7 +191,11 @@ class Session:
         cfg, ex, run = self.config, self.executor, self.run
         if not run.plan.exists():
             self.plan.save(run.plan)
-        metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from)
+        sinks = []
+        if cfg.wandb_project:
+            sinks.append(WandbSink(cfg.wandb_project, cfg.to_dict(), run.path, entity=cfg.wandb_entity, mode=cfg.wandb_mode,
+                                   resumed=self.resumed_from is not None))
+        metrics = self._metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from, sinks=sinks)
         interrupted = _InterruptFlag()
         next_log = _next_multiple(ex.env_steps, cfg.log_every)
         next_eval = _next_multiple(ex.env_steps, cfg.eval_every) if cfg.eval_every else None
@@ -227,6 +239,7 @@ class Session:
                         "return_mean": float(np.mean([r for r, _ in episodes])) if episodes else None,
                         "length_mean": float(np.mean([n for _, n in episodes])) if episodes else None,
                         "loss": ex.drain_losses(),
+                        "actor_loss": ex.drain_actor_losses(),
                         "exploration": self.algo.exploration(ex.env_steps),
                         "env_steps_per_s": (ex.env_steps - last_steps) / (now - last_t),
                         "updates_per_s": (ex.updates - last_updates) / (now - last_t),

@@ -57,11 +57,18 @@ def test_blas_learner_matches_torch_update_by_update(case):
     algo = make_algorithm(name, spec, cfg)
     blas, plain = LearnBlas(algo, "cpu", seed=3), LearnTorch(algo, "cpu", seed=3)
     rng = np.random.default_rng(0)
+    actor_steps = 0
     for _ in range(12):
         batch = _batch(rng, spec)
         a, b = blas.learn(**batch), plain.learn(**_torch(batch))
         np.testing.assert_allclose(a["loss"].item(), b["loss"].item(), rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(a["td_errors"].numpy(), b["td_errors"].numpy(), rtol=1e-4, atol=1e-5)
+        assert a.keys() == b.keys()  # the actor's loss on the same updates (TD3: every policy_delay)
+        if "actor_loss" in b:
+            np.testing.assert_allclose(a["actor_loss"].item(), b["actor_loss"].item(), rtol=1e-4, atol=1e-6)
+            assert a["actor_loss"].shape == () and a["actor_loss"].dtype == torch.float32
+            actor_steps += 1
+    assert actor_steps == 12 // cfg.policy_delay
     assert blas.learner.updates == plain.learner.updates == 12
     mine, theirs = blas.learner.state_dict(), plain.learner.state_dict()
     for net in ("actor", "critic", "actor_target", "critic_target"):
@@ -119,9 +126,9 @@ def test_losses_are_new_tensors_each_update():
     learn = LearnBlas(make_algorithm("ddpg", spec, DDPGConfig(hidden=(16,))), "cpu", seed=0)
     rng = np.random.default_rng(4)
     first = learn.learn(**_batch(rng, spec))
-    kept = first["loss"].item(), first["td_errors"].clone()
+    kept = first["loss"].item(), first["td_errors"].clone(), first["actor_loss"].item()
     learn.learn(**_batch(rng, spec))
-    assert first["loss"].item() == kept[0] and torch.equal(first["td_errors"], kept[1])
+    assert first["loss"].item() == kept[0] and torch.equal(first["td_errors"], kept[1]) and first["actor_loss"].item() == kept[2]
 
 
 def test_unsupported_algorithms_and_devices_are_refused_with_the_fix():

@@ -59,12 +59,19 @@ def test_the_graphed_update_matches_the_torch_update(case):
     algo = make_algorithm(name, env_spec(env_id), _config(name, **{"hidden": (64, 64), "lr": 3e-3, "batch_size": 48, **settings}))
     graphed, plain = LearnCudagraph(algo, "cuda", seed=3), LearnTorch(algo, "cuda", seed=3)
     rng = np.random.default_rng(0)
+    kept = []
     for _ in range(9):
         batch = _host_batch(rng, algo)
         a = graphed.learn(**batch)  # host arrays, as from a numpy replay
         b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batch.items()})
         torch.testing.assert_close(a["loss"], b["loss"], rtol=1e-4, atol=1e-6)
         torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
+        assert a.keys() == b.keys()  # the actor's loss, on the updates that step an actor
+        if "actor_loss" in b:
+            torch.testing.assert_close(a["actor_loss"], b["actor_loss"], rtol=1e-4, atol=1e-5)
+            kept.append((a["actor_loss"], a["actor_loss"].item()))
+    assert all(t.item() == v for t, v in kept)  # clones: later replays overwrote none of them
+    assert len(kept) == (0 if name == "dqn" else 9 // settings.get("policy_delay", 1))
     assert graphed.learner.updates == plain.learner.updates == 9
     _learner_states_close(graphed.learner.state_dict(), plain.learner.state_dict())
     # inputs already on the device (a torch replay on the GPU) go the same way

@@ -103,7 +103,9 @@ class Learner(ABC):
 
     @abstractmethod
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One gradient update; returns ``td_errors`` (B,) and ``loss`` (scalar), detached, on device."""
+        """One gradient update; returns ``td_errors`` (B,) and ``loss`` (scalar), detached, on device, and
+        ``actor_loss`` (scalar) when the update stepped an actor (DDPG, TD3, SAC): the loss of that step,
+        computed before it. Every tensor is new each update (the executor keeps them until it reports)."""
 
     @abstractmethod
     def state_dict(self) -> dict[str, Any]: ...
@@ -129,7 +131,8 @@ class TorchLearner(Learner):
         """Whether :meth:`periodic` follows the update just counted in ``updates``."""
 
     @abstractmethod
-    def periodic(self, batch: dict[str, torch.Tensor]) -> None: ...
+    def periodic(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Returns ``actor_loss`` where it steps an actor, else nothing (an empty dict)."""
 
     @abstractmethod
     def optimizers(self) -> list[torch.optim.Optimizer]: ...
@@ -143,7 +146,7 @@ class TorchLearner(Learner):
         out = self.step(inputs)
         self.updates += 1
         if self.periodic_due():
-            self.periodic(inputs)
+            out.update(self.periodic(inputs) or {})
         return out
 
 

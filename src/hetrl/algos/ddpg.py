@@ -160,8 +160,9 @@ class DDPGLearner(DDPGCheckpoint, TorchLearner):
     def periodic_due(self) -> bool:
         return self.updates % self.cfg.policy_delay == 0
 
-    def periodic(self, batch: dict[str, torch.Tensor]) -> None:
-        """The actor's update (delayed in TD3), then both targets' Polyak averaging."""
+    def periodic(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The actor's update (delayed in TD3), then both targets' Polyak averaging; returns the
+        actor's loss, -mean Q(s, mu(s)) of the first critic head."""
         cfg, obs = self.cfg, batch["obs"]
         with frozen(self.critic):  # the critic's weight gradients here would be thrown away at its next step
             actor_loss = -self.critic(obs, self.actor(obs))[0].mean()
@@ -172,6 +173,7 @@ class DDPGLearner(DDPGCheckpoint, TorchLearner):
         self.actor_optimizer.step()
         polyak_(self.actor_target, self.actor, cfg.tau)
         polyak_(self.critic_target, self.critic, cfg.tau)
+        return {"actor_loss": actor_loss.detach()}
 
 
 class DDPG(Algorithm):

@@ -139,8 +139,9 @@ class DQNLearner(DQNCheckpoint, TorchLearner):
         """Polyak averaging follows every update; hard copies every ``target_update_every``."""
         return self.cfg.tau < 1.0 or self.updates % self.cfg.target_update_every == 0
 
-    def periodic(self, batch: dict[str, torch.Tensor]) -> None:
+    def periodic(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         polyak_(self.q_target, self.q, self.cfg.tau)
+        return {}  # no actor
 
 class DQN(Algorithm):
     name = "dqn"

@@ -218,8 +218,9 @@ class SACLearner(SACCheckpoint, TorchLearner):
     def periodic_due(self) -> bool:
         return self.updates % self.cfg.policy_delay == 0
 
-    def periodic(self, batch: dict[str, torch.Tensor]) -> None:
-        """The actor's update, then the temperature's, both with the temperature of the update's start."""
+    def periodic(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The actor's update, then the temperature's, both with the temperature of the update's start;
+        returns the actor's loss, mean(alpha * log pi(a|s) - min_i Q_i(s, a))."""
         cfg, obs = self.cfg, batch["obs"]
         alpha = self.log_alpha.detach().exp()
         actions, log_prob = self.actor.sample(obs, batch["actor_noise"])
@@ -238,6 +239,7 @@ class SACLearner(SACCheckpoint, TorchLearner):
             alpha_loss.backward()
             self.alpha_optimizer.step()
             self.alpha_loss = alpha_loss.detach()
+        return {"actor_loss": self.actor_loss}
 
 
 class SAC(Algorithm):

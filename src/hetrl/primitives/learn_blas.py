@@ -10,7 +10,7 @@ docs/benchmarks.md, 'Measurements behind the code'). Here:
   computed (the actor's step takes the critic's gradient for its action inputs only);
 - every intermediate lives in a buffer allocated at the first update of a batch size, on a cache
   line (MKL is slower on operands off one), written with ``out=`` or in place (only the
-  returned loss and TD errors are new tensors: the executor keeps them);
+  returned losses and TD errors are new tensors: the executor keeps them);
 - what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow and two here), and
   neighbouring steps share a pass where they meet in one row;
 - each network's parameters, target, gradient and Adam moments are flat vectors in FlatMLP's layout
@@ -297,7 +297,7 @@ class DDPGBlasLearner(DDPGCheckpoint, Learner):
         out = self._critic_step(obs, b["actions"], b["rewards"], b["next_obs"].reshape(size, -1), b["discounts"], b["weights"],
                                 self.cfg.tau if targets_move else 0.0)
         if targets_move:
-            self._actor_step(obs)
+            out["actor_loss"] = self._actor_step(obs)
         return out
 
     def _critic_step(self, obs, actions, rewards, next_obs, discounts, weights, tau: float) -> dict[str, torch.Tensor]:
@@ -338,18 +338,20 @@ class DDPGBlasLearner(DDPGCheckpoint, Learner):
         critic.step(cfg.max_grad_norm, tau)
         return {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
 
-    def _actor_step(self, obs: np.ndarray) -> None:
-        """The actor ascends Q(s, mu(s)) of the first head; its target moves by Polyak averaging."""
+    def _actor_step(self, obs: np.ndarray) -> torch.Tensor:
+        """The actor ascends Q(s, mu(s)) of the first head; its target moves by Polyak averaging.
+        Returns the step's loss, -mean Q(s, mu(s)), from the forward pass it runs anyway."""
         cfg, od = self.cfg, self.obs_dim
         critic, actor = self.critic_flat, self.actor_flat
         net = self.critic_passes[0]  # its buffers are free again after the critic's step
         net.h_np[0][:, :od] = obs
         self._act(self.actor_pass, actor.layers[0], obs, net.h_np[0][:, od:])
-        net.forward(critic.layers[0])
+        loss = -net.forward(critic.layers[0]).mean(dtype=np.float32)  # before the backward pass reuses any buffer
         action_grad = net.backward(critic.layers[0], self.actor_q_grad, None, input_from=od)  # the critic's weights stay put
         squash_backward(action_grad, self.scale, self.tanh, self.action_grad)
         self.actor_pass.backward(actor.layers[0], self.action_grad, actor.grad_layers[0])
         actor.step(cfg.max_grad_norm, cfg.tau)
+        return torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
 
 
 @narrow.jit

@@ -20,7 +20,8 @@ and ``periodic`` when due):
 - Each update: the inputs go into the graphs' static input tensors (host arrays through one pinned
   staging buffer and one copy; device tensors by a device copy), random inputs are drawn outside
   the graph (:meth:`TorchLearner.draw_inputs`), ``step`` replays, the update counter advances and
-  ``periodic`` replays when due. Outputs are cloned, since the next replay overwrites them.
+  ``periodic`` replays when due. Outputs are cloned, since the next replay overwrites them:
+  ``step``'s every update, ``periodic``'s (the actor's loss) when it replayed.
 - Adam runs with ``capturable=True`` (its step count on the device). Checkpoints keep the torch
   learner's format (capturable off), so a run resumes on either backend.
 
@@ -53,6 +54,7 @@ class GraphedLearner(Learner):
         self._input_keys: set[str] = set()
         self._static: dict[str, torch.Tensor] = {}  # the graphs' inputs: the batch's and the random draws
         self._out: dict[str, torch.Tensor] = {}
+        self._periodic_out: dict[str, torch.Tensor] = {}  # the actor's loss, where periodic steps an actor
 
     @property
     def policy_network(self) -> torch.nn.Module:
@@ -70,9 +72,11 @@ class GraphedLearner(Learner):
         step, periodic = self._graphs  # type: ignore[misc]
         step.replay()
         self.inner.updates += 1
+        out = {k: v.clone() for k, v in self._out.items()}
         if self.inner.periodic_due():
             periodic.replay()
-        return {k: v.clone() for k, v in self._out.items()}
+            out.update({k: v.clone() for k, v in self._periodic_out.items()})
+        return out
 
     def state_dict(self) -> dict[str, Any]:
         state = self.inner.state_dict()
@@ -145,7 +149,7 @@ class GraphedLearner(Learner):
             with torch.cuda.graph(step, capture_error_mode="thread_local"):
                 self._out = self.inner.step(self._static)
             with torch.cuda.graph(periodic, pool=step.pool(), capture_error_mode="thread_local"):
-                self.inner.periodic(self._static)
+                self._periodic_out = self.inner.periodic(self._static) or {}
         except RuntimeError as exc:
             raise HetrlError(f"the {self.algorithm.name} update could not be captured as a CUDA graph ({exc}); "
                              "use the torch learner (backend torch for learn)") from exc

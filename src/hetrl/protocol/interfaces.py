@@ -129,7 +129,7 @@ class Learn(Primitive):
 
     @abstractmethod
     def learn(self, **batch: Any) -> dict[str, Any]:
-        """One update; returns ``td_errors`` (B,) and ``loss``."""
+        """One update; returns ``td_errors`` (B,) and ``loss``, and ``actor_loss`` when it stepped an actor."""
 
 
 class TabularLearn(Primitive):
@@ -165,6 +165,10 @@ class Executor(Protocol):
         ...
 
     def drain_losses(self) -> float | None: ...
+
+    def drain_actor_losses(self) -> float | None:
+        """Mean actor loss since the last call (None: no actor step, or no actor: DQN)."""
+        ...
 
     def drain_episodes(self) -> list[tuple[float, int]]: ...
 

@@ -1,18 +1,21 @@
-"""Metric rows, written to metrics.csv and to TensorBoard event files."""
+"""Metric rows, written to metrics.csv and to TensorBoard event files, and to any further sink
+(Weights & Biases: hetrl.run.wandb_sink)."""
 
 from __future__ import annotations
 
 import csv
 import math
+import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 # the timed stages whose share of wall time each row records (share_<stage>)
 STAGES = ("EnvStep", "Act", "WeightSync", "WeightFetch", "ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate",
           "ActorWait", "LearnerWait")
 
 COLUMNS = (
-    "env_steps", "updates", "wall_s", "episodes", "return_mean", "length_mean", "loss", "exploration",
+    "env_steps", "updates", "wall_s", "episodes", "return_mean", "length_mean", "loss", "actor_loss", "exploration",
     "env_steps_per_s", "updates_per_s", "eval_return_mean", "eval_return_std",
     "actor_restarts", "staleness_mean", "staleness_max",
     *(f"share_{name}" for name in STAGES),
@@ -22,7 +25,7 @@ COLUMNS = (
 # TensorBoard groups, as Stable-Baselines3 and CleanRL name theirs; a column not listed goes to train/
 GROUPS = {
     "rollout": ("episodes", "return_mean", "length_mean", "exploration"),
-    "train": ("updates", "loss", "staleness_mean", "staleness_max"),
+    "train": ("updates", "loss", "actor_loss", "staleness_mean", "staleness_max"),
     "eval": ("eval_return_mean", "eval_return_std"),
     "time": ("wall_s", "env_steps_per_s", "updates_per_s"),
     "system": ("actor_restarts",),
@@ -36,29 +39,73 @@ def tensorboard_tag(column: str) -> str:
     return f"{group}/{column}"
 
 
+def _csv_columns(csv_path: Path) -> list[str]:
+    """The columns of an existing metrics.csv, in its order, so that appending keeps its layout: a
+    file written before a column existed is first rewritten with every column (its rows left empty
+    in the new ones); a column it has that COLUMNS no longer lists stays, after them."""
+    if not csv_path.exists() or csv_path.stat().st_size == 0:
+        return list(COLUMNS)
+    with csv_path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        header = list(reader.fieldnames or ())
+        if all(c in header for c in COLUMNS):
+            return header
+        rows = list(reader)
+    columns = [*COLUMNS, *(c for c in header if c not in COLUMNS)]
+    tmp = csv_path.with_suffix(f".{os.getpid()}.tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows({k: row.get(k) or "" for k in columns} for row in rows)
+    os.replace(tmp, csv_path)  # the old file or the whole new one, never a part
+    return columns
+
+
+class MetricsSink(Protocol):
+    """Somewhere else each row goes (a :class:`hetrl.run.wandb_sink.WandbSink`)."""
+
+    def write(self, row: dict[str, Any]) -> None: ...
+
+    def close(self, failed: bool = False) -> None: ...
+
+
 class MetricsWriter:
-    def __init__(self, csv_path: Path, tensorboard_dir: Path, resume_step: int | None = None) -> None:
+    """Each row to metrics.csv, to TensorBoard and to every one of ``sinks``; ``close`` closes them all."""
+
+    def __init__(self, csv_path: Path, tensorboard_dir: Path, resume_step: int | None = None,
+                 sinks: Sequence[MetricsSink] = ()) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        new = not csv_path.exists()
+        self._columns = _csv_columns(csv_path)
+        new = not csv_path.exists() or csv_path.stat().st_size == 0
         self._file = csv_path.open("a", newline="")
-        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS)
+        self._csv = csv.DictWriter(self._file, fieldnames=self._columns)
         if new:
             self._csv.writeheader()
         # purge_step drops events past the checkpoint a resumed run restarts from
         self._tb = SummaryWriter(str(tensorboard_dir), purge_step=resume_step)
+        self._sinks = list(sinks)
+        self._closed = False
 
     def write(self, row: dict[str, Any]) -> None:
-        self._csv.writerow({k: ("" if row.get(k) is None else row[k]) for k in COLUMNS})
+        self._csv.writerow({k: ("" if row.get(k) is None else row[k]) for k in self._columns})
         self._file.flush()
         step = int(row["env_steps"])
         for key, value in row.items():
             if key != "env_steps" and isinstance(value, (int, float)) and not math.isnan(value):
                 self._tb.add_scalar(tensorboard_tag(key), value, step)
+        for sink in self._sinks:
+            sink.write(row)
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Close every output once (later calls do nothing); ``failed``: the run ended in an error."""
+        if self._closed:
+            return
+        self._closed = True
         self._file.close()
         self._tb.close()
+        for sink in self._sinks:
+            sink.close(failed)
 
 
 def read_metrics(csv_path: Path) -> list[dict[str, float | None]]:

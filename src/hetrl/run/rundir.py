@@ -39,7 +39,7 @@ _REPLAY_FILE = re.compile(r"^replay_step_(\d+)\.pt$")
 BEST = "best.pt"  # the policy of the best evaluation so far; never a periodic checkpoint (no training state)
 # what a run directory holds (README "What a run directory holds"): what `overwrite` removes, config.json
 # last (until it goes, the directory is still a run: an interrupted removal is refused and can be retried)
-_RUN_FILES = ("plan.json", "metrics.csv", "tb", "checkpoints", "returns.png", "summary.json", "config.json")
+_RUN_FILES = ("plan.json", "metrics.csv", "tb", "wandb", "checkpoints", "returns.png", "summary.json", "config.json")
 
 
 class RunDir:

@@ -105,6 +105,9 @@ class InlineExecutor:
     def drain_losses(self) -> float | None:
         return self.learning.drain_losses()
 
+    def drain_actor_losses(self) -> float | None:
+        return self.learning.drain_actor_losses()
+
     def drain_episodes(self) -> list[tuple[float, int]]:
         done, self.finished = self.finished, []
         return done

@@ -29,6 +29,10 @@ def needs_transfer(placement: Placement) -> bool:
                 and get("Learn", placement.learn.backend).takes_host_arrays)
 
 
+def _mean(losses: list[torch.Tensor]) -> float | None:
+    return torch.stack(losses).mean().item() if losses else None
+
+
 class LearnerRole:
     """The replay and the learner, as the placement puts them; every call is timed in ``timers``.
 
@@ -45,6 +49,7 @@ class LearnerRole:
         self.host_replay = self.replay.host_arrays  # sample gives numpy arrays; priorities go back as numpy
         self.transfers = needs_transfer(placement)
         self.losses: list[torch.Tensor] = []  # not yet reported
+        self.actor_losses: list[torch.Tensor] = []  # of the updates that stepped an actor, not yet reported
 
     @property
     def updates(self) -> int:
@@ -77,6 +82,8 @@ class LearnerRole:
         with self.timers.time("Learn"):
             out = self.learn.learn(**on_device)
         self.losses.append(out["loss"])
+        if "actor_loss" in out:
+            self.actor_losses.append(out["actor_loss"])
         return out
 
     def update_priorities(self, batch: dict[str, Any], out: dict[str, torch.Tensor]) -> None:
@@ -92,11 +99,14 @@ class LearnerRole:
 
     def drain_losses(self) -> float | None:
         """Mean loss since the last call (one device synchronisation)."""
-        if not self.losses:
-            return None
-        mean = torch.stack(self.losses).mean().item()
-        self.losses = []
-        return mean
+        losses, self.losses = self.losses, []
+        return _mean(losses)
+
+    def drain_actor_losses(self) -> float | None:
+        """Mean actor loss of the actor steps since the last call; None where there were none (DQN
+        has no actor; TD3 steps its actor every ``policy_delay`` updates)."""
+        losses, self.actor_losses = self.actor_losses, []
+        return _mean(losses)
 
     def state_dict(self) -> dict[str, Any]:
         return {"replay": self.replay.state_dict(), "learner": self.learner.state_dict()}

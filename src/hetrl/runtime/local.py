@@ -298,6 +298,9 @@ class LocalExecutor(ParallelBookkeeping):
     def drain_losses(self) -> float | None:
         return self.learning.drain_losses()
 
+    def drain_actor_losses(self) -> float | None:
+        return self.learning.drain_actor_losses()
+
     def timer_totals(self) -> dict[str, tuple[float, int, int]]:
         """name -> (seconds, calls, processes doing it)."""
         return merge_timers(self.timers.totals(), [t.totals() for t in self.actor_timers] if self._started else [])

@@ -101,7 +101,7 @@ class RayLearnerRole:
         if synced is not None:
             with self.timers.time("WeightSync"):
                 weights = numpy_params(role.learner.policy_network)
-        return {"updates": role.updates, "loss": role.drain_losses(), "weights": weights,
+        return {"updates": role.updates, "loss": role.drain_losses(), "actor_loss": role.drain_actor_losses(), "weights": weights,
                 "timers": self.timers.totals(), "ran": role.ran(), "replay_bytes": role.replay.nbytes}
 
     def weights(self) -> dict[str, np.ndarray]:
@@ -135,6 +135,7 @@ class RayExecutor(ParallelBookkeeping):
         self.updates = 0
         self._init_bookkeeping()
         self._losses: list[float] = []
+        self._actor_losses: list[float] = []
         self._actor_timers: list[dict[str, tuple[float, int]]] = [{} for _ in range(actors)]
         self._learner_timers: dict[str, tuple[float, int]] = {}
         self._ran: dict[str, str] = {}  # as the actors and the learner report it
@@ -271,6 +272,8 @@ class RayExecutor(ParallelBookkeeping):
         self._replay_bytes = result["replay_bytes"]
         if result["loss"] is not None:
             self._losses.append(result["loss"])
+        if result["actor_loss"] is not None:
+            self._actor_losses.append(result["actor_loss"])
         if result["weights"] is not None:
             self._weights = ray.put(result["weights"])
             self._version = self.updates
@@ -313,6 +316,10 @@ class RayExecutor(ParallelBookkeeping):
     # --- what the session reads ----------------------------------------------------------------
     def drain_losses(self) -> float | None:
         losses, self._losses = self._losses, []
+        return float(np.mean(losses)) if losses else None
+
+    def drain_actor_losses(self) -> float | None:
+        losses, self._actor_losses = self._actor_losses, []
         return float(np.mean(losses)) if losses else None
 
     def replay_bytes(self) -> int:
