@@ -133,3 +133,26 @@ def test_profiling_shows_progress_and_the_summary_says_where_the_profile_came_fr
         assert "measurements" not in second.err and "cached, checked at the start" in second.out
     assert main(["profile", "dqn", "Acrobot-v1", "--out", str(tmp_path / "p.json"), "--set", "hidden=8,8"]) == 0
     assert " measurements (100%)" in capfd.readouterr().err
+
+
+def test_the_cpu_share_follows_the_load():
+    from hetrl.planner.calibration import cpu_share
+
+    assert cpu_share(load=0.0, cores=2) == 1.0
+    assert cpu_share(load=2.0, cores=2) == 1.0  # this process and one other on two cores: a core each
+    assert cpu_share(load=4.0, cores=2) == pytest.approx(0.5)  # three others: two cores for four threads
+    assert cpu_share(load=9.0, cores=4) == pytest.approx(4 / 9)
+    assert 0.05 <= cpu_share() <= 1.0
+
+
+def test_the_prediction_is_scaled_by_the_share_of_a_core_measured_at_the_start(cached, tmp_path):
+    cfg, first = cached
+    plan = plan_for_run(cfg, _algorithm(cfg), share_of_core=lambda: 0.5)
+    assert plan.cpu_share == 0.5
+    from hetrl.planner.plan_file import Plan
+    assert Plan.load(plan.save(tmp_path / "plan.json")).cpu_share == 0.5
+    from hetrl.run.report import _learning_rate
+    from hetrl.run.result import TrainResult
+    result = TrainResult(tmp_path, "dqn", "CartPole-v1", 10, 1, 1.0, 10.0, 1.0, None, None, 1, None, False, {}, [],
+                         800.0, 1000.0 * plan.cpu_share, None, predicted_cpu_share=plan.cpu_share)
+    assert "500 predicted by the plan's model at the 50% of a core" in _learning_rate(result)

@@ -11,11 +11,17 @@ or idle cores); when it is more than ``MARGIN`` either way, the profile is measu
 planned from it; otherwise the cached one is kept. (Weighing keeps the noise of a small stage, which
 timing on a shared machine has plenty of, from re-profiling every run.) Either way the run's summary says which, with the ratios
 (``Plan.profile_check``).
+
+The machine's load is measured too (:func:`cpu_share`): the profiler times short blocks, which run
+at full speed whenever the process holds a core, so a profile predicts an idle machine's rate. A
+run on cores other programs also want gets only a share of them; the plan keeps that share
+(``Plan.cpu_share``) and the summary's prediction is the model's rate times it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -70,6 +76,23 @@ class Calibration:
             return "no main stage could be measured again"
         return (f"predicted time per env step {self.change:.2f}x with "
                 + ", ".join(c.describe() for c in self.checks) + f" measured / cached (margin {self.margin:.0%})")
+
+
+def cpu_share(load: float | None = None, cores: int | None = None) -> float:
+    """The share of a core a busy thread of this process can expect while the machine's load holds:
+    ``cores / (others + 1)`` where ``others`` runnable tasks (the one-minute load average, less this
+    process) compete for the cores, at most 1. A short busy loop cannot tell this: the scheduler
+    gives a newly busy thread a free core for a while even on a loaded machine (seen here: 99% in a
+    0.25 s loop at a load of 3 on 2 cores, where a run then got about half a core). 1 where the
+    platform has no load average."""
+    cores = cores or os.cpu_count() or 1
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except (AttributeError, OSError):
+            return 1.0
+    others = max(0.0, load - 1.0)
+    return max(0.05, min(1.0, cores / (others + 1.0)))
 
 
 def main_stages(plan: Plan, share: float = MAIN_SHARE) -> dict[TimingKey, float]:

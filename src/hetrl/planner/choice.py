@@ -19,7 +19,7 @@ from hetrl.planner.rule import default_actors, default_placement
 from hetrl.planner.search import make_plan
 from hetrl.primitives import get, implementations
 from hetrl.protocol import Placement
-from hetrl.planner.calibration import Measure, calibrate
+from hetrl.planner.calibration import Measure, calibrate, cpu_share
 from hetrl.profile import Profile, default_path, measure, profile_workload
 from hetrl.runtime.inference import INFERENCE
 
@@ -55,7 +55,8 @@ def search_space(config: TrainConfig) -> tuple[tuple[str, ...], tuple[str, ...]]
 
 def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
                  objective: str = "throughput", *, profiling: Callable[..., Profile] = profile_workload,
-                 measuring: Measure = measure, progress: Callable[[str, int, int], None] | None = None) -> Plan:
+                 measuring: Measure = measure, progress: Callable[[str, int, int], None] | None = None,
+                 share_of_core: Callable[[], float] = cpu_share) -> Plan:
     """The plan a run uses: ``auto`` (planned from this machine's profile, measured once and
     cached, and checked against a short calibration at each start: ``planner/calibration.py``;
     ``profiling`` and ``measuring`` are injectable for tests), ``rule`` (the fixed rule of :func:`default_placement`), or a plan.json path."""
@@ -99,6 +100,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
                 plan.profile_check = f"refreshed: the cached one was off, {calibration.describe()}"
             else:
                 plan.profile_check = f"cached, checked at the start: {calibration.describe()}"
+        plan.cpu_share = share_of_core()
         if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
             plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
         return plan

@@ -60,6 +60,7 @@ class Plan:
     steps: int | None = None  # the run length it was ranked for (start-up included); None: learning-phase rate
     inference: str = "actor"  # local executor: the actors' policy in each actor, or batched centrally on the Act slot
     profile_check: str = ""  # plan=auto: whether the profile was measured now, or cached and checked (calibration.py)
+    cpu_share: float = 1.0  # plan=auto: the share of a core the process got at the start (calibration.cpu_share)
 
     def to_dict(self) -> dict[str, Any]:
         def predicted(p: Prediction) -> dict[str, Any]:
@@ -83,7 +84,7 @@ class Plan:
             "objective": self.objective, "machine": self.fingerprint,
             "executor": self.executor, "actors": self.actors, "inference": self.inference, "placement": self.placement.to_dict(),
             "predicted": chosen, "energy_meters": self.meters, "run_steps": self.steps,
-            "profile_check": self.profile_check,
+            "profile_check": self.profile_check, "cpu_share": round(self.cpu_share, 3),
             "runner_ups": [{"executor": c.executor, "actors": c.actors, "inference": c.inference, "num_envs": c.num_envs,
                             "placement": c.placement.to_dict(),
                             "predicted": predicted(pr)} for c, pr in self.runner_ups],
@@ -135,6 +136,8 @@ class Plan:
         plan.meters = [str(m) for m in meters] if isinstance(meters, list) else []
         plan.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
         plan.profile_check = str(data.get("profile_check") or "")
+        share = data.get("cpu_share", 1.0)
+        plan.cpu_share = float(share) if isinstance(share, (int, float)) and 0 < share <= 1 else 1.0
         return plan
 
 

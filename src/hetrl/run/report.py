@@ -158,7 +158,9 @@ def _learning_rate(result: "TrainResult") -> str:
     if result.predicted_env_steps_per_s is None:
         why = "the plan was not made from a profile for this executor and actor count"
         return f"{measured} (no prediction: {why})"
-    return f"{measured}, {result.predicted_env_steps_per_s:,.0f} predicted by the plan's model"
+    share = result.predicted_cpu_share
+    load = "" if share is None or share >= 0.95 else f" at the {share:.0%} of a core this process got at the start"
+    return f"{measured}, {result.predicted_env_steps_per_s:,.0f} predicted by the plan's model{load}"
 
 
 def placement_table(result: "TrainResult") -> Table:

@@ -44,6 +44,7 @@ class TrainResult:
     best_eval_return_mean: float | None = None  # the best evaluation of the run so far (its policy: checkpoints/best.pt)
     best_eval_return_std: float | None = None
     best_eval_step: int | None = None  # the env step of that evaluation
+    predicted_cpu_share: float | None = None  # the share of a core the prediction assumes (measured at the start)
     profile_check: str | None = None  # plan=auto: the profile measured now, or cached and checked (refreshed if off)
     replay_bytes: int | None = None  # the replay's storage, allocated for its whole capacity
     replay_capacity: int | None = None  # transitions it holds when full (buffer_size)
