@@ -21,7 +21,7 @@ def _algorithm(cfg):
 
 def _fake_profile(real, scale: float):
     """``real`` with every median multiplied by ``scale`` (what a uniformly slower machine measures)."""
-    return replace(real, timings=[replace(t, median_s=t.median_s * scale) for t in real.timings])
+    return replace(real, timings=[replace(t, median_s=t.median_s * scale, p10_s=t.p10_s * scale, p90_s=t.p90_s * scale) for t in real.timings])
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_a_cached_profile_that_still_holds_is_kept(cached, monkeypatch):
         from hetrl.hardware import describe_machine
         profile = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
         wanted = {(p, b, d, cfg.agent.batch_size if n is None else n, t) for p, b, d, n, t in keys}
-        return [replace(t, median_s=t.median_s * 1.1) for t in profile.timings if t.key in wanted]
+        return [replace(t, median_s=t.median_s * 1.1, p10_s=t.p10_s * 1.1) for t in profile.timings if t.key in wanted]
 
     plan = plan_for_run(cfg, _algorithm(cfg), profiling=no_profiling, measuring=as_cached)
     assert plan.profile_check.startswith("cached, checked") and "1.10x" in plan.profile_check and not calls
@@ -84,7 +84,7 @@ def test_a_drifted_profile_is_measured_again_and_the_run_says_so(cached, monkeyp
         from hetrl.hardware import describe_machine
         profile = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
         wanted = {(p, b, d, cfg.agent.batch_size if n is None else n, t) for p, b, d, n, t in keys}
-        return [replace(t, median_s=t.median_s * 2.0) for t in profile.timings if t.key in wanted]
+        return [replace(t, median_s=t.median_s * 2.0, p10_s=t.p10_s * 2.0) for t in profile.timings if t.key in wanted]
 
     def profiling(algo, env, agent, machine=None):
         from hetrl.profile import Profile, default_path

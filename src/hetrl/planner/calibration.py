@@ -4,7 +4,8 @@ A profile is measured once per machine and workload and cached. The machine chan
 programs load the cores, a laptop throttles, the OS moves the process. So before a run trusts a cached
 profile, the stages that carry most of the plan's predicted time (Learn, EnvStep, Act: those with at
 least ``MAIN_SHARE`` of it) are measured again, each the way the profiler measured it
-(``hetrl.profile.measure``, a fraction of a second each). Their ratios, measured over cached, are
+(``hetrl.profile.measure``, a fraction of a second each), compared by their fastest tenth of
+timed blocks (those no other program interrupted). Their ratios, measured over cached, are
 weighed by each stage's predicted time per env step, give the factor the plan's prediction is taken
 to move by (the stages not measured again, such as the executor's own work, run on the same loaded
 or idle cores); when it is more than ``MARGIN`` either way, the profile is measured anew and the run is
@@ -127,6 +128,8 @@ def calibrate(profile: Profile, algorithm: Algorithm, plan: Plan, margin: float 
     checks = []
     for timing in measuring(algorithm, list(stages)):
         before = cached.get(timing.key)
-        if before is not None and before.median_s > 0 and timing.median_s > 0 and timing.key in weights:
-            checks.append(StageCheck(timing.key, before.median_s, timing.median_s, weights[timing.key]))
+        # the fastest tenth of the timed blocks, on both sides: the blocks no other program interrupted,
+        # so a change in the primitive's own cost shows and the machine's load (cpu_share) does not
+        if before is not None and before.p10_s > 0 and timing.p10_s > 0 and timing.key in weights:
+            checks.append(StageCheck(timing.key, before.p10_s, timing.p10_s, weights[timing.key]))
     return Calibration(tuple(checks), margin)
