@@ -179,6 +179,8 @@ class RunDir:
         ``"any"`` or ``"never"`` (:mod:`hetrl.run.safe_state`); where it is not, it is None and
         ``state["env_state_dropped"]`` says why.
         """
+        if env_state not in safe_state.ENV_STATE:
+            raise ValueError(f"env_state is one of {safe_state.ENV_STATE}, not {env_state!r}")
         if path is None:
             found = self.checkpoints()
             if not found:

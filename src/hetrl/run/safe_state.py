@@ -20,8 +20,9 @@ Numpy's random generators save ``bit_generator.state`` (a dict of strings and in
 uint8 tensor, Python's ``random`` a tuple of ints; none needs a tag. Anything else (a dataclass, an
 enum, a deque) is refused when the checkpoint is written, naming where it is in the state.
 
-**The trust rule.** Loading never unpickles anything but the tensors' own records; a
-:class:`Pickle` is unpickled only as the reader asks (``env_state``):
+**The trust rule.** Files are read by torch's weights_only unpickler alone, which builds
+containers and tensors and calls nothing else; a :class:`Pickle` inside is unpickled only as the
+reader asks (``env_state``):
 
 - ``"signed"`` (``hetrl resume``, the default): only when its HMAC verifies under this user's key,
   i.e. hetrl wrote it under this account (or one sharing the key file). A run resumed from a file
