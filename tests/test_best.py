@@ -11,7 +11,7 @@ import torch
 import hetrl
 from hetrl.cli import main
 from hetrl.errors import HetrlError
-from hetrl.run import rundir
+from hetrl.run import safe_state
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session
 
@@ -87,10 +87,10 @@ def test_a_failed_write_leaves_the_previous_best_whole(tmp_path, monkeypatch):
             raise OSError("disk full")
         return real_save(obj, path, *a, **k)
 
-    monkeypatch.setattr(rundir.torch, "save", save)
+    monkeypatch.setattr(safe_state.torch, "save", save)  # what RunDir writes through
     with pytest.raises(OSError, match="disk full"):
         hetrl.train("dqn", "CartPole-v1", steps=600, run_dir=tmp_path / "r", **SMALL)
-    monkeypatch.setattr(rundir.torch, "save", real_save)
+    monkeypatch.setattr(safe_state.torch, "save", real_save)
     _, state = RunDir.open(tmp_path / "r").load_checkpoint(tmp_path / "r" / "checkpoints" / "best.pt")
     assert state["env_steps"] == 100 and state["eval_return_mean"] == 5.0
 

@@ -13,6 +13,7 @@ from test_resume import OLD, SMALL, _assert_identical, _env_state, _state
 import hetrl
 from hetrl.config import make_config, save_config
 from hetrl.errors import HetrlError
+from hetrl.run import safe_state
 from hetrl.run.rundir import RunDir
 
 RUN = dict(seed=3, progress=False, plan="rule", eval_episodes=2, log_every=100, **SMALL["dqn"])
@@ -28,7 +29,8 @@ def _steps(*steps: int, replay: tuple[int, ...] = ()) -> list[str]:
 
 
 def _raw(path: Path) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=False)
+    """A checkpoint file as saved (its records not decoded), read as hetrl reads it: weights_only."""
+    return safe_state.read(path)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +54,7 @@ def test_pruning_keeps_the_newest_n_and_best(pruned):
 def test_only_the_newest_holds_the_replay(pruned):
     for step in (500, 600, 700):
         saved = _raw(pruned / "checkpoints" / f"step_{step:010d}.pt")
-        assert "replay" not in saved["executor"] and saved["format"] == "hetrl-checkpoint-v2"
+        assert "replay" not in saved["executor"] and saved["format"] == "hetrl-checkpoint-v3"
     newest = _raw(pruned / "checkpoints" / "step_0000000700.pt")
     replay = _raw(pruned / "checkpoints" / "replay_step_0000000700.pt")
     assert newest["replay_file"] == "replay_step_0000000700.pt" and replay["token"] == newest["replay_token"]

@@ -19,6 +19,7 @@ from hetrl.envs.synthetic import BYTES_ID
 from hetrl.planner.rule import default_placement
 from hetrl.primitives import build, implementations
 from hetrl.protocol import PRIMITIVES, Slot, contract_dims
+from hetrl.run.rundir import RunDir
 from hetrl.runtime.inference import inference_layout
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.shared import ring_layout
@@ -119,9 +120,8 @@ def test_the_frame_replay_refuses_another_obs_dtype():
 
 def stored_obs_dtype(result):
     """The obs dtype of the replay a finished run checkpointed."""
-    path = sorted((result.run_dir / "checkpoints").glob("*.pt"))[-1]
-    state = torch.load(path, weights_only=False)
-    replay = state["executor"]["replay"] if "executor" in state else state["replay"]
+    _, state = RunDir.open(result.run_dir).load_checkpoint()  # the newest, its replay file read back (as numpy)
+    replay = state["executor"]["replay"]
     return (replay["obs"] if "obs" in replay else replay["frames"]).dtype
 
 

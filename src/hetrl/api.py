@@ -81,9 +81,13 @@ def train(
 
 
 def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | Path | None = None,
-           callbacks: Sequence[Callback] = (), progress: bool = True, summary: bool = False) -> TrainResult:
+           callbacks: Sequence[Callback] = (), progress: bool = True, summary: bool = False,
+           trust_env_state: bool = False) -> TrainResult:
     """Continue a run from its newest checkpoint (or ``checkpoint``) up to ``steps`` total env steps
-    (``callbacks`` as :func:`train` takes them)."""
+    (``callbacks`` as :func:`train` takes them). The envs continue where they were when this user's
+    hetrl wrote the checkpoint (its env state is signed with the user's key); from a checkpoint made
+    elsewhere they restart from a seeded reset, unless ``trust_env_state`` (the env state is a
+    pickle, which can run code: only for a file whose origin you trust). hetrl.run.safe_state."""
     hooks = Callbacks(callbacks)
     run = RunDir.open(run_dir)
     if checkpoint is None and not run.checkpoints():
@@ -93,7 +97,7 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
                          f"--run-dir {run.path} --overwrite`")
     session = Session.open(run)
     cfg = session.config
-    session.restore(checkpoint)
+    session.restore(checkpoint, env_state="any" if trust_env_state else "signed")
     session.defaults = resumed_origin(run)
     session.console.print(f"defaults: {session.defaults}", highlight=False, soft_wrap=True)
     if steps is None and session.executor.env_steps >= cfg.steps:
@@ -165,7 +169,8 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
             which, note = "final", "the run has no best.pt, so its final policy is evaluated"
     elif checkpoint == "final":
         which = "final"
-    path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint, replay=False)
+    path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint, replay=False,
+                                      env_state="never")
     spec = env_spec(cfg.env_source(), cfg.atari)
     if state.get("kind") == "best":  # the policy only: no executor to build
         which = "best" if path.resolve() == run.best.resolve() else which
@@ -178,7 +183,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
         cfg.wandb_project = None  # and logs no metrics (nor needs the wandb extra)
         session = Session.open(run, cfg, keep_plan=False)
         try:
-            session.restore(path, replay=False)
+            session.restore(path, replay=False, env_state="never")
             policy, env_steps = _greedy(session.algo, session.executor.policy_network), session.executor.env_steps
         finally:
             session.executor.close()

@@ -99,6 +99,9 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir")
     p.add_argument("--steps", type=_count, help="new total env steps, e.g. 150k (default: the run's own total)")
     p.add_argument("--checkpoint", help="resume from this checkpoint file instead of the newest")
+    p.add_argument("--trust-env-state", action="store_true",
+                   help="restore the envs' state (a pickle, which can run code) from a checkpoint not signed by this user's "
+                        "key: one written elsewhere or by an older hetrl; only for files whose origin you trust")
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=_resume)
 
@@ -106,7 +109,8 @@ def _add_resume(sub: argparse._SubParsersAction) -> None:
 def _resume(args: argparse.Namespace) -> int:
     from hetrl.api import resume
 
-    result = resume(args.run_dir, args.steps, checkpoint=args.checkpoint, progress=not args.no_progress, summary=True)
+    result = resume(args.run_dir, args.steps, checkpoint=args.checkpoint, progress=not args.no_progress, summary=True,
+                    trust_env_state=args.trust_env_state)
     return 130 if result.interrupted else 0
 
 

@@ -1,7 +1,9 @@
 """Loading what older versions wrote: classes that moved since a checkpoint pickled them.
 
 An inline checkpoint pickles its EnvStep object (the envs' exact state, for bit-exact resume);
-a checkpoint written before the primitives package names that class by its old module.
+a checkpoint written before the primitives package names that class by its old module. That
+pickle is unpickled only when trusted (hetrl.run.safe_state: signed by this user's key, or the
+user said so); the rest of a checkpoint is read with ``torch.load(weights_only=True)``.
 """
 
 from __future__ import annotations

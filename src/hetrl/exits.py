@@ -39,6 +39,7 @@ from hetrl.nets import numpy_params
 from hetrl.nets.exits import NEVER, ExitQNetwork, threshold_logit
 from hetrl.primitives import build
 from hetrl.protocol import Slot
+from hetrl.run import safe_state
 
 VALIDATION_SEED_OFFSET = 2_000_029  # validation episodes: apart from training's seeds and evaluation's (1_000_003)
 THRESHOLDS = (NEVER, 0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5)
@@ -258,7 +259,7 @@ def executor_batch(run: Any) -> tuple[int, str]:
 def store_threshold(path: Path, threshold: float) -> int:
     """Write ``threshold`` into every exit network state of checkpoint ``path`` (the policy, the
     learner's networks, an acting copy): the entries named ``exit_threshold``. Returns how many."""
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = safe_state.read(path)  # the file as saved (weights_only): arrays and signed pickles stay encoded
     found = 0
 
     def walk(node: Any) -> None:
@@ -268,6 +269,9 @@ def store_threshold(path: Path, threshold: float) -> int:
                 if key == "exit_threshold" and isinstance(value, (torch.Tensor, np.ndarray)):
                     node[key] = (torch.full_like(value, threshold) if isinstance(value, torch.Tensor)
                                  else np.full_like(value, threshold))
+                    found += 1
+                elif key == "exit_threshold" and isinstance(value, dict) and value.get(safe_state.TAG) == "ndarray":
+                    value["data"] = torch.full_like(value["data"], threshold)  # a numpy acting copy's, encoded
                     found += 1
                 else:
                     walk(value)

@@ -137,7 +137,7 @@ def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -
     elif checkpoint == "final":
         checkpoint = None
     config = run_dir.load_config()
-    source, state = run_dir.load_checkpoint(checkpoint, replay=False)
+    source, state = run_dir.load_checkpoint(checkpoint, replay=False, env_state="never")  # tensors only: nothing unpickled
     algo = make_algorithm(config.algo, env_spec(config.env_source(), config.atari), config.agent)
     network = algo.make_policy_network()
     weights = state["policy"] if state.get("kind") == "best" else state["executor"]["learner"][algo.policy_key]

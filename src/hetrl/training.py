@@ -111,11 +111,14 @@ class Session:
         session.run = run
         return session
 
-    def restore(self, checkpoint: str | Path | None = None, replay: bool = True) -> Path:
+    def restore(self, checkpoint: str | Path | None = None, replay: bool = True, env_state: str = "signed") -> Path:
         """Load the newest checkpoint (or ``checkpoint``). ``replay``: the whole training state, to
         resume; a checkpoint without its replay is refused, since the run could not go on as it
-        would have. Without ``replay`` (evaluation) the replay is left empty."""
-        path, state = self.run.load_checkpoint(checkpoint, replay=replay)
+        would have. Without ``replay`` (evaluation) the replay is left empty. ``env_state``: when
+        the inline executor's env state is unpickled (hetrl.run.safe_state: ``"signed"`` by this
+        user's key, ``"any"``, ``"never"``); where it is not, the envs restart from a seeded reset,
+        which a resume says in one line."""
+        path, state = self.run.load_checkpoint(checkpoint, replay=replay, env_state=env_state)
         if state.get("kind") == "best":
             raise HetrlError(f"{path} holds only the best evaluation's policy, not the training state; "
                              f"resume from a periodic checkpoint (checkpoints/step_*.pt) instead")
@@ -125,9 +128,14 @@ class Session:
                              f"checkpoint_replay=all keeps every checkpoint resumable")
         self.executor.load_state_dict(state["executor"])
         self.resumed_from = self.executor.env_steps
+        if replay and env_state != "never" and "env_state_dropped" in state:
+            self.console.print(f"note: the env state in {path.name} is not restored ({state['env_state_dropped']}): the envs "
+                               f"restart from a seeded reset, so the run is not bit-identical to one never stopped; if you "
+                               f"trust the file, resume with --trust-env-state (hetrl.resume(..., trust_env_state=True))",
+                               highlight=False, soft_wrap=True)
         if self.run.best.exists():  # a resumed run keeps improving on the best it had
             try:
-                _, best = self.run.load_checkpoint(self.run.best)
+                _, best = self.run.load_checkpoint(self.run.best, env_state="never")
                 self.best = (best["eval_return_mean"], best["eval_return_std"], best["env_steps"])
             except HetrlError as exc:
                 self.console.print(f"warning: {exc}; the next evaluation writes a new best.pt", highlight=False)

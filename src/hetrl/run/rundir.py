@@ -13,6 +13,11 @@ Each new checkpoint is written replay file first, step file second, then the old
 pruned: a crash at any point leaves every earlier checkpoint whole and at worst files that the
 pruning would have removed. Checkpoints written before this layout (format v1) hold their replay
 inline and load as they are.
+
+Every file is written in the form :mod:`hetrl.run.safe_state` describes (format v3): it loads with
+``torch.load(weights_only=True)``, and so does every read here; older files (v1, v2) are read the
+same way with numpy's array reconstructors allowed. The inline executor's env state is the one
+pickle inside, unpickled only as ``env_state`` says: by default when this user's key signed it.
 """
 
 from __future__ import annotations
@@ -25,15 +30,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from hetrl.config import TrainConfig, load_config, save_config
 from hetrl.errors import HetrlError
 from hetrl.files import file_part
+from hetrl.run import safe_state
 
-CHECKPOINT_FORMAT = "hetrl-checkpoint-v2"  # v2: the replay is in a file of its own (replay_file)
-BEST_FORMAT = "hetrl-checkpoint-v1"  # best.pt's layout is v1's (the policy only)
-READABLE_FORMATS = ("hetrl-checkpoint-v1", CHECKPOINT_FORMAT)
+# v2: the replay is in a file of its own (replay_file); v3: v2's layout, readable with weights_only=True
+CHECKPOINT_FORMAT = safe_state.FORMAT
+READABLE_FORMATS = (*safe_state.LEGACY_FORMATS, CHECKPOINT_FORMAT)
 _STEP_FILE = re.compile(r"^step_(\d+)\.pt$")
 _REPLAY_FILE = re.compile(r"^replay_step_(\d+)\.pt$")
 BEST = "best.pt"  # the policy of the best evaluation so far; never a periodic checkpoint (no training state)
@@ -153,30 +157,37 @@ class RunDir:
 
     def save_best(self, state: dict[str, Any]) -> Path:
         """``checkpoints/best.pt``: replaced atomically, so a crash leaves the previous best whole."""
-        return self._write(self.best, {"kind": "best", **state}, BEST_FORMAT)
+        return self._write(self.best, {"kind": "best", **state})
 
-    def _write(self, path: Path, state: dict[str, Any], fmt: str = CHECKPOINT_FORMAT) -> Path:
+    def _write(self, path: Path, state: dict[str, Any]) -> Path:
         tmp = path.with_suffix(".tmp")
-        torch.save({"format": fmt, **state}, tmp)
+        safe_state.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
         os.replace(tmp, path)
         return path
 
-    def load_checkpoint(self, path: str | Path | None = None, replay: bool = True) -> tuple[Path, dict[str, Any]]:
-        """The newest checkpoint, or ``path``; a missing or corrupt file is a HetrlError.
+    def load_checkpoint(self, path: str | Path | None = None, replay: bool = True,
+                        env_state: str = "signed") -> tuple[Path, dict[str, Any]]:
+        """The newest checkpoint, or ``path``; a missing, corrupt or unsafe file is a HetrlError.
 
         ``replay``: put the replay, read from the checkpoint's replay file, into the executor state
         (``state["executor"]["replay"]``), as checkpoints before v2 held it; where it cannot be
         (none was saved, it was pruned, or it is unreadable) the state has no replay and
         ``state["replay_missing"]`` says why. Without ``replay`` (evaluation, export) the replay
         file is not read.
+
+        ``env_state``: when the env state (a pickle) is unpickled: ``"signed"`` by this user's key,
+        ``"any"`` or ``"never"`` (:mod:`hetrl.run.safe_state`); where it is not, it is None and
+        ``state["env_state_dropped"]`` says why.
         """
+        if env_state not in safe_state.ENV_STATE:
+            raise ValueError(f"env_state is one of {safe_state.ENV_STATE}, not {env_state!r}")
         if path is None:
             found = self.checkpoints()
             if not found:
                 raise HetrlError(f"{self.path} has no checkpoint in {self.checkpoint_dir}; nothing to resume or evaluate")
             path = found[-1]
         path = Path(path)
-        state = self._read(path)
+        state = self._read(path, env_state)
         if state.get("kind") == "replay":
             step_file = path.name.removeprefix("replay_")
             raise HetrlError(f"{path} holds only the replay of {step_file}; pass {step_file} instead")
@@ -190,17 +201,23 @@ class RunDir:
             state["replay_missing"] = "it was saved without the replay (checkpoint_replay=none)"
         return path, state
 
-    def _read(self, path: Path) -> dict[str, Any]:
+    def _read(self, path: Path, env_state: str) -> dict[str, Any]:
         if not path.exists():
             raise HetrlError(f"checkpoint {path} does not exist")
         try:
-            state = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as exc:  # truncated zip, bad pickle, wrong file type: all mean "corrupt"
+            state, dropped = _decoded(path, env_state)
+        except safe_state.UnsafeCheckpoint as exc:
+            raise HetrlError(f"{path} is refused: {exc}; hetrl reads checkpoints with torch.load(weights_only=True), "
+                             f"which runs no code from a file, and hetrl writes none that needs more") from None
+        except HetrlError:
+            raise
+        except Exception as exc:  # truncated zip, bad pickle, wrong file type, malformed record: all mean "corrupt"
             older = [p.name for p in self.checkpoints() if p != path]
             hint = f"use an earlier one with --checkpoint ({', '.join(older)})" if older else "no earlier checkpoint exists"
             raise HetrlError(f"checkpoint {path} is corrupt or truncated ({type(exc).__name__}); {hint}") from None
-        if not isinstance(state, dict) or state.get("format") not in READABLE_FORMATS:
-            raise HetrlError(f"{path} is not a hetrl checkpoint (expected format {CHECKPOINT_FORMAT})")
+        if dropped:
+            state["env_state_dropped"] = (dropped[0] if state["format"] == CHECKPOINT_FORMAT else
+                                          "it was written by an older hetrl, which did not sign env states")
         return state
 
     def _read_replay(self, path: Path, state: dict[str, Any]) -> tuple[Any, str]:
@@ -210,10 +227,12 @@ class RunDir:
             return None, (f"its replay ({replay_path.name}) was not kept (checkpoint_replay=newest keeps only the newest "
                           f"checkpoint's)")
         try:
-            saved = torch.load(replay_path, map_location="cpu", weights_only=False)
+            saved, _ = _decoded(replay_path, "never")
+        except safe_state.UnsafeCheckpoint as exc:
+            return None, f"its replay file {replay_path.name} is refused ({exc})"
         except Exception as exc:  # noqa: BLE001 (as for a step file: any failure to read means corrupt)
             return None, f"its replay file {replay_path.name} is corrupt or truncated ({type(exc).__name__})"
-        if not isinstance(saved, dict) or saved.get("token") != state.get("replay_token"):
+        if saved.get("token") != state.get("replay_token"):
             return None, f"{replay_path.name} holds the replay of another checkpoint of that step"
         return saved["replay"], ""
 
@@ -222,3 +241,15 @@ class RunDir:
         replay inline, are not listed)."""
         replays = {p.name.removeprefix("replay_") for p in self.replay_files()}
         return [p for p in self.checkpoints() if p.name in replays]
+
+
+def _decoded(path: Path, env_state: str) -> tuple[dict[str, Any], list[str]]:
+    """A checkpoint file's state as saved (:func:`safe_state.read`, then :func:`safe_state.decode`)
+    and why its env state was left out, if it was."""
+    raw = safe_state.read(path)
+    if not isinstance(raw, dict) or raw.get("format") not in READABLE_FORMATS:
+        raise HetrlError(f"{path} is not a hetrl checkpoint (expected format {CHECKPOINT_FORMAT})")
+    executor = raw.get("executor")
+    if raw["format"] != CHECKPOINT_FORMAT and isinstance(executor, dict) and isinstance(executor.get("envs"), bytes):
+        executor["envs"] = safe_state.unsigned(executor["envs"])  # an older file's env pickle: never signed
+    return safe_state.decode(raw, env_state)

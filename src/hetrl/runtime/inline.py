@@ -23,6 +23,7 @@ from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.timers import Timers, merge_timers
 from hetrl.compat import unpickle
+from hetrl.run.safe_state import Pickle
 
 
 class InlineExecutor:
@@ -117,8 +118,8 @@ class InlineExecutor:
 
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        try:
-            envs = pickle.dumps(self.acting.env)
+        try:  # the envs' exact state; a pickle, which a checkpoint signs and loading unpickles only when trusted
+            envs = Pickle(pickle.dumps(self.acting.env))
         except Exception as exc:  # an env with unpicklable state (a simulator handle, say)
             warnings.warn(f"environment state cannot be saved ({exc}); a resumed run will reset its envs")
             envs = None
@@ -146,7 +147,7 @@ class InlineExecutor:
         self.synced_at = state["synced_at"]
         self.rng.bit_generator.state = state["rng"]
         acting = self.acting
-        if state["envs"] is not None:
+        if state["envs"] is not None:  # None: not saved, or left out as untrusted (hetrl.run.safe_state)
             acting.env.close()
             slot = acting.env.slot
             acting.env = unpickle(state["envs"])
