@@ -199,17 +199,19 @@ def _checked(env: Any, what: str) -> gym.Env:
 
 
 def _known_to_a_fresh_interpreter(env_id: str) -> bool:
-    """Gymnasium's own ids and the pixel ids hetrl registers on demand are; an id whose entry point
+    """Gymnasium's own ids and the ids hetrl registers on demand (pixels, its synthetic env) are; an id whose entry point
     is defined in the script being run is not; any other is looked up in a fresh interpreter."""
     spec = gym.registry.get(env_id)
     if spec is None or is_ale(env_id) or is_minatar(env_id):
         return True  # an unknown id is reported when it is made
     entry = spec.entry_point
     if isinstance(entry, str):
-        if entry.startswith("gymnasium."):
+        if entry.startswith(("gymnasium.", "hetrl.")):
             return True
     elif getattr(entry, "__module__", None) == MAIN:
         return False
+    elif str(getattr(entry, "__module__", "")).startswith("hetrl."):  # hetrl's own envs (hetrl/Bytes-v0): make_env registers them
+        return True
     return _fresh_registry_has(env_id)
 
 
