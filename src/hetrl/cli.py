@@ -75,6 +75,8 @@ def _add_train(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", help="where to write the run (default runs/ALGO_ENV_sSEED_TIME)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the run in --run-dir if it stopped before its first checkpoint (one with checkpoints is refused)")
+    p.add_argument("--force", action="store_true",
+                   help="start more actors or learner threads than 4x this machine's cores (refused otherwise)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_train)
 
@@ -87,6 +89,7 @@ def _train(args: argparse.Namespace) -> int:
                                       ("stop_at_return", args.stop_at_return), ("plan", args.plan),
                                       ("executor", args.executor), ("actors", args.actors),
                                       ("ray_address", args.ray_address)) if v is not None]
+    flags += ["force=true"] if args.force else []
     cfg = make_config(args.algo, args.env, args.config, flags + args.overrides)
     console = Console(stderr=True)
     session = Session.create(cfg, args.run_dir, console,

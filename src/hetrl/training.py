@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
-from hetrl.config import TrainConfig
+from hetrl.config import TrainConfig, check_machine
 from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import ActorsFailed, HetrlError, StopRequested
@@ -97,7 +97,9 @@ class Session:
                defaults: str = "", source: EnvSource | None = None, progress: bool = True,
                overwrite: bool = False) -> "Session":
         """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
+        check_machine(config)  # before planning: a plan measures the start of the actors it is asked for
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
+        session.check_machine()
         session.run = RunDir.create(run_dir, config, overwrite=overwrite)
         return session
 
@@ -109,6 +111,11 @@ class Session:
         session = cls(config or run.load_config(), plan=plan)
         session.run = run
         return session
+
+    def check_machine(self) -> None:
+        """Refuse actors or learner threads far beyond this machine's cores, as planned (a plan file
+        made elsewhere, say), unless the config says force (``hetrl.config.check_machine``)."""
+        check_machine(self.config, self.executor_kind, self.actors, self.placement.learn.threads)
 
     def restore(self, checkpoint: str | Path | None = None, replay: bool = True) -> Path:
         """Load the newest checkpoint (or ``checkpoint``). ``replay``: the whole training state, to
@@ -176,6 +183,7 @@ class Session:
         from hetrl.energy.measurement import EnergyMeasurement
 
         self._callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
+        self.check_machine()  # a resumed run, on this machine
         with self.stop:
             try:
                 swept = sweep_stale_segments()
