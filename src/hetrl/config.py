@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import types
 import typing
 from dataclasses import dataclass, field, fields
@@ -53,6 +54,7 @@ class TrainConfig:
     inference: str = "auto"  # local executor: the policy in each actor (actor), batched in the learner's process (central), or auto (the plan decides)
     prefetch: bool = False  # local: sample the next batch in a thread during Learn (pays off when Learn leaves the CPU idle, e.g. on a GPU)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
+    force: bool = False  # start more than OVERSUBSCRIPTION x this machine's cores of actors or learner threads (refused otherwise)
     log_every: int = 1_000  # env steps between metric rows
     wandb_project: str | None = None  # also log the metric rows to this Weights & Biases project (the wandb extra)
     wandb_entity: str | None = None  # the W&B entity (user or team); none: wandb's default
@@ -101,6 +103,41 @@ class TrainConfig:
     def env_source(self) -> EnvSource:
         """Where this run's envs come from, found again by the names config.json keeps."""
         return env_source(self.env, self.env_kwargs, self.wrappers)
+
+
+OVERSUBSCRIPTION = 4  # actors, or learner threads, per core of this machine beyond which a run needs force=true
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's or taskset's share)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def check_machine(config: TrainConfig, executor: str | None = None, actors: int | None = None, threads: int | None = None,
+                  cores: int | None = None) -> None:
+    """Refuse actor processes or learner threads far beyond this machine's cores (more than
+    OVERSUBSCRIPTION per core) unless ``config.force``: beyond the cores they only take turns, and
+    hundreds of processes can exhaust the memory. ``executor``, ``actors``, ``threads``: the run's
+    as planned (default: as configured). Actors on a Ray cluster (``ray_address``) are the
+    cluster's to hold, so they are not counted here."""
+    if config.force:
+        return
+    cores = cores or usable_cores()
+    limit = OVERSUBSCRIPTION * cores
+    executor = executor or config.executor
+    actors = config.actors if actors is None else actors
+    threads = config.threads if threads is None else threads
+    here = f"this machine's {cores} core{'s' if cores != 1 else ''}"
+    if executor != "inline" and not (executor == "ray" and config.ray_address) and actors > limit:
+        raise HetrlError(f"actors={actors} is more than {OVERSUBSCRIPTION}x {here}: each actor is a process stepping its own "
+                         f"envs, so beyond the cores they only take turns; use --actors {limit} or fewer (0: the plan "
+                         f"decides), or --force (force=true) to start them anyway")
+    if threads > limit:
+        raise HetrlError(f"threads={threads} is more than {OVERSUBSCRIPTION}x {here}; use --set threads={cores} or fewer "
+                         f"(0: the plan decides), or --force (force=true) to use them anyway")
 
 
 def default_config(algo: str, env: str, tuned: bool = True) -> TrainConfig:

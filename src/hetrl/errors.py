@@ -21,3 +21,18 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """A ' (did you mean X?)' suffix when ``name`` is close to one of ``choices``."""
     close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class ActorsFailed(HetrlError):
+    """An actor failed three times right after starting: the run cannot go on as configured. The
+    session saves the learner's state first, and says where."""
+
+
+class StopRequested(KeyboardInterrupt):
+    """A run stopped at once by a signal, without its checkpoint: the third Ctrl-C (or SIGTERM) of
+    a run that was already stopping, or one while nothing had started (connecting to a Ray
+    cluster). ``signum`` is the signal's number; the CLI exits with 128 + ``signum``."""
+
+    def __init__(self, signum: int, message: str = "") -> None:
+        super().__init__(message)
+        self.signum = signum

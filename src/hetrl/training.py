@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import signal
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,10 +15,10 @@ import torch
 from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
-from hetrl.config import TrainConfig
+from hetrl.config import TrainConfig, check_machine
 from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
-from hetrl.errors import HetrlError
+from hetrl.errors import ActorsFailed, HetrlError, StopRequested
 from hetrl.evaluation import evaluate_policy
 from hetrl.nets import numpy_params
 from hetrl.run.callbacks import Callback, CallbackInfo, Callbacks
@@ -28,8 +27,10 @@ from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
 from hetrl.run.result import TrainResult
 from hetrl.run.rundir import RunDir
+from hetrl.run.signals import StopSignals
 from hetrl.run.wandb_sink import WandbSink, require_wandb
 from hetrl.runtime.executors import make_executor
+from hetrl.runtime.shared import sweep_stale_segments
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.choice import resolve
 from hetrl.runtime.timers import timer_table
@@ -88,9 +89,11 @@ class Session:
         self.inference, self.num_envs = self.run_plan.inference, self.run_plan.num_envs
         if self.placement.learn.threads:
             torch.set_num_threads(self.placement.learn.threads)
-        self.executor = make_executor(self.run_plan, config, self.algo, self.console.print)
+        self.stop = StopSignals()  # Ctrl-C and SIGTERM while it trains (hetrl.run.signals)
+        self.executor = make_executor(self.run_plan, config, self.algo, self.console.print, should_stop=self.stop.requested)
         self.resumed_from: int | None = None
         self._metrics: MetricsWriter | None = None  # open while a train() call runs
+        self.saved_at: int | None = None  # env steps of the newest checkpoint of this run's timeline (None: none yet)
         self.best: tuple[float, float, int] | None = None  # (mean, std, env step) of the best evaluation
 
     @classmethod
@@ -98,7 +101,9 @@ class Session:
                defaults: str = "", source: EnvSource | None = None, progress: bool = True,
                overwrite: bool = False) -> "Session":
         """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
+        check_machine(config)  # before planning: a plan measures the start of the actors it is asked for
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
+        session.check_machine()
         session.run = RunDir.create(run_dir, config, overwrite=overwrite)
         return session
 
@@ -110,6 +115,11 @@ class Session:
         session = cls(config or run.load_config(), plan=plan)
         session.run = run
         return session
+
+    def check_machine(self) -> None:
+        """Refuse actors or learner threads far beyond this machine's cores, as planned (a plan file
+        made elsewhere, say), unless the config says force (``hetrl.config.check_machine``)."""
+        check_machine(self.config, self.executor_kind, self.actors, self.placement.learn.threads)
 
     def restore(self, checkpoint: str | Path | None = None, replay: bool = True, env_state: str = "signed") -> Path:
         """Load the newest checkpoint (or ``checkpoint``). ``replay``: the whole training state, to
@@ -127,7 +137,7 @@ class Session:
                              f"{path.name} itself can be evaluated (`hetrl eval {self.run.path} --checkpoint {path}`); "
                              f"checkpoint_replay=all keeps every checkpoint resumable")
         self.executor.load_state_dict(state["executor"])
-        self.resumed_from = self.executor.env_steps
+        self.resumed_from = self.saved_at = self.executor.env_steps
         if replay and env_state != "never" and "env_state_dropped" in state:
             self.console.print(f"note: the env state in {path.name} is not restored ({state['env_state_dropped']}): the envs "
                                f"restart from a seeded reset, so the run is not bit-identical to one never stopped; if you "
@@ -176,24 +186,48 @@ class Session:
         })
 
     def train(self, progress: bool = True, callbacks: Sequence[Callback] | Callbacks = ()) -> TrainResult:
-        """Run to ``config.steps`` (or the target return, or Ctrl-C, or a callback's stop); the
-        executor is closed at the end whatever happens, so no actor process or shared memory
-        outlives the call. The loop's energy is measured on every meter there is (RAPL, NVML), or
-        reported unavailable."""
+        """Run to ``config.steps`` (or the target return, or Ctrl-C or SIGTERM, or a callback's
+        stop); the executor is closed at the end whatever happens, so no actor process or shared
+        memory outlives the call. A signal stops the run cleanly, with its checkpoint
+        (``hetrl.run.signals``); so does an abort, its actors failing over and over. The loop's
+        energy is measured on every meter there is (RAPL, NVML), or reported unavailable."""
         from hetrl.energy.discovery import discover_meters
         from hetrl.energy.measurement import EnergyMeasurement
 
         self._callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
+        self.check_machine()  # a resumed run, on this machine
         try:
-            with discover_meters() as meters:
-                self._energy = EnergyMeasurement(meters)
-                return self._train(progress)
+            with self.stop:
+                try:
+                    swept = sweep_stale_segments()
+                    if swept:
+                        self.console.print(f"removed {len(swept)} shared-memory segment(s) that killed hetrl processes left "
+                                           f"in /dev/shm: {', '.join(swept)}", highlight=False, soft_wrap=True)
+                    with discover_meters() as meters:
+                        self._energy = EnergyMeasurement(meters)
+                        return self._train(progress)
+                except ActorsFailed as exc:
+                    raise HetrlError(f"{exc}; {self._save_on_abort()}") from None
+                except StopRequested as exc:  # stopped at once (a third signal, or while connecting): say which signal
+                    exc.signum = self.stop.signum or exc.signum
+                    raise
+                finally:
+                    self.executor.close()
         except BaseException:
             if self._metrics is not None:  # the W&B run is marked failed, the files closed
                 self._metrics.close(failed=True)
             raise
-        finally:
-            self.executor.close()
+
+    def _save_on_abort(self) -> str:
+        """Save the learner's state when the run cannot go on (its actors keep failing), unless
+        the newest checkpoint holds it already or no env step was taken; says which."""
+        ex, run = self.executor, self.run.path
+        if ex.env_steps == 0:
+            return "no env step was taken, so there was nothing to save"
+        if self.saved_at == ex.env_steps:
+            return f"the newest checkpoint holds the learner's state (env step {ex.env_steps:,}); `hetrl resume {run}` continues once fixed"
+        path, self.saved_at = self.save_checkpoint(), ex.env_steps
+        return f"the learner's state was saved first, in {path} (env step {ex.env_steps:,}); `hetrl resume {run}` continues from it once fixed"
 
     def _train(self, progress: bool) -> TrainResult:
         cfg, ex, run = self.config, self.executor, self.run
@@ -204,7 +238,7 @@ class Session:
             sinks.append(WandbSink(cfg.wandb_project, cfg.to_dict(), run.path, entity=cfg.wandb_entity, mode=cfg.wandb_mode,
                                    resumed=self.resumed_from is not None))
         metrics = self._metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from, sinks=sinks)
-        interrupted = _InterruptFlag()
+        interrupted = self.stop
         next_log = _next_multiple(ex.env_steps, cfg.log_every)
         next_eval = _next_multiple(ex.env_steps, cfg.eval_every) if cfg.eval_every else None
         next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
@@ -213,7 +247,6 @@ class Session:
         last_timers = ex.timer_totals()
         last_eval: np.ndarray | None = None
         last_eval_step: int | None = None
-        saved_at: int | None = None  # env steps of the last checkpoint written
         solved_at: int | None = None
         stopped_at: int | None = None  # the env step at which a callback stopped the run
         hooks, pending, episodes_seen = self._callbacks, [], 0  # pending: episodes on_step saw, for the next metrics row
@@ -222,7 +255,7 @@ class Session:
         final_eval_seconds = 0.0  # the final policy's evaluation, in the loop's last row
         bar = progress_bar(self.console, progress)
         self._energy.start()
-        with interrupted, bar:
+        with bar:
             task = bar.add_task(f"{cfg.algo} {cfg.env}", total=cfg.steps, completed=ex.env_steps, stats="")
             while ex.env_steps < cfg.steps and not interrupted.set:
                 ex.iteration()
@@ -284,13 +317,16 @@ class Session:
                     if solved_at is not None:
                         break
                 if ex.env_steps >= next_ckpt:
-                    path, saved_at = self.save_checkpoint(), ex.env_steps
+                    path, self.saved_at = self.save_checkpoint(), ex.env_steps
                     next_ckpt = _next_multiple(ex.env_steps, cfg.checkpoint_every)
                     if hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path)):
                         stopped_at = ex.env_steps
                 if stopped_at is not None:
                     break
         end = time.perf_counter() - final_eval_seconds  # the final evaluation is not training time
+        if interrupted.set:
+            self.console.print(f"{interrupted.name}: stopping at env step {ex.env_steps:,}; writing the checkpoint",
+                               highlight=False)
         wall = end - start
         energy = self._energy.stop()
         ex.drain_staleness()  # folds the last interval into the run's figures
@@ -298,8 +334,8 @@ class Session:
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
             learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
-        if saved_at != ex.env_steps:  # the loop's last iteration may have written this very state
-            path = self.save_checkpoint()
+        if self.saved_at != ex.env_steps:  # the loop's last iteration (or the checkpoint resumed from) may hold this very state
+            path, self.saved_at = self.save_checkpoint(), ex.env_steps
             hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path))  # the run ends here: a stop asked for changes nothing
         # a prediction is shown only for the executor and actor count it was made for
         same = ((self.plan.executor, self.plan.actors, self.plan.inference, self.plan.num_envs)
@@ -321,6 +357,7 @@ class Session:
             eval_return_mean=None if last_eval is None else float(last_eval.mean()),
             eval_return_std=None if last_eval is None else float(last_eval.std()),
             eval_episodes=cfg.eval_episodes, solved_at=solved_at, interrupted=interrupted.set, stopped_at=stopped_at,
+            stop_signal=interrupted.name or None,
             placement=self._where(), timers=timer_table(ex.timer_totals(), wall), metrics=read_metrics(run.metrics),
             learning_env_steps_per_s=learning_rate,
             predicted_env_steps_per_s=prediction.env_steps_per_s * self.plan.cpu_share if prediction else None,
@@ -385,7 +422,8 @@ class Session:
         out.print(summary_table(result))
         out.print(placement_table(result))
         if result.interrupted:
-            out.print(f"interrupted: checkpoint saved; continue with `hetrl resume {result.run_dir}`")
+            how = "interrupted" if result.stop_signal in (None, "SIGINT") else f"stopped by {result.stop_signal}"
+            out.print(f"{how}: checkpoint saved; continue with `hetrl resume {result.run_dir}`")
 
 
 def _shares(now: dict[str, tuple[float, int, int]], before: dict[str, tuple[float, int, int]], wall: float) -> dict[str, float]:
@@ -400,27 +438,3 @@ def _shares(now: dict[str, tuple[float, int, int]], before: dict[str, tuple[floa
 
 def _next_multiple(value: int, every: int) -> int:
     return (value // every + 1) * every
-
-
-class _InterruptFlag:
-    """Ctrl-C sets a flag; the loop stops at the end of the iteration and saves a checkpoint."""
-
-    def __init__(self) -> None:
-        self.set = False
-
-    def __enter__(self) -> "_InterruptFlag":
-        self._previous = signal.getsignal(signal.SIGINT)
-        try:
-            signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread: keep the default behaviour
-            self._previous = None
-        return self
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.set:  # a second Ctrl-C stops at once
-            raise KeyboardInterrupt
-        self.set = True
-
-    def __exit__(self, *exc: object) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)

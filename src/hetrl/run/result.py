@@ -49,4 +49,5 @@ class TrainResult:
     replay_bytes: int | None = None  # the replay's storage, allocated for its whole capacity
     replay_capacity: int | None = None  # transitions it holds when full (buffer_size)
     stopped_at: int | None = None  # env step at which a callback stopped the run (hetrl.Callback)
+    stop_signal: str | None = None  # the signal that stopped an interrupted run: SIGINT (Ctrl-C) or SIGTERM
     metrics: list[dict[str, float | None]] = field(repr=False, default_factory=list)

@@ -16,21 +16,28 @@ if TYPE_CHECKING:
     from hetrl.planner.choice import RunPlan
 
 
-def make_executor(run: "RunPlan", config: "TrainConfig", algo: Algorithm, log: Callable[[str], None]) -> Executor:
+def _never() -> bool:
+    return False
+
+
+def make_executor(run: "RunPlan", config: "TrainConfig", algo: Algorithm, log: Callable[[str], None],
+                  should_stop: Callable[[], bool] = _never) -> Executor:
     """The executor ``run`` names (inline, local or ray), with its actors, envs per actor, placement
     and inference; ``config`` gives the settings that are not decisions (seed, weight pushes,
-    prefetch, the Ray address)."""
+    prefetch, the Ray address). ``should_stop``: whether the run is stopping (a signal asked for
+    it), which the parallel executors check while they start actors, restart them or connect."""
     if run.executor == "local":
         from hetrl.runtime.local import LocalExecutor
 
         return LocalExecutor(algo, run.placement, run.num_envs, config.seed, run.actors,
                              weight_sync_every=config.weight_sync_every, prefetch=config.prefetch, log=log,
-                             inference=run.inference)
+                             inference=run.inference, should_stop=should_stop)
     if run.executor == "ray":
         from hetrl.runtime.ray_executor import RayExecutor
 
         return RayExecutor(algo, run.placement, run.num_envs, config.seed, run.actors,
-                           weight_sync_every=config.weight_sync_every, address=config.ray_address, log=log)
+                           weight_sync_every=config.weight_sync_every, address=config.ray_address, log=log,
+                           should_stop=should_stop)
     from hetrl.runtime.inline import InlineExecutor
 
     return InlineExecutor(algo, run.placement, run.num_envs, config.seed)

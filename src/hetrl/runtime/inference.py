@@ -186,13 +186,14 @@ def measure_round_trip(layout: Layout) -> tuple[list[float], list[float]]:
     executor's fork server, as a run's are."""
     ctx = actor_context()
     server = InferenceServer(layout, lambda: ctx.Pipe(duplex=False))
-    results = ctx.SimpleQueue()
-    proc = ctx.Process(target=_asking_actor, args=(server.client_args(0), results), daemon=True)
+    results, sender = ctx.Pipe(duplex=False)  # a pipe, not a queue: no named semaphore a kill could leave behind
+    proc = ctx.Process(target=_asking_actor, args=(server.client_args(0), sender), daemon=True)
     actions = np.zeros_like(server.block["actions"][0])
     serve_s: list[float] = []
     try:
         with without_main():
             proc.start()
+        sender.close()
         answered, spent = 0, 0.0
         while proc.is_alive() or server.pending():
             server.wait(STOP_POLL_S)
@@ -204,8 +205,12 @@ def measure_round_trip(layout: Layout) -> tuple[list[float], list[float]]:
                     serve_s.append(spent / answered)
                     answered, spent = 0, 0.0
         proc.join()
-        trips = results.get() if not results.empty() else None
+        try:
+            trips = results.recv() if results.poll() else None
+        except EOFError:  # the actor died before sending
+            trips = None
     finally:
+        results.close()
         server.close()
     if proc.exitcode != 0 or not trips:
         raise RuntimeError(f"the round-trip measurement's actor failed (exit code {proc.exitcode})")
@@ -224,4 +229,5 @@ def _asking_actor(args: tuple[Any, ...], results: Any) -> None:
         if block:
             trips.append((time.perf_counter() - start) / TRIP_ROUNDS)
     client.close()
-    results.put(trips)
+    results.send(trips)
+    results.close()

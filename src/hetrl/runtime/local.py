@@ -9,7 +9,8 @@ while it learns on the current one: off by default, since on a 2-core host the s
 share of the GIL cost more than it hid; docs/benchmarks.md, 'Measurements behind the code') and
 publishes the policy weights every ``weight_sync_every`` updates. Ctrl-C
 reaches only this process (actors ignore SIGINT); ``close`` stops every actor within seconds and
-removes every segment. An actor that dies is restarted and counted.
+removes every segment. An actor that dies is restarted and counted, unless the run is stopping
+(``should_stop``: a signal asked for it), which also ends the actors' start-up early.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.errors import HetrlError
+from hetrl.errors import ActorsFailed, HetrlError
 from hetrl.nets.host_mirror import HostMirror
 from hetrl.primitives import build, check_placement
 from hetrl.protocol import Placement
@@ -39,13 +40,15 @@ from hetrl.runtime.processes import actor_context, without_main
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
-    SharedWeights, TransitionRing, control_layout, ring_layout,
+    SharedWeights, TransitionRing, control_layout, pid_alive, ring_layout, sweep_stale_segments,
 )
 from hetrl.runtime.timers import Timers, merge_timers
 
 RING_CAPACITY = 4096  # transitions per actor between two drains; far above the limiter's lead
 EPISODE_CAPACITY = 1024
-STOP_TIMEOUT_S = 3.0  # then terminate, then kill: everything is gone well within 5 s
+# close() waits this long for the actors to see the stop flag (they do within milliseconds, unless one is still
+# starting: importing, building its envs), then terminates them, then kills them: all gone within about 2 s
+STOP_TIMEOUT_S, TERMINATE_TIMEOUT_S = 1.0, 0.5
 WATCH_EVERY_S = 0.2  # how often the learner checks that its actors are alive
 QUICK_DEATH_S = 5.0  # an actor dying this soon after (re)starting, three times in a row, fails the run
 MAX_BURST = 64  # updates per iteration at most, so that rings are drained and actors fed in between
@@ -60,12 +63,16 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
+def _never() -> bool:
+    return False
+
+
 class LocalExecutor(ParallelBookkeeping):
     name = "local"
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr,
-                 inference: str = "actor") -> None:
+                 inference: str = "actor", should_stop: Callable[[], bool] = _never) -> None:
         check_placement(placement, algo)
         if actors < 1:
             raise HetrlError(f"the local executor needs at least 1 actor (got {actors})")
@@ -73,6 +80,7 @@ class LocalExecutor(ParallelBookkeeping):
             raise HetrlError(f"inference must be one of {', '.join(INFERENCE)}, got {inference!r}")
         cfg = algo.config
         self.algo, self.placement, self.seed, self.log = algo, placement, seed, log
+        self.should_stop = should_stop  # whether the run is stopping (a signal): start and restart no more actors
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
         self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
         self.timers = Timers()
@@ -104,6 +112,9 @@ class LocalExecutor(ParallelBookkeeping):
 
     # --- lifecycle -----------------------------------------------------------------------------
     def _start(self) -> None:
+        swept = sweep_stale_segments()
+        if swept:
+            self.log(f"removed {len(swept)} shared-memory segment(s) that killed hetrl processes left in /dev/shm")
         spec = self.algo.spec
         self._policy_mirror = HostMirror(self.policy_network)
         self.control = SharedArrays(control_layout(self.actors))
@@ -122,40 +133,65 @@ class LocalExecutor(ParallelBookkeeping):
             layout = inference_layout(self.actors, self.num_envs, spec.obs_shape, spec.action_shape, spec.action_dtype,
                                       explore, random_actions, spec.obs_dtype)
             self.server = InferenceServer(layout, lambda: self._ctx.Pipe(duplex=False))
-        self._errors = self._ctx.SimpleQueue()
-        self._reports = self._ctx.SimpleQueue()  # each actor's ran() once it has built its acting role
+        # each actor's messages (what it built, its traceback if it fails) come through a pipe of its own: pipes
+        # leave nothing behind when the process group is killed, where a queue's named semaphores would stay
+        self._inbox: list[Any] = [None] * self.actors
         self._procs: list[Any] = [None] * self.actors
         self._incarnations = [0] * self.actors
         self._started_at = [0.0] * self.actors
         self._quick_deaths = [0] * self.actors
-        for i in range(self.actors):
-            self._spawn(i)
         self._started = True
         self._last_watch = time.perf_counter()
+        for i in range(self.actors):
+            if self.should_stop():  # Ctrl-C or SIGTERM during the start-up: start no more
+                self.log(f"stopping: {i} of {self.actors} actors started")
+                break
+            self._spawn(i)
 
     def _spawn(self, index: int) -> None:
         inference = None
         if self.server is not None:
             self.server.forget(index)  # a request its predecessor left unanswered
             inference = self.server.client_args(index)
+        reader, writer = self._ctx.Pipe(duplex=False)
         proc = self._ctx.Process(
             target=actor_process, name=f"hetrl-actor-{index}", daemon=True,
             args=(self.spec, index, self._incarnations[index], self.rings[index].block.handle, self.control.handle,
-                  self.weights.block.handle, os.getpid(), self._errors, inference, self._reports),
+                  self.weights.block.handle, os.getpid(), writer, inference),
         )
-        with without_main():
-            proc.start()
+        try:
+            with without_main():
+                proc.start()
+        finally:
+            writer.close()  # the actor has its own copy
+        if self._inbox[index] is not None:
+            self._inbox[index].close()
+        self._inbox[index] = reader
         self._procs[index] = proc
         self._started_at[index] = time.perf_counter()
+
+    def _messages(self) -> dict[int, str]:
+        """Read what the actors sent: record what they built; return the tracebacks of those that failed."""
+        errors: dict[int, str] = {}
+        for index, inbox in enumerate(self._inbox):
+            try:
+                while inbox is not None and inbox.poll():
+                    kind, body = inbox.recv()
+                    if kind == "ran":
+                        self._actors_ran.update(body)
+                    else:
+                        errors[index] = body
+            except (EOFError, OSError):  # the actor is gone and said everything it had to
+                pass
+        return errors
 
     def replay_bytes(self) -> int:
         return self.learning.replay.nbytes
 
     def ran(self) -> dict[str, str]:
         """Where each primitive ran: the learner's side from its objects, the actors' as they reported."""
-        if self._started:
-            while not self._reports.empty():
-                self._actors_ran.update(self._reports.get())
+        if self._started and not self._closed:
+            self._messages()
         n = self.actors
         where = {key: f"{value}, {n} actor{'s' if n != 1 else ''}" for key, value in self._actors_ran.items()}
         if self.policy is not None:
@@ -163,23 +199,22 @@ class LocalExecutor(ParallelBookkeeping):
         return {**where, **self.learning.ran()}
 
     def actor_pids(self) -> list[int]:
-        return [p.pid for p in self._procs] if self._started else []
+        return [p.pid for p in self._procs if p is not None] if self._started else []
 
     def _watch_actors(self) -> None:
-        errors: dict[int, str] = {}
-        while not self._errors.empty():
-            index, text = self._errors.get()
-            errors[index] = text
+        if self.should_stop():  # the run is stopping: an actor that died (a SIGTERM to the group) stays dead
+            return
+        errors = self._messages()
         for i, proc in enumerate(self._procs):
-            if proc.exitcode is None:
+            if proc is None or proc.exitcode is None:
                 continue
             proc.join()
             why = errors.get(i, "").strip().splitlines()[-1:] or [f"exit code {proc.exitcode}"]
             quick = time.perf_counter() - self._started_at[i] < QUICK_DEATH_S
             self._quick_deaths[i] = self._quick_deaths[i] + 1 if quick else 0
             if self._quick_deaths[i] >= 3:
-                raise HetrlError(f"actor {i} failed three times right after starting ({why[0]}); "
-                                 f"see its traceback above and fix the environment or config")
+                raise ActorsFailed(f"actor {i} failed three times right after starting ({why[0]}); "
+                                   f"see its traceback above and fix the environment or config")
             if i in errors:
                 self.log(f"actor {i} crashed:\n{errors[i]}")
             self.restarts += 1
@@ -197,16 +232,23 @@ class LocalExecutor(ParallelBookkeeping):
         if not self._started:
             return
         self.control["flags"][STOP] = 1
+        procs = [p for p in self._procs if p is not None]
         deadline = time.perf_counter() + STOP_TIMEOUT_S
-        for proc in self._procs:
+        for proc in procs:
             proc.join(max(0.0, deadline - time.perf_counter()))
-        for proc in self._procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(1.0)
-            if proc.is_alive():
+        late = [p for p in procs if p.is_alive()]
+        for proc in late:
+            proc.terminate()
+        deadline = time.perf_counter() + TERMINATE_TIMEOUT_S
+        for proc in late:
+            proc.join(max(0.0, deadline - time.perf_counter()))
+        for proc in late:
+            if proc.is_alive():  # still starting, with SIGTERM not yet unblocked
                 proc.kill()
                 proc.join(1.0)
+        for inbox in self._inbox:
+            if inbox is not None:
+                inbox.close()
         for block in [self.control, self.weights.block, *(r.block for r in self.rings)]:
             block.close()
         if self.server is not None:
@@ -328,12 +370,14 @@ class LocalExecutor(ParallelBookkeeping):
 
 
 def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: SharedHandle, control_handle: SharedHandle,
-                  weights_handle: SharedHandle, parent_pid: int, errors: Any, inference: tuple[Any, ...] | None = None,
-                  reports: Any = None) -> None:
+                  weights_handle: SharedHandle, parent_pid: int, outbox: Any, inference: tuple[Any, ...] | None = None) -> None:
     """An actor's main: step, publish transitions, stay within the limiter; exit when told to or
-    when the learner's process is gone. ``inference``: the learner's central inference to act
-    through (``InferenceServer.client_args``); None to act with the actor's own copy."""
+    when the learner's process is gone. ``outbox``: where it tells the learner what it built and,
+    if it fails, its traceback. ``inference``: the learner's central inference to act through
+    (``InferenceServer.client_args``); None to act with the actor's own copy."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the learner's to handle
+    # the fork server blocks SIGINT and SIGTERM (hetrl.runtime.processes.actor_context): SIGTERM ends an actor
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
     blocks: list[SharedArrays] = []
     client = None
     try:
@@ -345,8 +389,7 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
         if inference is not None:
             client = InferenceClient(*inference, should_stop=lambda: bool(flags[STOP]) or not _alive(parent_pid))
         loop = Actor(spec, spec.actor_seed(index, incarnation), timers, client.act if client else None)
-        if reports is not None:
-            reports.put(loop.ran())
+        outbox.send(("ran", loop.ran()))
         n, room, version, steps, nap = spec.num_envs, loop.max_rows_per_step(), -1, 0, WAIT_MIN_S
         while not flags[STOP]:
             if client is None and weights.version() != version:
@@ -382,9 +425,13 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
                 break
         loop.close()
     except BaseException:
-        errors.put((index, traceback.format_exc()))
+        try:
+            outbox.send(("error", traceback.format_exc()[-32_000:]))  # well within a pipe's buffer
+        except OSError:  # the learner is gone
+            pass
         raise SystemExit(1) from None
     finally:
+        outbox.close()
         if client is not None:
             client.close()
         for block in blocks:
@@ -394,10 +441,4 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` still exists (actors are children of the fork server, not of the
     learner, so the parent pid cannot tell)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)

@@ -5,17 +5,36 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
 
 def actor_context() -> Any:
     """The multiprocessing context actor processes start from: a fork server with the actor code
-    imported, so restarts are quick and the learner's threads are never forked."""
+    imported, so restarts are quick and the learner's threads are never forked.
+
+    The fork server is started here with SIGINT and SIGTERM blocked, as multiprocessing starts its
+    resource tracker: a Ctrl-C or a SIGTERM sent to the whole process group (a terminal, Slurm)
+    would otherwise kill it while it imports the actor code, failing the actors' start, or later,
+    leaving the learner unable to restart an actor while it writes its checkpoint. It stays until
+    the learner's process is gone. Its children inherit the mask: an actor unblocks SIGTERM
+    itself (``hetrl.runtime.local.actor_process``), so it can be terminated."""
+    from multiprocessing import forkserver, resource_tracker
+
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(["hetrl.runtime.local"])
+    resource_tracker.ensure_running()  # first: it unblocks both signals once it has started its own process
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if hasattr(signal, "pthread_sigmask") else None
+    try:
+        forkserver.ensure_running()  # only starts it: the import happens in the server, no wait here
+    finally:
+        if blocked is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return ctx
 
 

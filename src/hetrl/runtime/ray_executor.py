@@ -7,12 +7,17 @@ replay-ratio limiter allows, and passes the learner's latest weights to each act
 Every role asks Ray for explicit resources (1 CPU per actor; the learner's threads as CPUs and a
 GPU when it learns on CUDA), and a cluster that cannot hold them is an error at start, not a run
 that stays pending. ``address`` connects to an existing cluster (``ray start --head``); without it a
-local one is started and stopped with the run.
+local one is started and stopped with the run. An address where no Ray cluster answers is an error
+within ``CONNECT_TIMEOUT_S`` (Ray itself would retry for many minutes, deaf to Ctrl-C), and Ctrl-C
+or SIGTERM stop the connecting at once.
 """
 
 from __future__ import annotations
 
+import signal
+import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +26,7 @@ import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, StopRequested
 from hetrl.nets import numpy_params
 from hetrl.primitives import check_placement
 from hetrl.protocol import Placement
@@ -32,6 +37,12 @@ from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.timers import Timers, merge_timers
 
 TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
+CONNECT_TIMEOUT_S = 25.0  # to reach a cluster at --ray-address and join it, then a clear error
+POLL_S = 0.1  # how often a stop is checked for while connecting
+
+
+def _never() -> bool:
+    return False
 
 
 def _stderr(message: str) -> None:
@@ -118,13 +129,15 @@ class RayExecutor(ParallelBookkeeping):
     name = "ray"
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
-                 weight_sync_every: int = 1, address: str | None = None, log: Callable[[str], None] = _stderr) -> None:
+                 weight_sync_every: int = 1, address: str | None = None, log: Callable[[str], None] = _stderr,
+                 should_stop: Callable[[], bool] = _never) -> None:
         check_placement(placement, algo)
         self.ray = _import_ray()
         if actors < 1:
             raise HetrlError(f"the ray executor needs at least 1 actor (got {actors})")
         cfg = algo.config
         self.algo, self.placement, self.seed, self.address, self.log = algo, placement, seed, address, log
+        self.should_stop = should_stop  # whether the run is stopping (a signal): connecting stops at once
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
         self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
         self.limiter = ReplaySchedule.of(cfg, actors, num_envs)
@@ -158,10 +171,7 @@ class RayExecutor(ParallelBookkeeping):
         ray = self.ray
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
-            try:
-                ray.init(address=self.address, include_dashboard=False, logging_level="ERROR", log_to_driver=True)
-            except ConnectionError as exc:
-                raise HetrlError(f"cannot reach the Ray cluster at {self.address} ({exc}); check --ray-address") from None
+            self._init_ray()
         actor_needs, learner_needs = self._resources()
         needed: dict[str, float] = dict(learner_needs)
         for key, value in actor_needs.items():
@@ -193,6 +203,77 @@ class RayExecutor(ParallelBookkeeping):
         self._learning: Any = None  # the learner call in flight
         self._learned_steps = self.env_steps  # env steps whose transitions the learner has been sent
         self._started = True
+
+    def _init_ray(self) -> None:
+        """Start a local Ray cluster, or join the one at ``address``: first a TCP check that
+        something listens there, then ``ray.init`` in a thread this one waits on, so that an
+        address that answers but is no Ray cluster fails within ``CONNECT_TIMEOUT_S`` and a stop
+        signal is seen while it connects (Ray's C++ client holds the calling thread). Ray's own
+        SIGTERM handler (an immediate exit) is undone: SIGTERM stays the session's."""
+        ray = self.ray
+        options = {"include_dashboard": False, "logging_level": "ERROR", "log_to_driver": True}
+        sigterm = signal.getsignal(signal.SIGTERM)
+        try:
+            if self.address is None:
+                ray.init(**options)
+                return
+            deadline = time.monotonic() + CONNECT_TIMEOUT_S
+            self._check_reachable(deadline)
+            outcome: list[BaseException | None] = []
+
+            def connect() -> None:
+                try:
+                    ray.init(address=self.address, **options)
+                    outcome.append(None)
+                except BaseException as exc:  # noqa: BLE001 (whatever it is, the waiting thread raises it)
+                    outcome.append(exc)
+
+            thread = threading.Thread(target=connect, name="hetrl-ray-connect", daemon=True)
+            thread.start()
+            while not outcome:
+                if self.should_stop() or time.monotonic() > deadline:
+                    self._owns_ray = False  # the thread may still be inside ray.init: no ray.shutdown beside it
+                self._check_stop()
+                if time.monotonic() > deadline:
+                    raise HetrlError(f"no Ray cluster answered at {self.address} within {CONNECT_TIMEOUT_S:g} s (something "
+                                     f"listens there, but is it a Ray head's GCS port, 6379 unless `ray start --head "
+                                     f"--port` chose another?); check --ray-address")
+                thread.join(POLL_S)
+            if outcome[0] is not None:
+                raise HetrlError(f"cannot join the Ray cluster at {self.address} ({str(outcome[0]).splitlines()[0][:300]}); "
+                                 f"check --ray-address") from None
+        finally:
+            if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is not sigterm:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL if sigterm is None else sigterm)
+
+    def _check_stop(self) -> None:
+        if self.should_stop():  # nothing has started: stop now, with nothing to save
+            raise StopRequested(signal.SIGINT, f"stopped while connecting to the Ray cluster at {self.address}")
+
+    def _check_reachable(self, deadline: float) -> None:
+        """Raise a one-line error unless a TCP connection to ``address`` opens before ``deadline``
+        (connection refused or an unknown host: at once)."""
+        host, port = _host_port(self.address)
+        if host is None:
+            return  # an address Ray resolves itself ("auto", a file): ray.init's answer, bounded below
+        last: OSError | None = None
+        while time.monotonic() < deadline:
+            self._check_stop()
+            try:
+                with socket.create_connection((host, port), timeout=min(1.0, max(0.05, deadline - time.monotonic()))):
+                    return
+            except socket.gaierror as exc:
+                raise HetrlError(f"cannot reach the Ray cluster at {self.address}: unknown host {host!r} ({exc.strerror}); "
+                                 f"check --ray-address") from None
+            except ConnectionRefusedError:
+                raise HetrlError(f"cannot reach the Ray cluster at {self.address}: connection refused (nothing listens on "
+                                 f"port {port} of {host}; start the head with `ray start --head --port={port}`, "
+                                 f"or check --ray-address)") from None
+            except OSError as exc:  # a timeout, an unreachable network: try again until the deadline
+                last = exc
+                time.sleep(POLL_S)
+        raise HetrlError(f"cannot reach the Ray cluster at {self.address}: no answer within {CONNECT_TIMEOUT_S:g} s "
+                         f"({last}); check --ray-address and that the head's port is open to this machine")
 
     def _new_actor(self, index: int) -> Any:
         return self._actor_cls.remote(self.spec, self.spec.actor_seed(index, self._incarnations[index]))
@@ -350,6 +431,21 @@ class RayExecutor(ParallelBookkeeping):
         self._restore = {"replay": state.get("replay"), "learner": state["learner"]}
         # the coordinator's copy of the policy (evaluation, `hetrl eval`) is the checkpoint's at once
         self.policy_network.load_state_dict(state["learner"][self.algo.policy_key])
+
+
+def _host_port(address: str) -> tuple[str | None, int]:
+    """(host, port) of a Ray address "host:port" or "ray://host:port" (Ray Client); (None, 0) for
+    one Ray resolves itself ("auto", "local") or one that is not of this form."""
+    text = address.strip()
+    if "://" in text:
+        scheme, _, text = text.partition("://")
+        if scheme != "ray":
+            return None, 0
+    host, sep, port = text.rstrip("/").rpartition(":")
+    host = host.strip("[]")  # [::1]:6379
+    if not sep or not host or not port.isdigit():
+        return None, 0
+    return host, int(port)
 
 
 def _options(resources: dict[str, float]) -> dict[str, Any]:

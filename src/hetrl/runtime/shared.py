@@ -9,7 +9,9 @@ what these protocols rely on.
 
 from __future__ import annotations
 
+import fcntl
 import os
+import re
 import sys
 import time
 import uuid
@@ -20,6 +22,8 @@ from typing import Any
 import numpy as np
 
 SHM_PREFIX = "hetrl_"  # segment names: hetrl_<owner pid>_<random>, so leftovers are easy to find
+SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory (and named semaphores, as sem.NAME)
+_SEGMENT = re.compile(rf"(?:sem\.)?{SHM_PREFIX}(\d+)_\w+")
 _ALIGN = 64
 
 Layout = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, dtype)
@@ -44,6 +48,7 @@ class SharedArrays:
             name = f"{SHM_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"
             self.shm = shared_memory.SharedMemory(name=name, create=True, size=size)
             self.owner = True
+            _hold(self.shm)
             handle = SharedHandle(name, spec)
         else:
             self.shm = _attach(handle.name)
@@ -81,6 +86,66 @@ class SharedArrays:
 def _padded(shape: tuple[int, ...], dtype: str) -> int:
     nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
     return (nbytes + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+def _hold(shm: shared_memory.SharedMemory) -> None:
+    """Take a shared lock on the segment for the owner's life: the kernel drops it when the process
+    ends, however it ends, so :func:`sweep_stale_segments` never removes a live run's segment, even
+    one whose PID it cannot see (another PID namespace sharing /dev/shm)."""
+    fd = getattr(shm, "_fd", -1)
+    if fd >= 0:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            pass
+
+
+def sweep_stale_segments(directory: str = SHM_DIR) -> list[str]:
+    """Remove what hetrl processes that died without cleaning up left in ``directory``: segments
+    (and semaphores) named ``hetrl_<pid>_*`` whose owner process is gone and which no process holds.
+
+    A run killed with its whole process group (an OOM kill, a container's or a job's kill) loses
+    its resource tracker with it, so nothing unlinks its segments, and they hold their memory
+    until reboot. A segment is kept when its PID is this process's or a live one (whoever's it is:
+    a reused PID keeps it, which is safe), or when some process holds the lock its owner takes
+    (:func:`_hold`). Returns the names removed; nothing where the directory is unreadable (not Linux)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    removed = []
+    for name in sorted(names):
+        match = _SEGMENT.fullmatch(name)
+        if match is None:
+            continue
+        pid = int(match.group(1))
+        if pid == os.getpid() or pid_alive(pid):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # fails while any process holds it
+            os.unlink(path)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        removed.append(name)
+    return removed
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one this user may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _attach(name: str) -> shared_memory.SharedMemory:
