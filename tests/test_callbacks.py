@@ -79,3 +79,24 @@ def test_a_callback_stops_a_local_run(tmp_path):
 def test_a_callback_without_hooks_is_refused(tmp_path):
     with pytest.raises(hetrl.HetrlError, match="has none of on_step, on_eval, on_checkpoint"):
         hetrl.train("dqn", "CartPole-v1", steps=300, run_dir=tmp_path / "run", callbacks=[object()], **SMALL)
+
+
+def test_numpys_blas_runs_on_one_thread_while_a_run_trains(tmp_path):
+    """runtime/host_blas.py: OpenBLAS threads waiting on busy cores made Atari's Act/numpy many times
+    slower; inside a run numpy's BLAS has one thread, and the caller's setting comes back after."""
+    from threadpoolctl import threadpool_info
+
+    def blas_threads() -> set[int]:
+        return {p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas"}
+
+    seen: list[set[int]] = []
+
+    class Probe(hetrl.Callback):
+        def on_checkpoint(self, info):
+            seen.append(blas_threads())
+
+    before = blas_threads()
+    hetrl.train("dqn", "CartPole-v1", steps=300, run_dir=tmp_path / "run", progress=False, plan="rule",
+                learning_starts=100, eval_episodes=1, callbacks=[Probe()])
+    assert seen and all(threads == {1} for threads in seen if threads)
+    assert blas_threads() == before

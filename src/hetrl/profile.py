@@ -39,6 +39,7 @@ from hetrl.hardware import Machine, describe_machine
 from hetrl.planner.rule import default_placement
 from hetrl.primitives import LIBRARY, build, implementations
 from hetrl.protocol import Slot
+from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.learner_role import to_device
@@ -430,9 +431,10 @@ def measure(algorithm: Algorithm, keys: Sequence[TimingKey]) -> list[Timing]:
     devices = sorted({d for _, _, d, _, _ in keys} | {"cpu"})
     threads = sorted({t for _, _, _, _, t in keys if t} | {1})
     rows: list[Timing] = []
-    for label, job in _jobs(algorithm, devices, threads):
-        if label in labels:
-            rows += [t for t in job() if t.key in wanted]
+    with one_blas_thread():
+        for label, job in _jobs(algorithm, devices, threads):
+            if label in labels:
+                rows += [t for t in job() if t.key in wanted]
     return rows
 
 
@@ -457,10 +459,11 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     result.notes.extend(profile_notes(algorithm))
     jobs = list(_jobs(algorithm, devices, threads, meters))
-    for done, (label, measure) in enumerate(jobs):
-        if progress:
-            progress(label, done, len(jobs))
-        result.timings.extend(measure())
+    with one_blas_thread():  # as a run acts (runtime/host_blas.py)
+        for done, (label, measure) in enumerate(jobs):
+            if progress:
+                progress(label, done, len(jobs))
+            result.timings.extend(measure())
     return result
 
 

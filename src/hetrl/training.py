@@ -30,6 +30,7 @@ from hetrl.run.rundir import RunDir
 from hetrl.run.signals import StopSignals
 from hetrl.run.wandb_sink import WandbSink, require_wandb
 from hetrl.runtime.executors import make_executor
+from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.shared import sweep_stale_segments
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.choice import resolve
@@ -197,7 +198,7 @@ class Session:
         self._callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
         self.check_machine()  # a resumed run, on this machine
         try:
-            with self.stop:
+            with self.stop, one_blas_thread():
                 try:
                     swept = sweep_stale_segments()
                     if swept:

@@ -20,6 +20,7 @@ from hetrl.algos import AgentConfig, Algorithm, make_algorithm
 from hetrl.envs import AtariOptions, EnvSource, env_spec
 from hetrl.primitives import build
 from hetrl.protocol import Placement
+from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.nstep import NStepAssembler
 
 # Central inference: (obs, explore, random_actions) -> actions, answered by the learner's process
@@ -114,6 +115,7 @@ class Actor:
         import torch
 
         torch.set_num_threads(1)  # an actor's work is small: one thread, no spinning pool beside the learner
+        self._blas = one_blas_thread()  # likewise numpy's BLAS, for the actor process's life
         algo = make_algorithm(spec.algo, env_spec(spec.env, spec.atari), spec.agent)
         self.source = algo.make_policy_network().requires_grad_(False)
         self.weights: dict[str, np.ndarray] = {k: v.numpy() for k, v in self.source.state_dict().items()}
