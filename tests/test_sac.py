@@ -324,10 +324,10 @@ def test_the_learner_samples_what_acting_samples():
 def test_numba_acting_and_the_blas_learner_refuse_sac():
     algo = _sac()
     assert "Gaussian policy; use the numpy or torch policy" in get("Act", "numba").unsupported(algo)
-    assert "implements DDPG and TD3 only, not sac" in get("Learn", "blas").unsupported(algo)
+    assert "implements DQN, DDPG and TD3 only, not sac" in get("Learn", "blas").unsupported(algo)
     assert "implements DQN only, not sac" in get("Learn", "numba").unsupported(algo)
     assert get("Act", "numpy").unsupported(algo) is None and get("Learn", "torch").unsupported(algo) is None
-    with pytest.raises(HetrlError, match="implements DDPG and TD3 only"):
+    with pytest.raises(HetrlError, match="implements DQN, DDPG and TD3 only"):
         build("Learn", Slot("blas"), algo, 0)
 
 
