@@ -58,11 +58,12 @@ def test_sac_acts_with_its_own_unscaled_noise():
     np.testing.assert_allclose(algo.greedy_rule(out), np.tanh([[0.2], [0.0]]) * 2 + 1, rtol=1e-6)
 
 
-def inline(cfg):
-    """An inline DQN executor on CartPole: 30 random steps, batches of 8, an update per step."""
+def inline(cfg, num_envs=2):
+    """An inline DQN executor on CartPole: 30 random steps, batches of 8, an update per env step.
+    Two envs, so that env steps and loop iterations differ (the schedules count env steps)."""
     cfg.learning_starts, cfg.batch_size, cfg.hidden, cfg.train_every, cfg.replay_ratio = 30, 8, (8,), 1, 1.0
     algorithm = make_algorithm("dqn", env_spec("CartPole-v1"), cfg)
-    return InlineExecutor(algorithm, default_placement(torch.device("cpu"), (1, 1), threads=1), 1, seed=0)
+    return InlineExecutor(algorithm, default_placement(torch.device("cpu"), (1, 1), threads=1), num_envs, seed=0)
 
 
 def test_act_gets_the_epsilon_of_the_current_env_step():
@@ -73,7 +74,7 @@ def test_act_gets_the_epsilon_of_the_current_env_step():
         obs, explore, random_actions, level)
     while ex.env_steps < 80:
         ex.iteration()
-    assert [s for s, _ in levels] == list(range(30, 80))  # every step from learning_starts on
+    assert [s for s, _ in levels] == list(range(30, 80, 2))  # every iteration (of 2 envs) from learning_starts on
     for step, level in levels:
         assert level == pytest.approx(max(0.0, 1.0 - step / 60)), step
 
@@ -103,7 +104,7 @@ def test_replay_sample_gets_the_annealed_beta_and_learn_its_weights():
     ex.replay.sample, ex.learning.learn.learn = spy_sample, spy_learn
     while ex.env_steps < 100:
         ex.iteration()
-    assert [s for s, _, _ in seen] == list(range(30, 101))  # one update per env step once a batch is there
+    assert [s for s, _, _ in seen] == [s for s in range(30, 101, 2) for _ in range(2)]  # 2 updates per iteration of 2 envs
     for step, beta, _ in seen:
         assert beta == pytest.approx(0.2 + 0.8 * min(1.0, step / 80)), step
     assert len(learned) == len(seen)
