@@ -28,7 +28,7 @@ ALGO_TESTS = ["tests/test_update_rules.py", "tests/test_schedules.py", "tests/pr
 SAC_TESTS = ALGO_TESTS + ["tests/test_sac.py"]
 REPLAY_TESTS = ["tests/primitives/test_replay.py", "tests/test_schedules.py"]
 NSTEP_TESTS = ["tests/test_nstep.py"]
-INLINE_TESTS = ["tests/test_inline.py", "tests/test_schedules.py"]
+INLINE_TESTS = ["tests/test_schedules.py", "tests/test_inline.py"]
 LOCAL_TESTS = ["tests/test_local.py"]
 PLANNER_TESTS = ["tests/test_plan.py"]
 TABULAR_TESTS = ["tests/tabular"]
@@ -93,7 +93,7 @@ MUTANTS = [
     ("U4", "runtime", "runtime/inline.py", "self.learning.update(self.env_steps)", "self.learning.update(self.iterations)",
      INLINE_TESTS, "the learner's schedules count iterations, not env steps (wrong with several envs)"),
     ("U5", "runtime", "runtime/schedule.py", "target = math.floor(self.ratio * max(0, env_steps - self.learning_starts))",
-     "target = math.ceil(self.ratio * max(0, env_steps - self.learning_starts))", INLINE_TESTS + LOCAL_TESTS,
+     "target = math.ceil(self.ratio * max(0, env_steps - self.learning_starts))", INLINE_TESTS,
      "the limiter lets the learner run a fraction of an update ahead"),
     ("U6", "runtime", "runtime/inline.py", "            acting.sync()\n            self.synced_at", "            self.synced_at",
      INLINE_TESTS, "the inline acting copy never follows the learner"),

@@ -200,3 +200,18 @@ def test_sac_critic_targets_every_update_actor_and_temperature_every_policy_dela
             torch.testing.assert_close(t, 0.5 * old + 0.5 * new)
         due = update % 2 == 0
         assert same(params(learner.actor), actor) != due and (learner.alpha == alpha) != due, update
+
+
+# --- the replay ratio's limiter (concurrent executors) ------------------------------------------------
+def test_the_limiter_rounds_owed_updates_down_and_allowed_steps_up():
+    """The learner may not run ahead of the data by even a fraction of an update, and the actors may
+    take the steps that the updates done need, rounded up, plus the lead."""
+    from hetrl.runtime.schedule import ReplaySchedule
+
+    limiter = ReplaySchedule(0.25, learning_starts=100, lead=32)
+    assert [limiter.updates_owed(steps, 0) for steps in (50, 100, 103, 106, 108)] == [0, 0, 0, 1, 2]  # floor(0.25 x)
+    assert limiter.updates_owed(108, 1) == 1 and limiter.updates_owed(108, 5) == 0
+    assert limiter.allowed_env_steps(1) == 100 + 4 + 32
+    fast = ReplaySchedule(2.5, learning_starts=100, lead=32)
+    assert fast.updates_owed(101, 0) == 2 and fast.allowed_env_steps(3) == 100 + 2 + 32  # ceil(3 / 2.5)
+    assert ReplaySchedule(0.0, 100).allowed_env_steps(7) == -1  # no updates: no limit
