@@ -1,5 +1,58 @@
+import hashlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
 import pytest
 import torch
+
+
+def source_key(root: Path) -> str:
+    """A hash of every Python file under ``root``, with its path."""
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def hetrl_sources() -> Path:
+    """The package directory of the hetrl the tests import, found without importing it."""
+    return Path(next(iter(importlib.util.find_spec("hetrl").submodule_search_locations)))
+
+
+def numba_cache_dir() -> Path:
+    """A numba cache directory named by a hash of every source file of the hetrl the tests import.
+
+    Numba rebuilds a cached kernel only when the file that defines it changes, not when a function
+    it inlines (another file: ``nets/fused_mlp.py`` into ``primitives/learn_numba.py``) or a global
+    it freezes as a constant does: with the default cache beside the sources, a test could pass on
+    the compiled code of an older version. Keyed by every source file, any edit gives a fresh,
+    empty cache (every kernel compiles once in that session); an unchanged tree reuses its kernels.
+    """
+    base = Path(tempfile.gettempdir()) / f"hetrl-tests-numba-{os.getuid()}"
+    base.mkdir(mode=0o700, exist_ok=True)
+    for old in base.iterdir():  # caches of trees not tested for a week
+        try:
+            if time.time() - old.stat().st_mtime > 7 * 86400:
+                shutil.rmtree(old, ignore_errors=True)
+        except OSError:
+            pass
+    here = base / source_key(hetrl_sources())
+    here.mkdir(exist_ok=True)
+    os.utime(here)
+    return here
+
+
+# Before anything imports numba (hetrl's modules do), and inherited by the subprocesses tests start.
+os.environ["NUMBA_CACHE_DIR"] = str(numba_cache_dir())
+if "numba" in sys.modules:  # a plugin imported it first: make it read the variable again
+    import numba.core.config
+
+    numba.core.config.reload_config()
 
 
 @pytest.fixture
@@ -11,8 +64,6 @@ def require_cuda():
 @pytest.fixture(scope="session", autouse=True)
 def private_profile_cache(tmp_path_factory):
     """Profiles measured by tests (auto plans) go to a cache of this session, not the user's."""
-    import os
-
     previous = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("cache"))
     yield

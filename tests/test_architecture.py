@@ -83,7 +83,7 @@ def test_the_protocol_imports_nothing_above_it():
 def test_every_implementation_lives_in_the_primitives_package_under_its_registry_name():
     for primitive in PRIMITIVES:
         for backend, impl in implementations(primitive).items():
-            family = "".join(w if w.isupper() else w for w in primitive)
+            family = primitive
             module = impl.cls.__module__
             assert module.startswith("hetrl.primitives."), impl.key
             stem = module.rsplit(".", 1)[1]
@@ -111,3 +111,22 @@ def test_executors_and_the_profiler_build_implementations_through_the_factory_on
             called = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
             assert called not in classes, f"{name}:{node.lineno} constructs {called} directly; use hetrl.primitives.build"
             assert called != "cls" or not isinstance(func, ast.Attribute), f"{name}:{node.lineno} calls .cls(...)"
+
+
+def test_numba_kernels_are_compiled_from_the_sources_under_test():
+    """The tests' numba cache is named by a hash of every hetrl source file (tests/conftest.py): a
+    kernel's cache follows only its own file, so a change to a function it inlines from another
+    file (fused_mlp into learn_numba) would otherwise run the old compiled code."""
+    import hashlib
+    import os
+
+    import numba
+
+    from hetrl.primitives import learn_numba
+
+    digest = hashlib.sha256()
+    for path in sorted(SRC.rglob("*.py")):
+        digest.update(str(path.relative_to(SRC)).encode() + b"\0" + path.read_bytes() + b"\0")
+    cache = Path(numba.config.CACHE_DIR)
+    assert cache == Path(os.environ["NUMBA_CACHE_DIR"]) and cache.name == digest.hexdigest()[:16]
+    assert Path(learn_numba.dqn_update._cache._cache_path).is_relative_to(cache)

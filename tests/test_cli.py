@@ -29,15 +29,27 @@ def test_train_writes_a_complete_run_directory(run_dir):
     rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
     assert [int(r["env_steps"]) for r in rows][:4] == [100, 200, 300, 400]
     assert any(r["eval_return_mean"] for r in rows) and any(r["loss"] for r in rows)
-    assert float(rows[-1]["updates"]) > 0
+    agent = config["agent"]  # epsilon as the config's schedule gives it, at each logged step
+    for r in rows:
+        frac = min(1.0, int(r["env_steps"]) / agent["eps_decay_steps"])
+        assert float(r["exploration"]) == pytest.approx(agent["eps_start"] + frac * (agent["eps_end"] - agent["eps_start"]),
+                                                        abs=1e-3)
     assert any(p.name.startswith("events.out.tfevents") for p in (run_dir / "tb").iterdir())
     assert (run_dir / "checkpoints" / "step_0000000400.pt").exists()
     assert (run_dir / "returns.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["env_steps"] == 400 and summary["env_steps_per_s"] > 0
+    assert summary["env_steps"] == 400 and summary["env_steps_per_s"] == pytest.approx(400 / summary["wall_s"])
+    calls = {name: n for name, n, *_ in summary["timers"]}  # the counts agree wherever they are written
+    assert summary["updates"] == int(rows[-1]["updates"]) == calls["Learn"] == calls["ReplaySample"] > 0
+    assert calls["EnvStep"] == 400
+    if summary["executor"] == "inline":
+        assert calls["Act"] == 400 - 100  # random actions before learning_starts
     assert re.fullmatch(r"(torch|numba) on cpu \(\d+ threads?\)", summary["placement"]["Learn"])  # the planner's pick
     plan = json.loads((run_dir / "plan.json").read_text())  # planned from a profile measured for this config
-    assert plan["predicted"]["env_steps_per_s"] > 0 and plan["placement"]["learn"]["device"] == "cpu"
+    predicted = plan["predicted"]
+    assert predicted["env_steps_per_s"] == pytest.approx(1e6 / sum(predicted["us_per_env_step"].values()), rel=1e-3)
+    assert summary["predicted_env_steps_per_s"] == pytest.approx(predicted["env_steps_per_s"], rel=1e-4)
+    assert plan["placement"]["learn"]["device"] == "cpu"
 
 
 def test_summary_is_printed(tmp_path, capfd):
@@ -53,7 +65,9 @@ def test_metrics_rows_merge_per_step(run_dir):
     rows = read_metrics(run_dir / "metrics.csv")
     assert [r["env_steps"] for r in rows] == sorted({r["env_steps"] for r in rows})
     last = rows[-1]  # the last training row and the final evaluation share step 400
-    assert last["env_steps"] == 400 and last["eval_return_mean"] is not None and last["updates"] is not None
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert last["env_steps"] == 400 and last["updates"] == summary["updates"]
+    assert last["eval_return_mean"] == pytest.approx(summary["eval_return_mean"])  # the final evaluation
 
 
 def test_resume_of_a_finished_run_says_how_to_extend(run_dir):
@@ -239,9 +253,12 @@ def test_python_api_is_as_short_as_the_cli(tmp_path):
 
     result = hetrl.train("dqn", "CartPole-v1", steps=300, run_dir=tmp_path / "api", progress=False, hidden=(16, 16),
                          learning_starts=100, batch_size=16, eval_episodes=2, log_every=100)
-    assert result.run_dir == tmp_path / "api" and result.env_steps == 300 and result.updates > 0
-    assert result.eval_return_mean is not None and len(result.metrics) >= 3
-    assert hetrl.evaluate(result.run_dir, episodes=2).returns.shape == (2,)
+    assert result.run_dir == tmp_path / "api" and result.env_steps == 300
+    assert [row["env_steps"] for row in result.metrics] == [100, 200, 300]
+    assert result.updates == result.metrics[-1]["updates"] > 0
+    assert result.eval_return_mean == pytest.approx(result.metrics[-1]["eval_return_mean"])
+    returns = hetrl.evaluate(result.run_dir, episodes=2).returns
+    assert returns.shape == (2,) and all(1 <= r <= 500 and r == int(r) for r in returns)  # CartPole: 1 a step, 500 at most
 
 
 def test_devices_lists_this_machine(capsys):

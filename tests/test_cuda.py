@@ -30,6 +30,13 @@ def _cuda(require_cuda):
     yield
 
 
+def assert_held_ratio(result):
+    """A local run's updates follow the rate limiter: ratio x the env steps after learning starts
+    (200 here), within the actors' lead (32 steps) and the updates in flight."""
+    assert result.updates == pytest.approx(result.replay_ratio * (result.env_steps - 200), abs=result.replay_ratio * 34 + 2)
+    assert result.replay_ratio_measured == pytest.approx(result.replay_ratio, rel=0.1)
+
+
 @pytest.mark.parametrize("algo, env", [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("sac", "Pendulum-v1")])
 def test_a_run_with_the_learner_on_cuda_trains_and_resumes(tmp_path, algo, env):
     extra = dict(prioritized=True) if algo == "dqn" else {}
@@ -48,8 +55,8 @@ def test_actor_processes_feed_a_cuda_learner(tmp_path):
     result = hetrl.train("dqn", "CartPole-v1", steps=1_500, seed=0, device="cuda", plan="rule", executor="local",
                          actors=1, run_dir=tmp_path / "run", **SMALL)
     assert result.executor == "local" and result.actors == 1
-    assert result.env_steps >= 1_500 and result.updates > 0
-    assert result.placement["Learn"].startswith("torch on cuda")
+    assert result.env_steps >= 1_500 and result.placement["Learn"].startswith("torch on cuda")
+    assert_held_ratio(result)
 
 
 def test_central_inference_acts_on_the_gpu_beside_the_learner(tmp_path):
@@ -60,7 +67,8 @@ def test_central_inference_acts_on_the_gpu_beside_the_learner(tmp_path):
                 inference="central").save(tmp_path / "plan.json")
     result = hetrl.train("dqn", "CartPole-v1", steps=1_500, seed=0, plan=str(path), executor="auto",
                          run_dir=tmp_path / "run", **SMALL)
-    assert (result.executor, result.actors) == ("local", 2) and result.updates > 0
+    assert (result.executor, result.actors) == ("local", 2)
+    assert_held_ratio(result)
     assert "torch on cuda:0, learner's process" in result.placement["Act"]
     timers = {row[0]: row[1] for row in result.timers}  # name -> calls
     assert timers["Act"] > 0 and timers["InferenceWait"] >= timers["Act"] and "WeightFetch" not in timers
@@ -76,7 +84,7 @@ def test_the_profile_costs_the_gpu_and_the_planner_can_place_on_it():
     assert learn.median_s > 1e-6 and upload.median_s > 1e-6  # synchronised: a launch alone is faster
     pinned = make_plan(profile, agent, num_envs=1, learn_device="cuda:0")
     assert pinned.placement.learn.device == "cuda:0"
-    assert pinned.prediction.env_steps_per_s > 0
+    assert pinned.prediction.env_steps_per_s == pytest.approx(1 / sum(pinned.prediction.per_env_step_s.values()))
     best = make_plan(profile, agent, num_envs=1)
     assert best.prediction.env_steps_per_s >= pinned.prediction.env_steps_per_s
 

@@ -5,8 +5,8 @@ import torch
 
 from hetrl.algos import DQNConfig, make_algorithm
 from hetrl.envs import env_spec
-from hetrl.runtime.inline import InlineExecutor
 from hetrl.planner.rule import default_placement
+from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.timers import timer_table
 
 
@@ -37,14 +37,30 @@ def test_no_updates_before_learning_starts():
     assert ex.updates > 0 and ex.timers.calls["Act"] > 0
 
 
-def test_every_primitive_is_timed():
-    ex = executor(learning_starts=50, prioritized=True, train_every=1)
+def test_every_primitive_is_timed_once_per_call():
+    ex = executor(learning_starts=50, prioritized=True, train_every=1, replay_ratio=0.5)
+    syncs, synced_at = 0, -1
     for _ in range(200):
+        if ex.env_steps >= 50 and ex.updates != synced_at:  # WeightSync: before an Act whenever the learner moved
+            syncs, synced_at = syncs + 1, ex.updates
         ex.iteration()
-    for name in ("EnvStep", "Act", "WeightSync", "ReplayAdd", "ReplaySample", "Transfer", "Learn", "PriorityUpdate"):
-        assert ex.timers.calls[name] > 0, name
-    rows = timer_table(ex.timer_totals(), wall=sum(ex.timers.seconds.values()))
-    assert abs(sum(share for *_, share in rows) - 1.0) < 1e-9
+    calls = ex.timers.calls
+    assert calls["EnvStep"] == calls["ReplayAdd"] == 200 and calls["Act"] == 150  # random actions before step 50
+    # updates from the 50th step on (the replay holds a batch of 16 by then), half an update per step
+    assert ex.updates == 75
+    for name in ("ReplaySample", "Transfer", "Learn", "PriorityUpdate"):
+        assert calls[name] == 75, name
+    assert calls["WeightSync"] == syncs and 70 <= syncs <= 76
+
+
+def test_the_timer_table_is_per_call_cost_and_share_of_wall_time():
+    totals = {"EnvStep": (0.5, 100, 1), "Learn": (2.0, 10, 1), "Act": (3.0, 300, 2)}  # Act: 2 processes
+    assert timer_table(totals, wall=4.0) == [
+        ("Learn", 10, pytest.approx(2e5), 0.5),  # 200 ms a call, half the wall time
+        ("Act", 300, pytest.approx(1e4), 0.375),  # 3 s over 2 processes' 4 s each
+        ("EnvStep", 100, pytest.approx(5e3), 0.125),
+    ]
+    assert timer_table({"Act": (1.0, 0, 1)}, wall=0.0) == [("Act", 0, 1e6, 0.0)]  # no calls, no time: no division by 0
 
 
 def test_acting_policy_follows_the_learner():

@@ -116,22 +116,30 @@ def test_profile_command(tmp_path, capsys):
 
 
 class _FakeMeter:
-    """A meter at a constant 50 W: joules = 50 x elapsed seconds."""
+    """A meter whose counter is ``joules()``: what the test says was spent."""
 
     kind, name, device, source, method = "fake", "fake:host", "cpu", "measured", "counter"
 
-    def __init__(self):
-        import time
-
-        self._t0 = time.perf_counter()
+    def __init__(self, joules):
+        self.joules = joules
 
     def read_joules(self):
-        import time
-
-        return 50.0 * (time.perf_counter() - self._t0)
+        return self.joules()
 
     def close(self):
         pass
+
+
+def test_energy_per_call_is_the_meters_joules_over_the_calls_it_ran(monkeypatch):
+    import hetrl.profile as profile_module
+    from hetrl.energy.discovery import MeterReport
+
+    monkeypatch.setattr(profile_module, "ENERGY_SECONDS", 0.05)
+    calls = []
+    meters = MeterReport([_FakeMeter(lambda: 0.5 * len(calls))], [])  # 0.5 J a call
+    joules, names = profile_module.energy_per_call(lambda: calls.append(1), lambda: None, meters, per_call_s=0.002)
+    assert len(calls) == 25 and joules == pytest.approx(0.5) and names == "fake:host"  # 0.05 s of 2 ms calls
+    assert profile_module.energy_per_call(lambda: None, lambda: None, MeterReport([], []), 0.002) == (None, None)
 
 
 def test_profiles_carry_energy_per_call_where_a_meter_works(monkeypatch):
@@ -139,13 +147,20 @@ def test_profiles_carry_energy_per_call_where_a_meter_works(monkeypatch):
     from hetrl.energy.discovery import MeterReport
 
     monkeypatch.setattr(profile_module, "ENERGY_SECONDS", 0.02)
+    reads = []
+
+    def one_joule_more():  # at every read
+        reads.append(1)
+        return float(len(reads))
+
+    meter = _FakeMeter(one_joule_more)
     agent = DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000)
-    profile = profile_workload("dqn", "CartPole-v1", agent, devices=["cpu"], threads=[1], meters=MeterReport([_FakeMeter()], []))
+    profile = profile_workload("dqn", "CartPole-v1", agent, devices=["cpu"], threads=[1], meters=MeterReport([meter], []))
     # none of these runs alone under the meters
     measured = [t for t in profile.timings if t.primitive not in ("Loop", "InRun", "ActorStart", "InferenceTrip", "InferenceServe")]
     assert measured and all(t.joules_per_call is not None and t.energy_meters == "fake:host" for t in measured)
-    for t in measured:  # 50 W for as long as a call takes, within the noise of two separate timings
-        assert 0.2 < t.joules_per_call / (50.0 * t.median_s) < 5, t
+    for t in measured:  # 1 J between the reads before and after the calls, over as many calls as fill 0.02 s
+        assert t.joules_per_call == pytest.approx(1 / max(1, int(0.02 / t.median_s))), t
     again = Profile.load(profile.save(profile_module.Path(__import__("tempfile").mkdtemp()) / "p.json"))
     assert again == profile
 

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from hetrl.cli import main
+from hetrl.energy.discovery import discover_meters
 from hetrl.errors import HetrlError
 from hetrl.sweep import SweepPoint, knee, parse_range
 
@@ -33,11 +34,21 @@ def test_sweep_runs_each_count_and_writes_table_json_and_plot(tmp_path, capsys):
     assert code == 0
     data = json.loads((out / "sweep.json").read_text())
     assert [p["actors"] for p in data["points"]] == [1, 2]
-    assert all(p["env_steps_per_s"] > 0 and 0 <= p["learner_utilisation"] <= 1 for p in data["points"])
-    assert all(p["joules_per_env_step"] is None and "unavailable" in p["energy"] for p in data["points"]) or \
-        all(p["joules_per_env_step"] > 0 for p in data["points"])
-    assert data["knee_actors"] in (1, 2) and (out / "sweep.png").stat().st_size > 0
-    assert (out / "actors_2" / "summary.json").exists()
+    for p in data["points"]:  # each point is its run's summary
+        summary = json.loads((out / f"actors_{p['actors']}" / "summary.json").read_text())
+        assert (summary["executor"], summary["actors"]) == ("local", p["actors"])
+        assert p["env_steps_per_s"] == pytest.approx(summary["learning_env_steps_per_s"])
+        assert p["joules_per_env_step"] == summary["joules_per_env_step"] and p["energy"] == summary["energy"]
+        assert 0 <= p["learner_utilisation"] <= 1
+    with discover_meters() as meters:  # energy where this machine has a meter, and why not where it has none
+        metered = bool(meters.meters)
+    if metered:
+        assert all(p["joules_per_env_step"] > 0 for p in data["points"])
+    else:
+        assert all(p["joules_per_env_step"] is None and "unavailable" in p["energy"] for p in data["points"])
+    rates = {p["actors"]: p["env_steps_per_s"] for p in data["points"]}
+    assert data["knee_actors"] == (1 if rates[1] >= 0.95 * max(rates.values()) else 2)
+    assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "knee" in capsys.readouterr().err
     # the folder now holds a sweep: a second one there is refused, nothing overwritten
     assert main(["sweep", "dqn", "CartPole-v1", "--actors", "1", "--out", str(out)]) == 2

@@ -157,6 +157,16 @@ def test_learn_outputs_conform_and_are_deterministic(algo):
         out = [learn.learn(**{k: torch.as_tensor(v) for k, v in batch.items()}) for _ in range(3)][-1]
         PRIMITIVES["Learn"].check("outputs", {"td_errors": out["td_errors"]}, dims(algo.spec, b=32))
         runs.append(out["td_errors"].numpy())
+        # the loss is the weighted mean of each sample's loss of its TD error (tests/test_update_rules.py
+        # derives both by hand on a tiny network; here on the full-size ones, dueling head included)
+        td, w, loss = out["td_errors"].numpy().astype(np.float64), batch["weights"], out["loss"].item()
+        assert (td >= 0).all() and td.max() > 0
+        if algo.name == "dqn":  # Huber
+            np.testing.assert_allclose(loss, np.mean(w * np.where(td < 1, 0.5 * td**2, td - 0.5)), rtol=1e-5)
+        elif algo.name == "ddpg":  # squared error, one critic
+            np.testing.assert_allclose(loss, np.mean(w * td**2), rtol=1e-5)
+        else:  # SAC: half the squared errors of both critics; the TD errors are the first's
+            assert loss >= 0.5 * np.mean(w * td**2) * (1 - 1e-6)
     np.testing.assert_array_equal(runs[0], runs[1])
 
 

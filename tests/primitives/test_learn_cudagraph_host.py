@@ -1,0 +1,108 @@
+"""Learn/cudagraph's logic that needs no GPU, run on the host: which graph replays on which update,
+fresh outputs per update, how inputs and random draws reach the static tensors, the checkpoint
+format, recapture after a load. (tests/primitives/test_learn_cudagraph.py checks the graphs
+themselves against Learn/torch on a GPU.)"""
+
+import numpy as np
+import pytest
+import torch
+
+from hetrl.algos import DQNConfig, TD3Config, make_algorithm
+from hetrl.envs import env_spec
+from hetrl.primitives.learn_cudagraph import GraphedLearner, LearnCudagraph, pack_like
+
+CPU = torch.device("cpu")
+
+
+class FakeGraph:
+    """Stands in for a captured torch.cuda.CUDAGraph: counts replays and runs ``on_replay``."""
+
+    def __init__(self, on_replay=lambda: None):
+        self.replays, self.on_replay = 0, on_replay
+
+    def replay(self):
+        self.replays += 1
+        self.on_replay()
+
+
+def batch(algo, rng, b=4):
+    spec = algo.spec
+    return {
+        "obs": torch.as_tensor(rng.standard_normal((b, *spec.obs_shape)), dtype=torch.float32),
+        "actions": torch.as_tensor(algo.random_actions(rng, b)),
+        "rewards": torch.as_tensor(rng.standard_normal(b), dtype=torch.float32),
+        "next_obs": torch.as_tensor(rng.standard_normal((b, *spec.obs_shape)), dtype=torch.float32),
+        "discounts": torch.full((b,), 0.9),
+        "weights": torch.ones(b),
+    }
+
+
+def dqn(**settings):
+    return make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,), **settings))
+
+
+def test_step_replays_every_update_and_periodic_when_due():
+    learner = GraphedLearner(dqn(target_update_every=3), CPU, seed=0)
+    out = {"td_errors": torch.zeros(4), "loss": torch.zeros(())}
+    step = FakeGraph(lambda: out["loss"].add_(1.0))  # a replay overwrites the graph's output tensors in place
+    periodic = FakeGraph()
+    learner._graphs, learner._out, learner._fill = (step, periodic), out, lambda b: None
+    results = [learner.update({}) for _ in range(7)]
+    assert learner.updates == learner.inner.updates == 7 and step.replays == 7
+    assert periodic.replays == 2  # after updates 3 and 6 (a hard target copy every 3)
+    assert [r["loss"].item() for r in results] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]  # each a copy, not the live tensor
+    assert all(r["td_errors"] is not out["td_errors"] for r in results)
+
+
+def test_polyak_targets_replay_periodic_every_update():
+    learner = GraphedLearner(dqn(tau=0.1), CPU, seed=0)
+    step, periodic = FakeGraph(), FakeGraph()
+    learner._graphs, learner._out, learner._fill = (step, periodic), {}, lambda b: None
+    for _ in range(4):
+        learner.update({})
+    assert step.replays == periodic.replays == 4
+
+
+def test_fill_copies_the_batch_and_draws_the_random_inputs_from_the_learners_generator():
+    algo = make_algorithm("td3", env_spec("Pendulum-v1"), TD3Config(hidden=(8,)))
+    learner = GraphedLearner(algo, CPU, seed=5)
+    twin = algo.build_learner(CPU, seed=5)  # the torch learner of the same seed draws the same noise
+    rng = np.random.default_rng(0)
+    first = batch(algo, rng)
+    shapes = algo.build_learner(CPU, seed=5).draw_inputs(first)  # as _layout does, from a throwaway learner
+    buffer, learner._static = pack_like({**first, **shapes})
+    for _ in range(2):
+        b = batch(algo, rng)
+        learner._fill(b)
+        want = twin.draw_inputs(b)["target_noise"]
+        for key, value in b.items():
+            assert torch.equal(learner._static[key], value), key
+        assert torch.equal(learner._static["target_noise"], want)
+        assert learner._static["obs"].untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr()  # in place
+
+
+def test_checkpoints_are_in_the_torch_learners_format_and_a_load_captures_again():
+    algo = dqn()
+    learner = GraphedLearner(algo, CPU, seed=0)
+    assert all(g["capturable"] for o in learner.inner.optimizers() for g in o.param_groups)
+    state = learner.state_dict()
+    assert all(not g["capturable"] for g in state["optimizer"]["param_groups"])  # loads into Learn/torch
+    assert all(g["capturable"] for o in learner.inner.optimizers() for g in o.param_groups)  # the live one unchanged
+    other = algo.build_learner(CPU, seed=1)
+    other.updates = 11
+    learner._graphs = (FakeGraph(), FakeGraph())
+    learner.load_state_dict(other.state_dict())
+    assert learner._graphs is None  # the loaded optimizer state lives in new tensors: capture again
+    assert all(g["capturable"] for o in learner.inner.optimizers() for g in o.param_groups)
+    assert learner.updates == 11
+    for name, value in other.q.state_dict().items():
+        assert torch.equal(learner.inner.q.state_dict()[name], value), name
+
+
+def test_the_graphed_learner_is_refused_off_cuda_and_for_branched_networks():
+    with pytest.raises(Exception, match="runs on CUDA devices, not on cpu"):
+        LearnCudagraph(dqn(), "cpu", seed=0)
+    from hetrl.algos.exit_dqn import ExitDQN
+
+    assert "does not run" in LearnCudagraph.unsupported(ExitDQN.__new__(ExitDQN))
+    assert LearnCudagraph.unsupported(dqn()) is None
