@@ -145,6 +145,17 @@ def test_the_cpu_share_follows_the_load():
     assert 0.05 <= cpu_share() <= 1.0
 
 
+def test_the_runnable_tasks_are_read_now_not_a_minute_later():
+    from pathlib import Path
+
+    from hetrl.planner.calibration import runnable_now
+
+    if not Path("/proc/stat").exists():
+        assert runnable_now() is None
+        return
+    assert runnable_now(samples=3, every_s=0.0) >= 1.0  # this test's own thread is running
+
+
 def test_the_prediction_is_scaled_by_the_share_of_a_core_measured_at_the_start(cached, tmp_path):
     cfg, first = cached
     plan = plan_for_run(cfg, _algorithm(cfg), share_of_core=lambda: 0.5)

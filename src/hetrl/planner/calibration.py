@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -81,12 +82,14 @@ class Calibration:
 
 def cpu_share(load: float | None = None, cores: int | None = None) -> float:
     """The share of a core a busy thread of this process can expect while the machine's load holds:
-    ``cores / (others + 1)`` where ``others`` runnable tasks (the one-minute load average, less this
-    process) compete for the cores, at most 1. A short busy loop cannot tell this: the scheduler
+    ``cores / (others + 1)`` where ``others`` runnable tasks (those running or waiting now, less this
+    process: :func:`runnable_now`, else the one-minute load average) compete for the cores, at most 1. A short busy loop cannot tell this: the scheduler
     gives a newly busy thread a free core for a while even on a loaded machine (seen here: 99% in a
     0.25 s loop at a load of 3 on 2 cores, where a run then got about half a core). 1 where the
     platform has no load average."""
     cores = cores or os.cpu_count() or 1
+    if load is None:
+        load = runnable_now()
     if load is None:
         try:
             load = os.getloadavg()[0]
@@ -94,6 +97,22 @@ def cpu_share(load: float | None = None, cores: int | None = None) -> float:
             return 1.0
     others = max(0.0, load - 1.0)
     return max(0.05, min(1.0, cores / (others + 1.0)))
+
+
+def runnable_now(samples: int = 10, every_s: float = 0.02) -> float | None:
+    """The tasks running or waiting for a core right now (this one included), averaged over a few
+    samples of Linux's ``procs_running`` (``/proc/stat``): the load the one-minute average reaches
+    only a minute later. None where there is no /proc/stat."""
+    seen = []
+    for i in range(samples):
+        try:
+            with open("/proc/stat") as stat:
+                seen += [int(line.split()[1]) for line in stat if line.startswith("procs_running")]
+        except (OSError, ValueError, IndexError):
+            return None
+        if i + 1 < samples:
+            time.sleep(every_s)
+    return sum(seen) / len(seen) if seen else None
 
 
 def main_stages(plan: Plan, share: float = MAIN_SHARE) -> dict[TimingKey, float]:
