@@ -281,8 +281,18 @@ def test_help_imports_no_torch():
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "False", proc.stderr
-    train_help = subprocess.run([sys.executable, "-m", "hetrl", "train", "--help"], capture_output=True, text=True, timeout=120)
-    assert "tuned defaults" in train_help.stdout and "lr" in train_help.stdout
+    code_train = code.replace("main(['--help'])", "main(['train', '--help'])")
+    train_help = subprocess.run([sys.executable, "-c", code_train], capture_output=True, text=True, timeout=120)
+    assert train_help.stdout.strip() == "False", train_help.stderr  # its settings list is read from a file
+    shown = subprocess.run([sys.executable, "-m", "hetrl", "train", "--help"], capture_output=True, text=True, timeout=120)
+    assert "tuned defaults" in shown.stdout and "lr" in shown.stdout
+
+
+def test_the_settings_list_train_help_shows_is_current():
+    from hetrl.cli import SETTINGS_HELP, settings_help_text
+
+    assert SETTINGS_HELP.read_text() == settings_help_text(), (
+        'run: python -c "from hetrl.cli import write_settings_help as w; w()"')
 
 
 def test_results_on_stdout_progress_lines_on_stderr_without_a_terminal(tmp_path):

@@ -6,6 +6,7 @@ import argparse
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -16,8 +17,25 @@ if TYPE_CHECKING:
     from hetrl.run.result import TrainResult
 
 
+SETTINGS_HELP = Path(__file__).with_name("settings_help.txt")  # what settings_help_text() writes, read by `train --help`
+
+
 def _settings_help() -> str:
-    """Every --set key with its default, generated from the config dataclasses."""
+    """`train --help`'s epilog, kept in SETTINGS_HELP so that help imports no torch (a test checks it
+    equals :func:`settings_help_text`; `python -c "from hetrl.cli import write_settings_help as w; w()"`
+    writes it anew)."""
+    try:
+        return SETTINGS_HELP.read_text()
+    except OSError:
+        return settings_help_text()
+
+
+def write_settings_help() -> None:
+    SETTINGS_HELP.write_text(settings_help_text())
+
+
+def settings_help_text() -> str:
+    """Every --set key with its default, generated from the config dataclasses (imports torch)."""
     from dataclasses import MISSING, fields
 
     from hetrl.algos import ALGORITHMS
@@ -54,7 +72,7 @@ def _count(text: str) -> int:
 def _add_train(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train an agent", description="Train ALGO (dqn, exit-dqn, ddpg, td3, sac) on a Gymnasium env.",
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.epilog_fn = _settings_help  # built on `train --help` only: it imports the algorithms (and torch)
+    p.epilog_fn = _settings_help  # built on `train --help` only, from a file (SETTINGS_HELP)
     p.add_argument("algo", help="dqn, exit-dqn, ddpg, td3 or sac")
     p.add_argument("env", help="a Gymnasium env id (CartPole-v1), 'module:Id' (importing the module registers Id) "
                                "or 'module:factory' (a function returning a gym.Env); --set env_kwargs='{...}' "
