@@ -49,11 +49,11 @@ def test_the_weighted_change_decides(cached):
 
 
 def test_main_stages_are_the_plans_slots_with_their_shares(cached):
-    _, plan = cached
-    stages = main_stages(plan)
+    cfg, plan = cached
+    stages = main_stages(plan, cfg.agent.batch_size)
     assert stages and sum(stages.values()) <= 1.0 + 1e-9
     learn = plan.placement.learn
-    assert ("Learn", learn.backend, learn.device, None, learn.threads) in stages
+    assert ("Learn", learn.backend, learn.device, cfg.agent.batch_size, learn.threads) in stages
 
 
 def test_a_cached_profile_that_still_holds_is_kept(cached, monkeypatch):

@@ -422,11 +422,10 @@ def _label(key: TimingKey) -> str | None:
 
 
 def measure(algorithm: Algorithm, keys: Sequence[TimingKey]) -> list[Timing]:
-    """Measure the profile rows ``keys`` again, each as :func:`profile_workload` measures it (a key's
-    size None: the batch size); rows of other primitives than Learn, EnvStep and Act are skipped.
-    What ``hetrl.planner.calibration`` checks a cached profile with."""
-    batch = algorithm.config.batch_size
-    wanted = {(p, b, d, batch if n is None else n, t) for p, b, d, n, t in keys}
+    """Measure the profile rows ``keys`` again, each as :func:`profile_workload` measures it; rows of
+    other primitives than Learn, EnvStep and Act are skipped. What ``hetrl.planner.calibration``
+    checks a cached profile with."""
+    wanted = set(keys)
     labels = {label for label in map(_label, keys) if label}
     devices = sorted({d for _, _, d, _, _ in keys} | {"cpu"})
     threads = sorted({t for _, _, _, _, t in keys if t} | {1})

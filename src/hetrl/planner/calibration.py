@@ -115,10 +115,10 @@ def runnable_now(samples: int = 10, every_s: float = 0.02) -> float | None:
     return sum(seen) / len(seen) if seen else None
 
 
-def main_stages(plan: Plan, share: float = MAIN_SHARE) -> dict[TimingKey, float]:
+def main_stages(plan: Plan, batch: int, share: float = MAIN_SHARE) -> dict[TimingKey, float]:
     """The profile rows behind the plan's main stages, with their shares of its predicted time per env
-    step: its placement's slots of Learn, EnvStep and Act at the plan's sizes, where the prediction
-    gives them at least ``share`` of that time."""
+    step: its placement's slots of Learn (at ``batch``), EnvStep and Act (at the plan's envs), where
+    the prediction gives them at least ``share`` of that time."""
     if plan.prediction is None:
         return {}
     per_step = plan.prediction.per_env_step_s
@@ -131,7 +131,7 @@ def main_stages(plan: Plan, share: float = MAIN_SHARE) -> dict[TimingKey, float]
         slot = placement.slot_of(primitive)
         if slot is None:
             continue
-        size = plan.num_envs if primitive in ("EnvStep", "Act") else None  # Learn: the batch, filled in by measure
+        size = plan.num_envs if primitive in ("EnvStep", "Act") else batch
         keys[(primitive, slot.backend, slot.device, size, slot.threads if primitive == "Learn" else None)] = \
             per_step[primitive] / total
     return keys
@@ -141,14 +141,12 @@ def calibrate(profile: Profile, algorithm: Algorithm, plan: Plan, margin: float 
               measuring: Measure = measure) -> Calibration:
     """Measure the plan's main stages again and set them against the cached profile's rows."""
     cached = {t.key: t for t in profile.timings}
-    stages = main_stages(plan)
-    batch = algorithm.config.batch_size
-    weights = {(p, b, d, batch if n is None else n, t): w for (p, b, d, n, t), w in stages.items()}
+    stages = main_stages(plan, algorithm.config.batch_size)
     checks = []
     for timing in measuring(algorithm, list(stages)):
         before = cached.get(timing.key)
         # the fastest tenth of the timed blocks, on both sides: the blocks no other program interrupted,
         # so a change in the primitive's own cost shows and the machine's load (cpu_share) does not
-        if before is not None and before.p10_s > 0 and timing.p10_s > 0 and timing.key in weights:
-            checks.append(StageCheck(timing.key, before.p10_s, timing.p10_s, weights[timing.key]))
+        if before is not None and before.p10_s > 0 and timing.p10_s > 0 and timing.key in stages:
+            checks.append(StageCheck(timing.key, before.p10_s, timing.p10_s, stages[timing.key]))
     return Calibration(tuple(checks), margin)
