@@ -113,15 +113,15 @@ class QPass:
         self.layout, self.batch = layout, batch
         convs = layout.convs
         self.index = [torch.from_numpy(c.patch_index()) for c in convs]
-        self.raw = _zeros(batch, *(() if not convs else (convs[0].channels * convs[0].height * convs[0].width,)))
+        self.raw = _zeros(batch, convs[0].channels * convs[0].height * convs[0].width) if convs else None
         self.patches = [_zeros(batch * c.positions, c.patch) for c in convs]  # (batch * positions, patch)
         self.pre = [_zeros(batch * c.positions, c.filters) for c in convs]  # patch-major outputs (after ReLU)
         self.maps = [_zeros(batch, c.filters * c.positions) for c in convs[:-1]]  # torch's (batch, f, h, w)
         self.hidden = [_zeros(layout.in_features, batch)]  # the MLP's input, then each layer's output
         self.hidden += [_zeros(int(layout.shapes[2 * layout.n_convs + 2 * i][0]), batch) for i in range(layout.n_linears)]
-        self.grads = [torch.empty(0)] + [_zeros(*h.shape) for h in self.hidden[1:-1]]  # w.r.t. hidden[i]
+        # the loss's gradient w.r.t. hidden[i]; an MLP's input (hidden[0]) needs none
+        self.grads = [_zeros(*h.shape) if i or convs else torch.empty(0) for i, h in enumerate(self.hidden[:-1])]
         self.q_grad_t = _zeros(*self.hidden[-1].shape)
-        self.first_grad = _zeros(*self.hidden[0].shape) if convs else None
 
     def forward(self, weights: list[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
         """Q-values (actions, batch), feature-major, of ``obs`` (uint8 or float, (batch, *obs_shape))
@@ -165,12 +165,9 @@ class QPass:
             x = self.hidden[i]
             torch.mm(g, x.t(), out=grads[base + 2 * i])
             torch.sum(g, 1, out=grads[base + 2 * i + 1])
-            if i == 0:
-                if not layout.convs:
-                    return
-                g_in = self.first_grad
-            else:
-                g_in = self.grads[i]
+            if i == 0 and not layout.convs:
+                return
+            g_in = self.grads[i]
             torch.mm(weights[base + 2 * i].t(), g, out=g_in)
             relu_backward(g_in.numpy(), x.numpy())  # through the ReLU that made x
             g = g_in
