@@ -32,6 +32,19 @@ def test_the_translation_of_sb3_settings():
     assert mcc["policy_delay"] == 2 and mcc["target_noise"] == 0.2 and mcc["action_noise"] == 0.5
 
 
+def test_the_translation_of_sac_rows():
+    pendulum = tuned.translate("sac", tuned.ZOO["sac"]["Pendulum-v1"])  # lr only: SB3's SAC defaults for the rest
+    assert pendulum["lr"] == 1e-3 and pendulum["hidden"] == (256, 256) and pendulum["ent_coef"] == "auto"
+    assert pendulum["buffer_size"] == 1_000_000 and pendulum["learning_starts"] == 100 and pendulum["tau"] == 0.005
+    assert pendulum["replay_ratio"] == 1.0 and pendulum["policy_delay"] == 1 and pendulum["steps"] == 20_000
+    lunar = tuned.translate("sac", tuned.ZOO["sac"]["LunarLanderContinuous-v3"])  # lin_7.3e-4 -> constant 7.3e-4
+    assert lunar["lr"] == 7.3e-4 and "lr" in tuned.deviations("sac", "LunarLanderContinuous-v3")
+    car = tuned.TUNED[("sac", "MountainCarContinuous-v0")]  # a fixed temperature, 32 updates per 32 env steps
+    assert car["ent_coef"] == "0.1" and car["train_every"] == 32 and car["replay_ratio"] == 1.0 and car["gamma"] == 0.9999
+    assert "gSDE" in tuned.deviations("sac", "MountainCarContinuous-v0")["ent_coef"][1]
+    assert default_config("sac", "Pendulum-v1").agent.lr == 1e-3
+
+
 def test_every_row_is_a_valid_config():
     for (algo, env), settings in tuned.TUNED.items():
         cfg = default_config(algo, env)

@@ -1,6 +1,6 @@
 """Tuned defaults per (algorithm, env id): the rows of rl-baselines3-zoo, translated to hetrl.
 
-``ZOO`` holds the zoo's hyperparameter files as they are (``rl_zoo3/hyperparams/{dqn,ddpg,td3}.yml``,
+``ZOO`` holds the zoo's hyperparameter files as they are (``rl_zoo3/hyperparams/{dqn,ddpg,td3,sac}.yml``,
 rl_zoo3 2.9.2), keys in SB3's names; a key the zoo leaves out takes SB3's default (``SB3_DEFAULTS``).
 ``translate`` turns a zoo row into hetrl settings (the same keys ``--set`` takes); ``DEVIATIONS``
 lists, per row, where hetrl departs from the translation on purpose, each with its reason.
@@ -24,6 +24,11 @@ How SB3's settings become hetrl's:
   [-1, 1], the unit of hetrl's ``action_noise`` (a fraction of half the action range).
   ``ornstein-uhlenbeck`` has no hetrl counterpart: the row uses Gaussian noise of the same std (a
   deviation, listed).
+- SAC: ``ent_coef`` (``auto``, ``auto_X`` or a number) is hetrl's ``ent_coef`` as it is; SB3 updates the
+  actor and temperature every gradient step and the target every step (``policy_delay=1``). The zoo's
+  linear learning-rate schedules (``lin_X``) and gSDE exploration (``use_sde``, ``log_std_init``,
+  ``use_expln``) have no hetrl counterpart: a constant ``lr=X`` and the plain squashed Gaussian
+  (deviations, listed).
 - SB3's DQN is not double DQN (``double=False``); its loss is Huber with gradient-norm clipping at 10,
   as hetrl's. SB3's DDPG is its TD3 with one critic, no target smoothing and no policy delay, as hetrl's.
 - SB3 trains from ``learning_starts`` on even with fewer stored transitions than a batch (it samples
@@ -48,6 +53,9 @@ SB3_DEFAULTS: dict[str, dict[str, Any]] = {
     "td3": {"learning_rate": 1e-3, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 256, "tau": 0.005,
             "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "net_arch": [400, 300], "noise_type": None,
             "noise_std": 0.0, "policy_delay": 2, "target_policy_noise": 0.2, "target_noise_clip": 0.5},
+    "sac": {"learning_rate": 3e-4, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 256, "tau": 0.005,
+            "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "ent_coef": "auto", "net_arch": [256, 256],
+            "use_sde": False},
 }
 
 _CLASSIC_CONTINUOUS = {  # ddpg.yml and td3.yml hold the same rows for these envs
@@ -87,6 +95,20 @@ ZOO: dict[str, dict[str, dict[str, Any]]] = {
     },
     "ddpg": dict(_CLASSIC_CONTINUOUS),
     "td3": dict(_CLASSIC_CONTINUOUS),
+    "sac": {
+        "MountainCarContinuous-v0": {"n_timesteps": 50_000, "learning_rate": 3e-4, "buffer_size": 50_000, "batch_size": 512,
+                                     "ent_coef": 0.1, "train_freq": 32, "gradient_steps": 32, "gamma": 0.9999, "tau": 0.01,
+                                     "learning_starts": 0, "use_sde": True, "log_std_init": -3.67, "use_expln": True,
+                                     "net_arch": [64, 64]},
+        "Pendulum-v1": {"n_timesteps": 20_000, "learning_rate": 1e-3},
+        "LunarLanderContinuous-v3": {"n_timesteps": 500_000, "batch_size": 256, "learning_rate": "lin_7.3e-4",
+                                     "buffer_size": 1_000_000, "ent_coef": "auto", "gamma": 0.99, "tau": 0.01,
+                                     "train_freq": 1, "gradient_steps": 1, "learning_starts": 10_000, "net_arch": [400, 300]},
+        "BipedalWalker-v3": {"n_timesteps": 500_000, "learning_rate": 7.3e-4, "buffer_size": 300_000, "batch_size": 256,
+                             "ent_coef": "auto", "gamma": 0.98, "tau": 0.02, "train_freq": 64, "gradient_steps": 64,
+                             "learning_starts": 10_000, "use_sde": True, "log_std_init": -3, "use_expln": True,
+                             "net_arch": [400, 300]},
+    },
 }
 
 # where hetrl departs from the translated zoo row on purpose: {algo: {env: {key: (value, reason)}}}
@@ -107,7 +129,15 @@ DEVIATIONS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
         "action_noise": (0.5, "the zoo uses Ornstein-Uhlenbeck noise (std 0.5); hetrl has Gaussian noise only, same std")}},
     "td3": {"MountainCarContinuous-v0": {
         "action_noise": (0.5, "the zoo uses Ornstein-Uhlenbeck noise (std 0.5); hetrl has Gaussian noise only, same std")}},
+    "sac": {"LunarLanderContinuous-v3": {
+        "lr": (7.3e-4, "the zoo decays the learning rate linearly from 7.3e-4 to 0 (lin_7.3e-4); hetrl's lr is constant")}},
 }
+_GSDE = ("the zoo explores with gSDE (use_sde, log_std_init, use_expln); hetrl's SAC has the plain squashed Gaussian "
+         "of Haarnoja et al., the same policy class without state-dependent noise")
+for _env, _row in ZOO["sac"].items():
+    if _row.get("use_sde"):
+        DEVIATIONS["sac"].setdefault(_env, {})["ent_coef"] = (
+            str(_row["ent_coef"]), _GSDE + "; the zoo's ent_coef is kept")
 
 # envs that need an optional extra of hetrl (checked when the env is made: hetrl.envs.spec)
 BOX2D_ENVS = ("LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3", "BipedalWalkerHardcore-v3", "CarRacing-v3")
@@ -116,10 +146,13 @@ BOX2D_ENVS = ("LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3", 
 def translate(algo: str, row: dict[str, Any]) -> dict[str, Any]:
     """hetrl settings (``--set`` keys) for the zoo row ``row`` of ``algo`` (see the module docstring)."""
     z = {**SB3_DEFAULTS[algo], **row}
+    lr = z["learning_rate"]
+    if isinstance(lr, str):  # the zoo's "lin_X" schedule: X, a deviation the table lists
+        lr = lr.removeprefix("lin_")
     gradient_steps = z["train_freq"] if z["gradient_steps"] == -1 else z["gradient_steps"]
     ratio = gradient_steps / z["train_freq"]
     out: dict[str, Any] = {
-        "steps": int(z["n_timesteps"]), "lr": float(z["learning_rate"]), "batch_size": int(z["batch_size"]),
+        "steps": int(z["n_timesteps"]), "lr": float(lr), "batch_size": int(z["batch_size"]),
         "buffer_size": int(z["buffer_size"]), "learning_starts": int(z["learning_starts"]), "gamma": float(z["gamma"]),
         "train_every": int(z["train_freq"]), "replay_ratio": ratio, "hidden": tuple(z["net_arch"]),
     }
@@ -130,6 +163,8 @@ def translate(algo: str, row: dict[str, Any]) -> dict[str, Any]:
             "eps_start": float(z["exploration_initial_eps"]), "eps_end": float(z["exploration_final_eps"]),
             "eps_decay_steps": int(round(z["exploration_fraction"] * z["n_timesteps"])),
         })
+    elif algo == "sac":
+        out.update({"tau": float(z["tau"]), "ent_coef": str(z["ent_coef"]), "policy_delay": 1})
     else:
         if z["noise_type"] not in (None, "normal", "ornstein-uhlenbeck"):
             raise ValueError(f"no translation for SB3 noise type {z['noise_type']!r}")
