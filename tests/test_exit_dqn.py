@@ -19,7 +19,7 @@ from hetrl.config import make_config
 from hetrl.envs import EnvSpec, env_spec
 from hetrl.errors import HetrlError
 from hetrl.evaluation import EVAL_SEED_OFFSET
-from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, choose, store_threshold
+from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, SweepResult, choose, planning_settings, store_threshold
 from hetrl.nets import exits as exits_module
 from hetrl.nets import numpy_params
 from hetrl.nets.conv import MinAtarNet
@@ -243,6 +243,48 @@ def test_the_profiler_times_act_at_a_fixed_exit_distribution():
         assert 0 < int((net.act_forward(torch.as_tensor(obs))[1] == 0).sum()) < 64  # the run's own is untouched
     plain = exit_algo(act_with_exits=False)
     assert plain.profiled_policy(plain.make_networks()["q"]).threshold == 1.0  # no branch runs
+
+
+@pytest.mark.parametrize("image", [True, False])
+def test_the_profiler_times_act_at_the_validated_exit_rates(image):
+    """With exit_rates (what the sweep measured), the profiled network sends exactly those shares
+    of the profiler's observation pool out at each exit, under Act/torch and Act/numpy alike; the
+    profile's Act rows are measured cycling through that pool."""
+    rng = np.random.default_rng(1)
+    if image:
+        spec, obs = image_spec(), rng.integers(0, 256, (256, 4, 10, 10), dtype=np.uint8)
+        algo = exit_algo(spec, act_with_exits=True, exit_threshold=0.8, exit_rates=(0.625, 0.375))
+    else:
+        spec, obs = env_spec("CartPole-v1"), rng.standard_normal((256, 4)).astype(np.float32)
+        algo = exit_algo(spec, hidden=(16, 16, 16), act_with_exits=True, exit_threshold=0.8, exit_rates=(0.125, 0.5, 0.375))
+    net = algo.make_networks()["q"]
+    profiled = algo.profiled_policy(net, torch.as_tensor(obs))
+    wanted = [round(r * 256) for r in algo.config.exit_rates]
+    with torch.no_grad():
+        exits_torch = profiled.act_forward(torch.as_tensor(obs))[1].numpy()
+        assert np.bincount(exits_torch, minlength=profiled.n_exits).tolist() == wanted
+        one_by_one = [int(profiled.act_forward(torch.as_tensor(obs[i:i + 1]))[1]) for i in range(256)]
+        assert one_by_one == exits_torch.tolist()  # the batch-1 pass leaves where the batched one does
+    exits_numpy = profiled.act_numpy(numpy_params(profiled), obs)[1]
+    assert np.asarray(exits_numpy).tolist() == exits_torch.tolist()
+    with torch.no_grad():  # no pool given: the dearest path, as before (every decision at the final head)
+        assert set(algo.profiled_policy(net).act_forward(torch.as_tensor(obs))[1].tolist()) == {profiled.n_exits - 1}
+    wrong = exit_algo(spec, hidden=(16, 16, 16), act_with_exits=True, exit_rates=(0.2,) * 5)
+    with pytest.raises(HetrlError, match="exit_rates has 5 shares but the network has"):
+        wrong.profiled_policy(wrong.make_networks()["q"], torch.as_tensor(obs))
+
+
+def test_exit_rates_are_validated_and_round_trip_from_the_sweep():
+    for bad in [(0.5, 0.6), (1.5, -0.5), ()]:
+        with pytest.raises(HetrlError, match="exit_rates must be shares >= 0 summing to 1"):
+            exit_algo(exit_rates=bad)
+    point = SweepPoint(0.9, 1.0, 0.1, 0.95, 1e3, 0.4, [0.6, 0.3, 0.1])
+    result = SweepResult("r", "c", "MinAtar/Breakout-v1", 5, VALIDATION_SEED_OFFSET, 1, "torch", 2500, ["b0", "b1", "final"],
+                         0.9, 0.9, [point])
+    flags = planning_settings(result).split()
+    cfg = make_config("exit-dqn", "MinAtar/Breakout-v1", None, [flags[i + 1] for i in range(0, len(flags), 2)])
+    assert cfg.agent.exit_rates == (0.6, 0.3, 0.1) and cfg.agent.act_with_exits and cfg.agent.exit_threshold == 0.9
+    assert not cfg.agent.validate()
 
 
 # --- training ------------------------------------------------------------------------------------

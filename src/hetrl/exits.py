@@ -348,8 +348,19 @@ def markdown(result: SweepResult) -> str:
                      f"{p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | {timing} |")
     lines += ["", f"Chosen: threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
                   f"{result.min_score_ratio:g} on the validation episodes"
-                  + (f"; stored in {result.checkpoint}." if result.stored else " (not stored).")]
+                  + (f"; stored in {result.checkpoint}." if result.stored else " (not stored)."),
+              "", f"To plan a run that acts with these exits at this distribution: {planning_settings(result)}"]
     return "\n".join(lines)
+
+
+def planning_settings(result: SweepResult) -> str:
+    """The ``--set`` flags under which the profiler times Act at the chosen point's exit shares
+    (``exit_rates``), so a plan costs acting as the validation episodes measured it."""
+    point = result.point(result.chosen)
+    if point.threshold >= NEVER:
+        return "--set act_with_exits=false (the chosen point is the whole network)"
+    rates = ",".join(f"{f:.4g}" for f in point.exit_fractions)
+    return f"--set act_with_exits=true --set exit_threshold={point.threshold:g} --set exit_rates={rates}"
 
 
 def plot(result: SweepResult, path: Path) -> None:

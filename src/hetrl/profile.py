@@ -47,6 +47,7 @@ from hetrl.runtime.startup import actor_start_seconds
 
 PROFILE_FORMAT = "hetrl-profile-v7"  # v7: InferenceTrip/InferenceServe; v6: InRun costs; v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
+ACT_POOL = 256  # observations Act is timed on, cycled through in batches (a multiple of every ENV_COUNTS size)
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)...
 REPLAY_FILL_BYTES = 256 << 20  # ...and at most this many bytes of stored observations (Atari: a few thousand)
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
@@ -276,7 +277,9 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 return [t]
             yield f"EnvStep {backend} x{n}", env_step
 
-    network = algo.profiled_policy(build("Learn", Slot("torch", "cpu"), algo, 0).learner.policy_network)
+    pool = _observations(algo, ACT_POOL, rng)  # Act cycles through it: an exit network's cost depends on the inputs
+    network = algo.profiled_policy(build("Learn", Slot("torch", "cpu"), algo, 0).learner.policy_network,
+                                   torch.from_numpy(pool))
     for backend, impl in implementations("Act").items():
         if impl.unsupported(algo):
             continue
@@ -285,9 +288,10 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 policy = build("Act", Slot(backend, device), algo, 0, source=network)
                 out = []
                 for n in ENV_COUNTS:
-                    obs = _observations(algo, n, rng)
+                    batches = itertools.cycle([pool[i:i + n] for i in range(0, ACT_POOL - n + 1, n)])
                     explore, random_actions = algo.draw_exploration(rng, n)
-                    out.append(timing("Act", backend, device, n, lambda: policy.act(obs, explore, random_actions, 0.1)))
+                    out.append(timing("Act", backend, device, n,
+                                      lambda: policy.act(next(batches), explore, random_actions, 0.1)))
                 out.append(timing("WeightSync", backend, device, 1, policy.sync))
                 for source in devices:  # from a learner elsewhere: backend "numpy<-cuda:0" (a GPU to host copy)
                     if source != "cpu" and source != device:

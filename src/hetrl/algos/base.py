@@ -181,9 +181,10 @@ class Algorithm(ABC):
         """A fresh acting network (an actor fills in the learner's weights)."""
         return self.make_networks()[self.policy_key]
 
-    def profiled_policy(self, network: nn.Module) -> nn.Module:
-        """The acting network as the profiler times Act on it. Its own by default; an algorithm
-        whose acting cost depends on the inputs (exit-dqn) fixes that cost here."""
+    def profiled_policy(self, network: nn.Module, observations: torch.Tensor | None = None) -> nn.Module:
+        """The acting network as the profiler times Act on it, cycling through ``observations``.
+        Its own by default; an algorithm whose acting cost depends on the inputs (exit-dqn) fixes
+        that cost here."""
         return network
 
     def learner_parameters(self) -> int:

@@ -68,6 +68,10 @@ class ExitDQNConfig(DQNConfig):
     exit_loss_weight: float = 1.0  # the branches' loss beside DQN's (joint: how hard they pull on the shared blocks)
     act_with_exits: bool = False  # act during training with exits (at exit_threshold); false: the whole network
     exit_threshold: float = 0.9  # the confidence an exit needs while training acts with exits
+    # the share of decisions leaving at each exit (branches in order, then the final head) at which
+    # the profiler times Act when training acts with exits, as `hetrl exits sweep` measures it on
+    # validation episodes; none: the dearest path (every confidence head runs, the final head answers)
+    exit_rates: tuple[float, ...] | None = None
 
     COST_FREE = DQNConfig.COST_FREE | {"exit_target", "exit_loss_weight", "exit_stage_start"}
 
@@ -90,6 +94,10 @@ class ExitDQNConfig(DQNConfig):
             problems.append(f"exit_loss_weight must be >= 0 (got {self.exit_loss_weight})")
         if not 0 <= self.exit_threshold <= 1:
             problems.append(f"exit_threshold must be in [0, 1] (got {self.exit_threshold})")
+        if self.exit_rates is not None and (min(self.exit_rates, default=-1.0) < 0
+                                            or abs(sum(self.exit_rates) - 1.0) > 1e-3):
+            problems.append(f"exit_rates must be shares >= 0 summing to 1, one per exit and the final head last "
+                            f"(got {self.exit_rates}); `hetrl exits sweep RUN` prints a run's")
         if self.exits is not None and (not self.exits or min(self.exits) < 0):
             problems.append(f"exits must list block indices >= 0 (got {self.exits}); none: after every block but the last")
         return problems
@@ -177,17 +185,27 @@ class ExitDQN(DQN):
         """The threshold a fresh network acts with: training's (exits only with act_with_exits)."""
         return self.config.exit_threshold if self.config.act_with_exits else NEVER
 
-    def profiled_policy(self, network: nn.Module) -> nn.Module:
-        """A copy whose confidence heads say the fresh value (``CONFIDENCE_BIAS``) whatever the
-        input, so the profiler times Act at a fixed exit distribution: with ``act_with_exits`` (and
-        a threshold above sigmoid(-4)) every decision runs every confidence head and leaves at the
-        final head, the dearest path, which a run pays until its branches learn; without, the plain
-        backbone. (The random observations the profiler feeds would otherwise exit at random.)"""
+    def profiled_policy(self, network: nn.Module, observations: torch.Tensor | None = None) -> nn.Module:
+        """A copy whose exits the profiler can predict (its random observations would otherwise
+        exit at random). Without ``exit_rates``, every confidence head says the fresh value
+        (``CONFIDENCE_BIAS``) whatever the input: with ``act_with_exits`` (and a threshold above
+        sigmoid(-4)) every decision runs every confidence head and leaves at the final head, the
+        dearest path, which a run pays until its branches learn; without, the plain backbone. With
+        ``exit_rates`` (and ``act_with_exits``), each confidence head's bias is set so that, of
+        ``observations`` (the profiler's pool, which it cycles through), exactly those shares leave
+        at each exit: Act is timed at the exit distribution the sweep validated."""
         net = copy.deepcopy(network)
-        with torch.no_grad():
-            for branch in net.branches:
-                branch.confidence.weight.zero_()
-                branch.confidence.bias.fill_(CONFIDENCE_BIAS)
+        rates = self.config.exit_rates
+        if rates is None or observations is None or not self.config.act_with_exits:
+            with torch.no_grad():
+                for branch in net.branches:
+                    branch.confidence.weight.zero_()
+                    branch.confidence.bias.fill_(CONFIDENCE_BIAS)
+            return net
+        if len(rates) != net.n_exits:
+            raise HetrlError(f"exit_rates has {len(rates)} shares but the network has {net.n_exits} exits, the final "
+                             f"head included ({', '.join(net.exit_names())}); give one share each, in that order")
+        net.calibrate_exits(observations, rates)
         return net
 
     def make_networks(self) -> dict[str, nn.Module]:

@@ -205,6 +205,45 @@ class ExitQNetwork(nn.Module):
                 branch_logits.append(self._linear(branch.confidence, f).squeeze(1))
         return self._linear(self.head, x), branch_q, branch_logits
 
+    @torch.no_grad()
+    def calibrate_exits(self, obs: torch.Tensor | np.ndarray, rates: Sequence[float]) -> list[int]:
+        """Shift each confidence head's bias so that, at the stored threshold, ``rates[j]`` of the
+        rows of ``obs`` leave at exit j (``rates[-1]``: the final head), the rows left over after
+        each branch taken by the largest confidence logits. Returns the count leaving at each exit,
+        which differs from ``rates * len(obs)`` only where rows tie on a logit. For the profiler:
+        Act timed over ``obs`` then costs what a run at that exit distribution pays."""
+        limit = threshold_logit(self.threshold)
+        if not math.isfinite(limit):
+            raise ValueError(f"no threshold in (0, 1) to calibrate exits against (the stored one is {self.threshold})")
+        x = self._input(torch.as_tensor(obs, device=self.exit_threshold.device))
+        n = x.shape[0]
+        targets = np.diff(np.round(np.cumsum([0.0, *rates]) * n)).astype(int)  # rows per exit, summing to n
+        counts = [0] * self.n_exits
+        for k in range(len(self.blocks)):
+            x = self._block(k, x)
+            j = self._branch_at.get(k)
+            if j is None:
+                continue
+            confidence = self._branch_list[j].confidence
+            logits = self._linear(confidence, self._branch_features(j, x)).squeeze(1)
+            order = torch.argsort(logits, descending=True)
+            m = int(min(targets[j], len(order)))
+            ranked = logits[order]
+            if m == 0:  # nobody leaves: the largest logit lands below the limit
+                shift = limit - float(ranked[0]) - 1.0
+            elif m == len(order):  # everybody leaves
+                shift = limit - float(ranked[-1]) + 1.0
+            else:  # the limit falls between the m-th and (m+1)-th largest logits
+                shift = limit - 0.5 * (float(ranked[m - 1]) + float(ranked[m]))
+            confidence.bias.add_(shift)
+            done = (logits + shift) > limit
+            counts[j] = int(done.sum())
+            x = x[~done]
+            if x.shape[0] == 0:
+                return counts
+        counts[-1] = int(x.shape[0])
+        return counts
+
     def act_forward(self, obs: torch.Tensor, threshold: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Q-values to act on (B, A) and each sample's exit (B,), int64: the branch's index in
         ``exits``, or ``len(exits)`` for the final head. ``threshold``: the buffer's by default."""
