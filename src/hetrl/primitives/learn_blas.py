@@ -1,4 +1,5 @@
-"""Learn / blas: DDPG's and TD3's update written out as matrix products into buffers made once.
+"""Learn / blas: DDPG's, TD3's and SAC's update (and DQN's: hetrl.nets.flat_q) written out as matrix
+products into buffers made once.
 
 At DDPG's usual sizes (256x256 layers, batch 256) an update is ten 256^3 matrix products, which
 MKL runs on one core near this CPU's fp32 peak, and some 150 small operations, which in Learn/torch
@@ -11,25 +12,28 @@ docs/benchmarks.md, 'Measurements behind the code'). Here:
 - every intermediate lives in a buffer allocated at the first update of a batch size, on a cache
   line (MKL is slower on operands off one), written with ``out=`` or in place (only the
   returned losses and TD errors are new tensors: the executor keeps them);
-- what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow and two here), and
+- what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow, and here the loss
+  heads, the tanh's backward and SAC's squashed Gaussian sample and its backward), and
   neighbouring steps share a pass where they meet in one row;
 - each network's parameters, target, gradient and Adam moments are flat vectors in FlatMLP's layout
   (the torch modules' parameters are views of them, so acting, evaluation and state dicts work
   unchanged), and Adam and the Polyak average are one compiled loop per network
   (:class:`hetrl.nets.fused_mlp.FlatAdam`).
 
-It computes what :class:`hetrl.algos.ddpg.DDPGLearner` computes, to float32 tolerance
-(tests/primitives/test_learn_blas.py checks DDPG and TD3 update by update), and keeps its
-checkpoint format, so a run resumes on either backend. The products are torch's (MKL), so torch's
-thread count applies.
+It computes what :class:`hetrl.algos.ddpg.DDPGLearner` and :class:`hetrl.algos.sac.SACLearner`
+compute, to float32 tolerance (tests/primitives/test_learn_blas.py checks DDPG, TD3 and SAC update
+by update), and keeps their checkpoint formats, so a run resumes on either backend. The products are
+torch's (MKL), so torch's thread count applies.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+import numba
 import numpy as np
 import torch
 from torch import nn
@@ -37,9 +41,11 @@ from torch import nn
 from hetrl.algos.base import Algorithm, Learner, seeded_init
 from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
 from hetrl.algos.dqn import DQN, DQNCheckpoint, DQNConfig
-from hetrl.nets import Actor, Critic, narrow
+from hetrl.algos.sac import SAC, SACCheckpoint, SACConfig
+from hetrl.nets import Actor, Critic, GaussianActor, narrow
 from hetrl.nets.flat_q import FlatQ, QPass
 from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
+from hetrl.nets.mlp import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS
 from hetrl.nets.narrow import FOUR, NARROW
 from hetrl.primitives.learn_host import LearnOnHost, host_array
 from hetrl.protocol import LEARN_INPUTS, implements
@@ -143,10 +149,73 @@ def squash_backward(g, scale, tanh, out):  # pragma: no cover - compiled
             out[r, c] = g[r, c] * scale[c] * (np.float32(1.0) - t * t)
 
 
+# no fastmath: reassociated or fused, 1 - tanh^2 + eps would round otherwise than in torch, and the
+# log density magnifies that where the tanh saturates
+_exact = numba.njit(cache=True, error_model="numpy")
+
+
+@_exact
+def squashed_gaussian(out, noise, scale, center, actions, squashed, log_prob):  # pragma: no cover - compiled
+    """GaussianActor.sample from the actor's output ``out`` (the means, then the log stds before their
+    clamp) and standard normal ``noise``: actions tanh(mean + std * noise) * scale + center into
+    ``actions``, the tanh into ``squashed``, the log densities (of the action in [-1, 1]) into
+    ``log_prob``; each step as torch rounds it."""
+    n = noise.shape[1]
+    low, high, eps = np.float32(LOG_STD_MIN), np.float32(LOG_STD_MAX), np.float32(TANH_EPS)
+    half, one, half_log_2pi = np.float32(0.5), np.float32(1.0), np.float32(0.5 * math.log(2 * math.pi))
+    for r in range(noise.shape[0]):
+        total = np.float32(0.0)
+        for j in range(n):
+            log_std = min(max(out[r, n + j], low), high)
+            e = noise[r, j]
+            y = np.tanh(out[r, j] + np.exp(log_std) * e)
+            squashed[r, j] = y
+            actions[r, j] = y * scale[j] + center[j]
+            total += (-half * e * e - log_std - half_log_2pi) - np.log(one - y * y + eps)
+        log_prob[r] = total
+
+
+@_exact
+def squashed_gaussian_backward(out, noise, squashed, action_grad, coef, scale, out_grad):  # pragma: no cover - compiled
+    """Back through squashed_gaussian: the gradient with respect to ``out`` (means, then log stds) of a
+    loss with gradient ``action_grad`` for the actions and ``coef`` for each log density, into
+    ``out_grad``; none for a log std outside its clamp (torch's clamp passes it at the bounds)."""
+    n = noise.shape[1]
+    low, high, eps = np.float32(LOG_STD_MIN), np.float32(LOG_STD_MAX), np.float32(TANH_EPS)
+    one, two, zero = np.float32(1.0), np.float32(2.0), np.float32(0.0)
+    for r in range(noise.shape[0]):
+        for j in range(n):
+            raw, y = out[r, n + j], squashed[r, j]
+            g_y = action_grad[r, j] * scale[j] + coef * two * y / (one - y * y + eps)  # the log density's -log(1 - y^2 + eps)
+            g_u = g_y * (one - y * y)
+            out_grad[r, j] = g_u
+            out_grad[r, n + j] = g_u * np.exp(raw) * noise[r, j] - coef if low <= raw <= high else zero
+
+
+@narrow.jit
+def soft_actor_loss(q0, q1, log_prob, alpha, g0, g1):  # pragma: no cover - compiled
+    """SAC's actor loss, mean(alpha * log_prob - min(q0, q1)), returned; its gradient with respect to
+    each head's Q-values (batch x 1) into ``g0`` and ``g1``: -1/batch at the smaller (the first where
+    they tie), 0 at the other."""
+    n = log_prob.shape[0]
+    loss = 0.0
+    step, zero = np.float32(-1.0 / n), np.float32(0.0)
+    for r in range(n):
+        first = q0[r, 0] <= q1[r, 0]
+        loss += alpha * log_prob[r] - (q0[r, 0] if first else q1[r, 0])
+        g0[r, 0] = step if first else zero
+        g1[r, 0] = zero if first else step
+    return loss / n
+
+
 def _compile_now() -> None:
     """This module's kernels, as hetrl.nets.narrow.compile_now."""
     one, col = np.zeros(2, np.float32), np.zeros((2, 1), np.float32)
     td_loss(col, one, one, col, one, 1.0)
+    two = np.zeros((2, 2), np.float32)
+    squashed_gaussian(two, col, one[:1], one[:1], two[:, 1:], col, one)  # the actions go into a pass's input columns
+    squashed_gaussian_backward(two, col, col, col, np.float32(1.0), one[:1], two)
+    soft_actor_loss(col, col, one, np.float32(1.0), col, col)
     q, index = np.zeros((2, 2), np.float32), np.zeros(2, np.int64)
     dqn_td_loss(q, index, one, one, q, index, one, q, one)
     dqn_td_loss(q, index, one, one, q, index[:0], one, q, one)
@@ -252,10 +321,10 @@ class ActorCriticBlas(Learner):
     ``_own_scratch``; ``has_actor_target`` says whether the actor has a target (DDPG's) or not (SAC's)."""
 
     has_actor_target: ClassVar[bool]
-    actor: Actor
+    actor: Actor | GaussianActor
     critic: Critic
 
-    def __init__(self, algo: DDPG, seed: int) -> None:
+    def __init__(self, algo: DDPG | SAC, seed: int) -> None:
         cfg = algo.config
         with seeded_init(seed):  # the same initial weights as the torch learner for this seed
             nets = algo.make_networks()
@@ -405,6 +474,101 @@ class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
         return torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
 
 
+class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
+    """SAC's learner with a hand-written update: :class:`hetrl.algos.sac.SACLearner`'s, to float32
+    tolerance, with its noise drawn alike from a generator seeded alike, and its checkpoint format.
+    The critic is always twin (SAC's), so the actor's step takes the minimum of two heads."""
+
+    has_actor_target = False
+    actor: GaussianActor
+    cfg: SACConfig
+
+    def __init__(self, algo: SAC, seed: int) -> None:
+        super().__init__(algo, seed)
+        self.tuned, alpha = self.cfg.temperature()
+        self._log_alpha = np.full(1, math.log(alpha), np.float32)
+        self.log_alpha = torch.from_numpy(self._log_alpha)  # the checkpoint's view of it
+        self.alpha_optimizer = FlatAdam(1, lambda flat: [flat], self.cfg.lr) if self.tuned else None
+        self._alpha_grad = np.zeros(1, np.float32)
+        self.target_entropy = algo.target_entropy()
+        # the latest actor and temperature losses, as SACLearner keeps them (None before the first)
+        self.actor_loss: torch.Tensor | None = None
+        self.alpha_loss: torch.Tensor | None = None
+
+    @property
+    def alpha(self) -> float:
+        return float(np.exp(self._log_alpha[0]))
+
+    def _own_scratch(self, batch: int) -> None:
+        # drawn by torch's generator, in SACLearner.draw_inputs's order
+        self.next_noise, self.actor_noise = torch.empty(batch, self.act_dim), torch.empty(batch, self.act_dim)
+        self.squashed, self.action_grad = (np.zeros((batch, self.act_dim), np.float32) for _ in range(2))
+        self.log_prob = np.zeros(batch, np.float32)
+        self.head_grads = [np.zeros((batch, 1), np.float32) for _ in self.critic_passes]
+        self.actor_out_grad = aligned_zeros((batch, 2 * self.act_dim))
+
+    def _sample(self, obs: np.ndarray, noise: torch.Tensor, into: np.ndarray) -> None:
+        """GaussianActor.sample: actions for ``obs`` and ``noise`` into ``into``, their tanh into
+        ``self.squashed``, their log densities into ``self.log_prob``."""
+        net = self.actor_pass
+        net.h_np[0][...] = obs
+        out = net.forward(self.actor_flat.layers[0])
+        squashed_gaussian(out, noise.numpy(), self.scale, self.center, into, self.squashed, self.log_prob)
+
+    def _update(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        for noise in (self.next_noise, self.actor_noise):  # both every update, as SACLearner draws them
+            torch.randn(noise.shape, generator=self.generator, out=noise)
+        alpha = np.exp(self._log_alpha[0])  # the update's starting temperature, for the critics' target and the actor alike
+        # the target: r + discount * (min over heads of Q'(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')
+        self._sample(next_obs, self.next_noise, self.critic_target_passes[0].h_np[0][:, self.obs_dim:])
+        soft_q = self._target_q(next_obs)
+        self.log_prob *= alpha
+        soft_q -= self.log_prob
+        np.multiply(discounts, soft_q, out=self.target)
+        self.target += rewards
+        out = self._critic_step(obs, actions, weights, 0.5, cfg.tau)
+        self.updates += 1
+        if self.updates % cfg.policy_delay == 0:
+            out["actor_loss"] = self._actor_step(obs, alpha)
+        return out
+
+    def _actor_step(self, obs: np.ndarray, alpha: np.float32) -> torch.Tensor:
+        """The actor's step on mean(alpha * log pi(a|s) - min over heads of Q(s, a)), a ~ pi(.|s), against
+        the critics just stepped (whose weights stay put), then the temperature's on
+        -mean(log_alpha * (log pi(a|s) + target entropy)). Returns the actor's loss."""
+        cfg, od = self.cfg, self.obs_dim
+        heads = self.critic_passes  # their buffers are free again after the critic's step
+        first = heads[0].h_np[0]
+        first[:, :od] = obs
+        self._sample(obs, self.actor_noise, first[:, od:])
+        q = []
+        for i, (net, layers) in enumerate(zip(heads, self.critic_flat.layers)):
+            if i:
+                net.h_np[0][...] = first
+            q.append(net.forward(layers))
+        loss = soft_actor_loss(q[0], q[1], self.log_prob, alpha, self.head_grads[0], self.head_grads[1])
+        for i, (net, layers, grad) in enumerate(zip(heads, self.critic_flat.layers, self.head_grads)):
+            action_grad = net.backward(layers, grad, None, input_from=od)
+            if i:
+                self.action_grad += action_grad
+            else:
+                self.action_grad[...] = action_grad
+        coef = np.float32(alpha / len(obs))  # d(loss)/d(log pi) of each sample
+        squashed_gaussian_backward(self.actor_pass.h_np[-1], self.actor_noise.numpy(), self.squashed, self.action_grad, coef,
+                                   self.scale, self.actor_out_grad)
+        self.actor_pass.backward(self.actor_flat.layers[0], self.actor_out_grad, self.actor_flat.grad_layers[0])
+        self.actor_flat.step(cfg.max_grad_norm)
+        self.actor_loss = torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
+        if self.alpha_optimizer is not None:
+            gap = np.mean(self.log_prob + np.float32(self.target_entropy), dtype=np.float32)  # log pi + target entropy
+            self.alpha_loss = torch.from_numpy(np.array(-self._log_alpha[0] * gap, np.float32))
+            self._alpha_grad[0] = -gap
+            self.alpha_optimizer.step(self._log_alpha, self._alpha_grad, None)
+        return self.actor_loss
+
+
 @narrow.jit
 def dqn_td_loss(q, actions, rewards, discounts, next_q_all, best, weights, q_grad, td_abs):  # pragma: no cover - compiled
     """DQN's loss, mean(w * huber(Q(s, a) - target)), returned, from Q-values laid out (actions, batch), with target = r + discount * Q'(s', b)
@@ -487,8 +651,8 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
 
 @implements(Learn="learn")
 class LearnBlas(LearnOnHost):
-    """Learn on the host with the update written out as matrix products (MKL via torch): DDPG and TD3
-    with MLPs; DQN with hetrl's conv or MLP Q-networks (no dueling head)."""
+    """Learn on the host with the update written out as matrix products (MKL via torch): DDPG, TD3 and
+    SAC with MLPs; DQN with hetrl's conv or MLP Q-networks (no dueling head)."""
 
     backend = "blas"
 
@@ -504,14 +668,16 @@ class LearnBlas(LearnOnHost):
             if algorithm.config.dueling:
                 return f"the blas learner has no dueling head; set dueling=false or {use_torch}"
             return None
-        if not isinstance(algorithm, DDPG):
-            return f"the blas learner implements DQN, DDPG and TD3 only, not {algorithm.name}; {use_torch}"
+        if not isinstance(algorithm, (DDPG, SAC)):
+            return f"the blas learner implements DQN, DDPG, TD3 and SAC only, not {algorithm.name}; {use_torch}"
         if not algorithm.mlp_networks():
-            return f"the blas learner runs DDPG and TD3 with MLP networks only; {use_torch}"
+            return f"the blas learner runs DDPG, TD3 and SAC with MLP networks only; {use_torch}"
         return None
 
     @staticmethod
     def make_learner(algorithm: Algorithm, seed: int) -> Learner:
         if isinstance(algorithm, DQN):
             return DQNBlasLearner(algorithm, seed)
+        if isinstance(algorithm, SAC):
+            return SACBlasLearner(algorithm, seed)
         return DDPGBlasLearner(algorithm, seed)  # type: ignore[arg-type]
