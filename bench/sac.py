@@ -1,5 +1,5 @@
-"""SAC's Learn/torch on the host, against the matrix products it must compute: whether a
-hand-written host learner (as Learn/blas is for DDPG) would pay.
+"""SAC's Learn/torch and Learn/blas on the host, against the matrix products they must compute:
+what the hand-written host learner makes of SAC's update, beside what it makes of DDPG's.
 
     python bench/sac.py                         # 256x256, batch 256, Pendulum-v1, 1 thread
     python bench/sac.py --hidden 64,64 --batch 256
@@ -7,24 +7,24 @@ hand-written host learner (as Learn/blas is for DDPG) would pay.
 Prints, in microseconds per update (bench/fused.py's timing: the best of --repeats blocks of --calls
 calls after a warm-up, but timed by the calling thread's CPU time, which is where a 1-thread torch
 update runs, so that other jobs on a shared machine do not count; --wall for wall time):
-Learn/torch for SAC, DDPG and TD3 at the same sizes, and Learn/blas for DDPG (what a hand-written
-host learner made of DDPG's update); SAC's ``step`` (critics, Polyak) and
-``periodic`` (actor, temperature) alone; and the floor: the update's hidden-layer products
-(hidden x hidden x batch) alone, as torch.mm into a preallocated output, which any learner must run.
+Learn/torch for SAC, DDPG and TD3 at the same sizes, and Learn/blas for SAC and DDPG (the
+hand-written host learner, fed the replay's numpy arrays as a run feeds it); SAC's ``step``
+(critics, Polyak) and ``periodic`` (actor, temperature) of Learn/torch alone; and the floor: the
+update's hidden-layer products (hidden x hidden x batch) alone, as torch.mm into a preallocated
+output, which any learner must run.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
 import numpy as np
 import torch
 
 from hetrl.algos import DDPGConfig, SACConfig, TD3Config, make_algorithm
 from hetrl.envs import env_spec
-from hetrl.protocol import get
-
-import time
+from hetrl.primitives import get
 
 from fused import rate  # bench/fused.py: calls per second, best of 3 after a warm-up
 
@@ -80,10 +80,10 @@ def main() -> None:
         algo = make_algorithm(name, spec, config(hidden=hidden, batch_size=b))
         learn, batch = get("Learn", "torch").cls(algo, "cpu", seed=0), batch_for(algo, b, rng)
         us[name] = best_us(lambda learn=learn, batch=batch: learn.learn(**batch))
-        if name == "ddpg":  # what the hand-written host learner makes of DDPG's update at these sizes
+        if name in ("sac", "ddpg"):  # what the hand-written host learner makes of the update at these sizes
             blas = get("Learn", "blas").cls(algo, "cpu", seed=0)
             host = {k: v.numpy() for k, v in batch.items()}
-            us["ddpg, Learn/blas"] = best_us(lambda: blas.learn(**host))
+            us[f"{name}, Learn/blas"] = best_us(lambda blas=blas, host=host: blas.learn(**host))
         if name == "sac":
             learner = learn.learner
             inputs = {**batch, **learner.draw_inputs(batch)}
@@ -95,14 +95,15 @@ def main() -> None:
     sac_floor = product * sum(SAC_PRODUCTS.values())
     clock = "wall time" if args.wall else "the thread's CPU time"
     print(f"SAC, DDPG and TD3 on Pendulum-v1, {'x'.join(map(str, hidden))}, batch {b}, 1 thread: us per update ({clock})\n")
-    print("| update | Learn (us; torch unless named) | hidden-layer products | their time alone (us) | torch / products |")
+    print("| update | Learn (us; torch unless named) | hidden-layer products | their time alone (us) | Learn / products |")
     print("|---|---:|---:|---:|---:|")
-    rows = [("sac", sum(SAC_PRODUCTS.values())), ("sac step", SAC_PRODUCTS["step"]), ("sac periodic", SAC_PRODUCTS["periodic"]),
-            ("ddpg", DDPG_PRODUCTS), ("ddpg, Learn/blas", DDPG_PRODUCTS), ("td3", TD3_PRODUCTS)]
+    rows = [("sac", sum(SAC_PRODUCTS.values())), ("sac, Learn/blas", sum(SAC_PRODUCTS.values())), ("sac step", SAC_PRODUCTS["step"]),
+            ("sac periodic", SAC_PRODUCTS["periodic"]), ("ddpg", DDPG_PRODUCTS), ("ddpg, Learn/blas", DDPG_PRODUCTS), ("td3", TD3_PRODUCTS)]
     for name, n in rows:
         print(f"| {name} | {us[name]:,.0f} | {n:g} | {n * product:,.0f} | {us[name] / (n * product):.2f}x |")
     print(f"\none {b}x{width} by {width}x{width} product: {product:.0f} us; SAC's products: {sac_floor:,.0f} us "
-          f"({sac_floor / us['sac']:.0%} of its Learn/torch update)")
+          f"({sac_floor / us['sac']:.0%} of its Learn/torch update, {sac_floor / us['sac, Learn/blas']:.0%} of its Learn/blas update); "
+          f"SAC's Learn/torch takes {us['sac'] / us['sac, Learn/blas']:.2f}x Learn/blas's time")
 
 
 if __name__ == "__main__":

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from hetrl.algos import DDPGConfig, DQNConfig, make_algorithm
+from hetrl.algos import DDPGConfig, DQNConfig, SACConfig, make_algorithm
 from hetrl.cli import main
 from hetrl.devices import available_devices
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine
-from hetrl.profile import ENV_COUNTS, Profile, default_path, profile_workload, time_calls
+from hetrl.profile import ENV_COUNTS, Profile, default_path, measure, profile_workload, time_calls
 from hetrl.primitives import implementations
 
 
@@ -28,7 +28,7 @@ def test_every_implementation_on_every_device_is_measured(dqn_profile):
     dqn = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8, 8)))
     for primitive in ("Act", "WeightSync", "ReplayAdd", "ReplaySample", "PriorityUpdate", "Learn"):
         for backend, impl in implementations(primitive).items():
-            if impl.unsupported(dqn):  # Learn/blas: DDPG and TD3 only, measured in the DDPG profile below
+            if impl.unsupported(dqn):  # e.g. a frame replay for vectors: measured where it serves
                 assert not [t for t in dqn_profile.timings if (t.primitive, t.backend) == (primitive, backend)]
                 continue
             for device in [d for d in devices if impl.runs_on(d)]:
@@ -72,6 +72,13 @@ def test_uniform_replay_has_no_priority_update():
     assert profile.lookup("Learn", "torch", "cpu", 8, threads=1) is not None
     assert profile.lookup("Learn", "blas", "cpu", 8, threads=1) is not None  # DDPG's hand-written learner
     assert not [t for t in profile.timings if (t.primitive, t.backend) == ("Learn", "numba")]  # DQN only
+
+
+def test_sacs_learner_is_measured_on_the_blas_backend_too():
+    """Learn/blas serves SAC, so the profiler times it beside Learn/torch, and a plan can pick it."""
+    sac = make_algorithm("sac", env_spec("Pendulum-v1"), SACConfig(hidden=(8,), batch_size=8, buffer_size=1_000))
+    rows = measure(sac, [("Learn", backend, "cpu", 8, 1) for backend in ("torch", "blas")])
+    assert sorted(t.backend for t in rows) == ["blas", "torch"] and all(t.median_s > 0 for t in rows)
 
 
 def test_json_round_trip_and_errors(dqn_profile, tmp_path):

@@ -322,14 +322,15 @@ def test_the_learner_samples_what_acting_samples():
     np.testing.assert_allclose(algo.action_rule(out, eps.numpy(), np.zeros((8, 1), np.float32), 1.0), actions.numpy(), rtol=1e-5, atol=1e-6)
 
 
-def test_numba_acting_and_the_blas_learner_refuse_sac():
+def test_numba_acting_and_the_numba_learner_refuse_sac():
+    """Learn/blas serves SAC (tests/primitives/test_learn_blas_sac.py); Act/numba and Learn/numba do not."""
     algo = _sac()
     assert "Gaussian policy; use the numpy or torch policy" in get("Act", "numba").unsupported(algo)
-    assert "implements DQN, DDPG and TD3 only, not sac" in get("Learn", "blas").unsupported(algo)
     assert "implements DQN only, not sac" in get("Learn", "numba").unsupported(algo)
     assert get("Act", "numpy").unsupported(algo) is None and get("Learn", "torch").unsupported(algo) is None
-    with pytest.raises(HetrlError, match="implements DQN, DDPG and TD3 only"):
-        build("Learn", Slot("blas"), algo, 0)
+    assert get("Learn", "blas").unsupported(algo) is None
+    with pytest.raises(HetrlError, match="implements DQN only"):
+        build("Learn", Slot("numba"), algo, 0)
 
 
 def test_a_checkpoint_from_another_device_type_reseeds_the_generator():

@@ -1,10 +1,14 @@
-"""Learn/blas: DDPG's and TD3's hand-written update computes what the torch learner computes."""
+"""Learn/blas: DDPG's and TD3's hand-written update computes what the torch learner computes
+(SAC's: test_learn_blas_sac.py; DQN's: test_learn_blas_dqn.py)."""
+
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from hetrl.algos import DDPGConfig, TD3Config, make_algorithm
+from hetrl.algos.ddpg import DDPG
 from hetrl.algos.sac import SACConfig
 from hetrl.primitives.learn_torch import LearnTorch
 from hetrl.primitives import learn_blas as blas_module
@@ -89,10 +93,11 @@ def test_gradient_clipping_is_exercised():
     assert not np.allclose(params[0], params[1])
 
 
-def test_checkpoints_move_between_backends():
-    """The blas learner's state dict is DDPGLearner's: either resumes the other's run."""
+@pytest.mark.parametrize("name, cfg", [("td3", TD3Config(hidden=(32, 32))), ("sac", SACConfig(hidden=(32, 32)))])
+def test_checkpoints_move_between_backends(name, cfg):
+    """The blas learner's state dict is DDPGLearner's (SACLearner's): either resumes the other's run."""
     spec = env_spec("Pendulum-v1")
-    algo = make_algorithm("td3", spec, TD3Config(hidden=(32, 32)))
+    algo = make_algorithm(name, spec, cfg)
     rng = np.random.default_rng(2)
     batches = [_batch(rng, spec) for _ in range(10)]
     blas = LearnBlas(algo, "cpu", seed=0)
@@ -107,6 +112,8 @@ def test_checkpoints_move_between_backends():
         np.testing.assert_allclose(a["td_errors"].numpy(), b["td_errors"].numpy(), rtol=1e-4, atol=1e-5)
         np.testing.assert_array_equal(a["td_errors"].numpy(), c["td_errors"].numpy())
     _assert_same(blas.learner.actor.state_dict(), plain.learner.actor.state_dict())
+    if name == "sac":
+        np.testing.assert_allclose(blas.learner.log_alpha.numpy(), plain.learner.log_alpha.detach().numpy(), rtol=1e-4, atol=1e-6)
     assert blas.learner.updates == plain.learner.updates == again.learner.updates == 10
 
 
@@ -131,14 +138,22 @@ def test_losses_are_new_tensors_each_update():
     assert first["loss"].item() == kept[0] and torch.equal(first["td_errors"], kept[1]) and first["actor_loss"].item() == kept[2]
 
 
+class _UserNetworks(DDPG):
+    """An actor-critic whose networks are not hetrl's MLPs (as a user's module would be)."""
+
+    def mlp_networks(self) -> bool:
+        return False
+
+
 def test_unsupported_algorithms_and_devices_are_refused_with_the_fix():
     impl = get("Learn", "blas")
     sac = make_algorithm("sac", env_spec("Pendulum-v1"), SACConfig())
     ddpg = make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig())
-    assert "DQN, DDPG and TD3 only" in impl.unsupported(sac) and impl.unsupported(ddpg) is None
+    assert impl.unsupported(sac) is None and impl.unsupported(ddpg) is None
+    assert "DQN, DDPG, TD3 and SAC only, not ppo" in impl.unsupported(SimpleNamespace(name="ppo"))
     assert impl.takes_host_arrays and not impl.runs_on("cuda:0")
-    with pytest.raises(HetrlError, match="DQN, DDPG and TD3 only.*torch learner"):
-        LearnBlas(sac, "cpu", seed=0)
+    with pytest.raises(HetrlError, match="DDPG, TD3 and SAC with MLP networks only.*torch learner"):
+        LearnBlas(_UserNetworks(ddpg.spec, ddpg.config), "cpu", seed=0)
     with pytest.raises(HetrlError, match="runs on the host"):
         LearnBlas(ddpg, "cuda", seed=0)
 
@@ -147,7 +162,8 @@ def test_narrow_kernels_are_compiled_before_the_first_update():
     LearnBlas(make_algorithm("ddpg", env_spec("Pendulum-v1"), DDPGConfig(hidden=(8,))), "cpu", seed=0)
     kernels = [getattr(narrow, name) for name in dir(narrow) if hasattr(getattr(narrow, name), "signatures") and not name.startswith("_")]
     assert len(kernels) == 9
-    for kernel in (*kernels, blas_module.td_loss, blas_module.squash_backward):
+    for kernel in (*kernels, blas_module.td_loss, blas_module.squash_backward, blas_module.squashed_gaussian,
+                   blas_module.squashed_gaussian_backward, blas_module.soft_actor_loss):
         assert kernel.signatures, kernel
 
 

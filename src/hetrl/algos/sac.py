@@ -168,7 +168,7 @@ class SACLearner(SACCheckpoint, TorchLearner):
         self.tuned, alpha = cfg.temperature()
         self.log_alpha = torch.full((1,), math.log(alpha), device=device, requires_grad=self.tuned)
         self.alpha_optimizer = adam([self.log_alpha], cfg.lr) if self.tuned else None
-        self.target_entropy = float(-algo.action_dim if cfg.target_entropy is None else cfg.target_entropy)
+        self.target_entropy = algo.target_entropy()
         # The reparameterisation noise is drawn on the learner's device, from its own seeded generator.
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(seed + 1)
@@ -262,6 +262,11 @@ class SAC(Algorithm):
 
     def build_learner(self, device: torch.device, seed: int) -> SACLearner:
         return SACLearner(self, device, seed)
+
+    def target_entropy(self) -> float:
+        """The tuned temperature's target entropy: the setting's, or -dim(A)."""
+        cfg = self.config
+        return float(-self.action_dim if cfg.target_entropy is None else cfg.target_entropy)
 
     def make_networks(self) -> dict[str, torch.nn.Module]:
         cfg, spec = self.config, self.spec

@@ -1,4 +1,5 @@
-"""Learn / blas: DDPG's and TD3's update written out as matrix products into buffers made once.
+"""Learn / blas: DDPG's, TD3's and SAC's update (and DQN's: hetrl.nets.flat_q) written out as matrix
+products into buffers made once.
 
 At DDPG's usual sizes (256x256 layers, batch 256) an update is ten 256^3 matrix products, which
 MKL runs on one core near this CPU's fp32 peak, and some 150 small operations, which in Learn/torch
@@ -11,24 +12,28 @@ docs/benchmarks.md, 'Measurements behind the code'). Here:
 - every intermediate lives in a buffer allocated at the first update of a batch size, on a cache
   line (MKL is slower on operands off one), written with ``out=`` or in place (only the
   returned losses and TD errors are new tensors: the executor keeps them);
-- what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow and two here), and
+- what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow, and here the loss
+  heads, the tanh's backward and SAC's squashed Gaussian sample and its backward), and
   neighbouring steps share a pass where they meet in one row;
 - each network's parameters, target, gradient and Adam moments are flat vectors in FlatMLP's layout
   (the torch modules' parameters are views of them, so acting, evaluation and state dicts work
   unchanged), and Adam and the Polyak average are one compiled loop per network
   (:class:`hetrl.nets.fused_mlp.FlatAdam`).
 
-It computes what :class:`hetrl.algos.ddpg.DDPGLearner` computes, to float32 tolerance
-(tests/test_blas.py checks DDPG and TD3 update by update), and keeps its checkpoint format, so a
-run resumes on either backend. The products are torch's (MKL), so torch's thread count applies.
+It computes what :class:`hetrl.algos.ddpg.DDPGLearner` and :class:`hetrl.algos.sac.SACLearner`
+compute, to float32 tolerance (tests/primitives/test_learn_blas.py checks DDPG, TD3 and SAC update
+by update), and keeps their checkpoint formats, so a run resumes on either backend. The products are
+torch's (MKL), so torch's thread count applies.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+import numba
 import numpy as np
 import torch
 from torch import nn
@@ -36,9 +41,11 @@ from torch import nn
 from hetrl.algos.base import Algorithm, Learner, seeded_init
 from hetrl.algos.ddpg import DDPG, DDPGCheckpoint, DDPGConfig
 from hetrl.algos.dqn import DQN, DQNCheckpoint, DQNConfig
-from hetrl.nets import Actor, Critic, narrow
+from hetrl.algos.sac import SAC, SACCheckpoint, SACConfig
+from hetrl.nets import Actor, Critic, GaussianActor, narrow
 from hetrl.nets.flat_q import FlatQ, QPass
 from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
+from hetrl.nets.mlp import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS
 from hetrl.nets.narrow import FOUR, NARROW
 from hetrl.primitives.learn_host import LearnOnHost, host_array
 from hetrl.protocol import LEARN_INPUTS, implements
@@ -68,26 +75,30 @@ Layers = list[Dense]
 
 
 class FlatNets:
-    """Some MLPs (a critic's heads, an actor's trunk) in one flat vector, with a target copy, a
-    gradient and Adam's moments laid out alike: what one optimiser steps and one Polyak average moves
-    (in the same compiled pass).
+    """Some MLPs (a critic's heads, an actor's trunk) in one flat vector, with a target copy (unless
+    ``targets`` is None: SAC's actor has none), a gradient and Adam's moments laid out alike: what one
+    optimiser steps and one Polyak average moves (in the same compiled pass).
     The modules' parameters become views of the vectors."""
 
-    def __init__(self, nets: list[nn.Sequential], targets: list[nn.Sequential], lr: float) -> None:
+    def __init__(self, nets: list[nn.Sequential], targets: list[nn.Sequential] | None, lr: float) -> None:
         self.layouts = [FlatMLP(net) for net in nets]
         line = CACHE_LINE // 4
         starts = np.cumsum([0] + [-(-layout.size // line) * line for layout in self.layouts])  # each net on a cache line
         self.spans = [(int(start), int(start) + layout.size) for start, layout in zip(starts, self.layouts)]
         size = int(starts[-1])
-        self.params, self.target, self.grads = (aligned_zeros(size) for _ in range(3))
-        for layout, target, (start, end) in zip(self.layouts, targets, self.spans):
+        self.params, self.grads = aligned_zeros(size), aligned_zeros(size)
+        self.target: np.ndarray | None = None if targets is None else aligned_zeros(size)
+        for i, (layout, (start, end)) in enumerate(zip(self.layouts, self.spans)):
             layout.adopt(self.params[start:end])
-            FlatMLP(target).adopt(self.target[start:end])
+            if targets is not None:
+                FlatMLP(targets[i]).adopt(self.target[start:end])
         self.adam = FlatAdam(size, self.views, lr)
-        self.layers, self.target_layers, self.grad_layers = (
-            [self._layers(layout, flat[start:end]) for layout, (start, end) in zip(self.layouts, self.spans)]
-            for flat in (self.params, self.target, self.grads)
-        )
+        self.layers, self.grad_layers = (self._split(flat) for flat in (self.params, self.grads))
+        self.target_layers = [] if self.target is None else self._split(self.target)
+
+    def _split(self, flat: np.ndarray) -> list[Layers]:
+        """Each net's layers in ``flat`` (the parameters, the target or the gradient)."""
+        return [self._layers(layout, flat[start:end]) for layout, (start, end) in zip(self.layouts, self.spans)]
 
     @staticmethod
     def _layers(layout: FlatMLP, flat: np.ndarray) -> Layers:
@@ -98,9 +109,10 @@ class FlatNets:
         """Per-tensor views of ``flat`` in the modules' parameter order (the torch optimiser's)."""
         return [view for layout, (start, end) in zip(self.layouts, self.spans) for view in layout.views(flat[start:end])]
 
-    def step(self, max_norm: float | None, tau: float) -> None:
+    def step(self, max_norm: float | None, tau: float = 0.0) -> None:
         """Adam on the gradient the backward passes wrote (clipped over all of it first, if asked),
-        then target <- (1 - tau) * target + tau * params (hetrl.algos.base.polyak_), in one pass."""
+        then target <- (1 - tau) * target + tau * params (hetrl.algos.base.polyak_), in one pass
+        (no target: Adam alone)."""
         self.adam.step(self.params, self.grads, max_norm, self.target, tau)
 
 
@@ -111,20 +123,20 @@ def _buffer(*shape: int) -> tuple[np.ndarray, torch.Tensor]:
 
 
 @narrow.jit
-def td_loss(q, target, weights, q_grad, td_abs):  # pragma: no cover - compiled
-    """One critic head's loss, mean(w * (q - target)^2), returned; its gradient with respect to ``q``
-    into ``q_grad``; and |q - target| into ``td_abs`` (five numpy calls in one pass). ``q`` and
-    ``q_grad`` are (batch x 1)."""
+def td_loss(q, target, weights, q_grad, td_abs, scale):  # pragma: no cover - compiled
+    """One critic head's loss, scale * mean(w * (q - target)^2), returned (``scale``: 1 for DDPG,
+    SAC's 0.5); its gradient with respect to ``q`` into ``q_grad``; and |q - target| into ``td_abs``
+    (five numpy calls in one pass). ``q`` and ``q_grad`` are (batch x 1)."""
     n = target.shape[0]
     loss = 0.0
-    two_n = np.float32(2.0 / n)
+    two_n = np.float32(2.0 * scale / n)
     for r in range(n):
         d = q[r, 0] - target[r]
         wd = weights[r] * d
         loss += wd * d
         q_grad[r, 0] = wd * two_n
         td_abs[r] = abs(d)
-    return loss / n
+    return scale * loss / n
 
 
 @narrow.jit
@@ -137,10 +149,73 @@ def squash_backward(g, scale, tanh, out):  # pragma: no cover - compiled
             out[r, c] = g[r, c] * scale[c] * (np.float32(1.0) - t * t)
 
 
+# no fastmath: reassociated or fused, 1 - tanh^2 + eps would round otherwise than in torch, and the
+# log density magnifies that where the tanh saturates
+_exact = numba.njit(cache=True, error_model="numpy")
+
+
+@_exact
+def squashed_gaussian(out, noise, scale, center, actions, squashed, log_prob):  # pragma: no cover - compiled
+    """GaussianActor.sample from the actor's output ``out`` (the means, then the log stds before their
+    clamp) and standard normal ``noise``: actions tanh(mean + std * noise) * scale + center into
+    ``actions``, the tanh into ``squashed``, the log densities (of the action in [-1, 1]) into
+    ``log_prob``; each step as torch rounds it."""
+    n = noise.shape[1]
+    low, high, eps = np.float32(LOG_STD_MIN), np.float32(LOG_STD_MAX), np.float32(TANH_EPS)
+    half, one, half_log_2pi = np.float32(0.5), np.float32(1.0), np.float32(0.5 * math.log(2 * math.pi))
+    for r in range(noise.shape[0]):
+        total = np.float32(0.0)
+        for j in range(n):
+            log_std = min(max(out[r, n + j], low), high)
+            e = noise[r, j]
+            y = np.tanh(out[r, j] + np.exp(log_std) * e)
+            squashed[r, j] = y
+            actions[r, j] = y * scale[j] + center[j]
+            total += (-half * e * e - log_std - half_log_2pi) - np.log(one - y * y + eps)
+        log_prob[r] = total
+
+
+@_exact
+def squashed_gaussian_backward(out, noise, squashed, action_grad, coef, scale, out_grad):  # pragma: no cover - compiled
+    """Back through squashed_gaussian: the gradient with respect to ``out`` (means, then log stds) of a
+    loss with gradient ``action_grad`` for the actions and ``coef`` for each log density, into
+    ``out_grad``; none for a log std outside its clamp (torch's clamp passes it at the bounds)."""
+    n = noise.shape[1]
+    low, high, eps = np.float32(LOG_STD_MIN), np.float32(LOG_STD_MAX), np.float32(TANH_EPS)
+    one, two, zero = np.float32(1.0), np.float32(2.0), np.float32(0.0)
+    for r in range(noise.shape[0]):
+        for j in range(n):
+            raw, y = out[r, n + j], squashed[r, j]
+            g_y = action_grad[r, j] * scale[j] + coef * two * y / (one - y * y + eps)  # the log density's -log(1 - y^2 + eps)
+            g_u = g_y * (one - y * y)
+            out_grad[r, j] = g_u
+            out_grad[r, n + j] = g_u * np.exp(raw) * noise[r, j] - coef if low <= raw <= high else zero
+
+
+@narrow.jit
+def soft_actor_loss(q0, q1, log_prob, alpha, g0, g1):  # pragma: no cover - compiled
+    """SAC's actor loss, mean(alpha * log_prob - min(q0, q1)), returned; its gradient with respect to
+    each head's Q-values (batch x 1) into ``g0`` and ``g1``: -1/batch at the smaller (the first where
+    they tie), 0 at the other."""
+    n = log_prob.shape[0]
+    loss = 0.0
+    step, zero = np.float32(-1.0 / n), np.float32(0.0)
+    for r in range(n):
+        first = q0[r, 0] <= q1[r, 0]
+        loss += alpha * log_prob[r] - (q0[r, 0] if first else q1[r, 0])
+        g0[r, 0] = step if first else zero
+        g1[r, 0] = zero if first else step
+    return loss / n
+
+
 def _compile_now() -> None:
     """This module's kernels, as hetrl.nets.narrow.compile_now."""
     one, col = np.zeros(2, np.float32), np.zeros((2, 1), np.float32)
-    td_loss(col, one, one, col, one)
+    td_loss(col, one, one, col, one, 1.0)
+    two = np.zeros((2, 2), np.float32)
+    squashed_gaussian(two, col, one[:1], one[:1], two[:, 1:], col, one)  # the actions go into a pass's input columns
+    squashed_gaussian_backward(two, col, col, col, np.float32(1.0), one[:1], two)
+    soft_actor_loss(col, col, one, np.float32(1.0), col, col)
     q, index = np.zeros((2, 2), np.float32), np.zeros(2, np.int64)
     dqn_td_loss(q, index, one, one, q, index, one, q, one)
     dqn_td_loss(q, index, one, one, q, index[:0], one, q, one)
@@ -235,30 +310,43 @@ class MLPPass:
         return self.g_np[0]
 
 
-class DDPGBlasLearner(DDPGCheckpoint, Learner):
-    """DDPG's (or TD3's) learner with a hand-written update; its checkpoints are DDPGLearner's."""
+class ActorCriticBlas(Learner):
+    """What the hand-written actor-critic learners share (DDPG/TD3's, SAC's): the actor's MLP and the
+    critic's heads in :class:`FlatNets` (the torch modules' parameters are views of them), a generator
+    for the update's noise seeded as the torch learner's, buffers made once per batch size, and the
+    critic's step: the target heads' minimum, each head's weighted squared error and backward pass,
+    then Adam and the targets' Polyak average in one pass.
 
-    def __init__(self, algo: DDPG, seed: int) -> None:
-        cfg: DDPGConfig = algo.config
+    A subclass writes ``_update`` (one update on host arrays) and allocates its own buffers in
+    ``_own_scratch``; ``has_actor_target`` says whether the actor has a target (DDPG's) or not (SAC's)."""
+
+    has_actor_target: ClassVar[bool]
+    actor: Actor | GaussianActor
+    critic: Critic
+
+    def __init__(self, algo: DDPG | SAC, seed: int) -> None:
+        cfg = algo.config
         with seeded_init(seed):  # the same initial weights as the torch learner for this seed
             nets = algo.make_networks()
-        self.actor: Actor = nets["actor"]
-        self.critic: Critic = nets["critic"]
-        self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+        self.actor, self.critic = nets["actor"], nets["critic"]  # type: ignore[assignment]
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_flat = FlatNets([self.actor.net], [self.actor_target.net], cfg.lr)
+        actor_targets = None
+        if self.has_actor_target:
+            self.actor_target = copy.deepcopy(self.actor).requires_grad_(False)
+            actor_targets = [self.actor_target.net]
+        self.actor_flat = FlatNets([self.actor.net], actor_targets, cfg.lr)
         self.critic_flat = FlatNets(list(self.critic.heads), list(self.critic_target.heads), cfg.lr)
-        self.actor_optimizer, self.critic_optimizer = self.actor_flat.adam, self.critic_flat.adam  # as the checkpoint names them
-        self.generator = torch.Generator()  # TD3's target smoothing noise, seeded as DDPGLearner's
+        self.actor_optimizer, self.critic_optimizer = self.actor_flat.adam, self.critic_flat.adam  # as the checkpoints name them
+        self.generator = torch.Generator()  # the update's noise (TD3's smoothing, SAC's samples), seeded as the torch learner's
         self.generator.manual_seed(seed + 1)
-        self.obs_dim = self.actor_flat.layouts[0].dims[0]
+        self.obs_dim, self.act_dim = int(self.actor_flat.layouts[0].dims[0]), len(self.actor.scale)
         self.scale, self.center = self.actor.scale.numpy(), self.actor.center.numpy()  # views of the actor's buffers
         self.cfg, self.updates, self._batch = cfg, 0, -1
         narrow.compile_now()
         _compile_now()
 
     @property
-    def policy_network(self) -> Actor:
+    def policy_network(self) -> nn.Module:
         return self.actor
 
     def _scratch(self, batch: int) -> None:
@@ -266,17 +354,73 @@ class DDPGBlasLearner(DDPGCheckpoint, Learner):
         if batch == self._batch:
             return
         self._batch = batch
-        actor_dims, critic_dims = self.actor_flat.layouts[0].dims, self.critic_flat.layouts[0].dims
-        act_dim = int(actor_dims[-1])
-        self.actor_pass, self.actor_target_pass = MLPPass(actor_dims, batch), MLPPass(actor_dims, batch)
-        heads = len(self.critic_flat.layouts)
-        # the first head's pass also serves the actor's step, which asks it for the actions' gradient
-        self.critic_passes = [MLPPass(critic_dims, batch, act_dim if i == 0 else 0) for i in range(heads)]
+        critic_dims, heads = self.critic_flat.layouts[0].dims, len(self.critic_flat.layouts)
+        self.actor_pass = MLPPass(self.actor_flat.layouts[0].dims, batch)
+        # the heads' passes also serve the actor's step, which asks them for the actions' gradient
+        self.critic_passes = [MLPPass(critic_dims, batch, self.act_dim) for _ in range(heads)]
         self.critic_target_passes = [MLPPass(critic_dims, batch) for _ in range(heads)]
-        self.tanh, self.action_grad = (np.zeros((batch, act_dim), np.float32) for _ in range(2))
-        self.noise = torch.empty(batch, act_dim)  # drawn by torch's generator, as DDPGLearner draws it
         self.next_q, self.target, self.td_abs = (np.zeros(batch, np.float32) for _ in range(3))
         self.q_grad = np.zeros((batch, 1), np.float32)
+        self._own_scratch(batch)
+
+    def _own_scratch(self, batch: int) -> None:
+        """The subclass's buffers for a batch size."""
+
+    def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """One update from host arrays (numpy, or CPU tensors, read without a copy)."""
+        b = {k: host_array(batch[k]) for k in LEARN_INPUTS}
+        size = len(b["rewards"])
+        self._scratch(size)
+        return self._update(b["obs"].reshape(size, -1), b["actions"], b["rewards"], b["next_obs"].reshape(size, -1),
+                            b["discounts"], b["weights"])
+
+    def _update(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def _target_q(self, next_obs: np.ndarray) -> np.ndarray:
+        """The minimum over the target heads of Q'(s', a'), into ``self.next_q``; a' is what the
+        caller wrote into the first target head's action columns."""
+        od = self.obs_dim
+        first = self.critic_target_passes[0].h_np[0]
+        first[:, :od] = next_obs
+        for i, (net, layers) in enumerate(zip(self.critic_target_passes, self.critic_flat.target_layers)):
+            if i:
+                net.h_np[0][...] = first
+            q = net.forward(layers)[:, 0]
+            if i:
+                np.minimum(self.next_q, q, out=self.next_q)
+            else:
+                self.next_q[...] = q
+        return self.next_q
+
+    def _critic_step(self, obs: np.ndarray, actions: np.ndarray, weights: np.ndarray, loss_scale: float,
+                     tau: float) -> dict[str, torch.Tensor]:
+        """The critic's step on loss_scale * sum over heads of mean(w * (Q(s, a) - target)^2), with
+        ``self.target`` set; its targets move by ``tau`` in the same pass as Adam."""
+        od, critic = self.obs_dim, self.critic_flat
+        loss, td_errors = 0.0, np.empty(len(weights), np.float32)  # new arrays: the executor keeps them
+        for i, (net, layers, grads) in enumerate(zip(self.critic_passes, critic.layers, critic.grad_layers)):
+            net.h_np[0][:, :od] = obs
+            net.h_np[0][:, od:] = actions
+            loss += td_loss(net.forward(layers), self.target, weights, self.q_grad, td_errors if i == 0 else self.td_abs, loss_scale)
+            net.backward(layers, self.q_grad, grads)
+        critic.step(self.cfg.max_grad_norm, tau)
+        return {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
+
+
+class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
+    """DDPG's (or TD3's) learner with a hand-written update; its checkpoints are DDPGLearner's."""
+
+    has_actor_target = True
+    actor: Actor
+    actor_target: Actor
+    cfg: DDPGConfig
+
+    def _own_scratch(self, batch: int) -> None:
+        self.actor_target_pass = MLPPass(self.actor_flat.layouts[0].dims, batch)
+        self.tanh, self.action_grad = (np.zeros((batch, self.act_dim), np.float32) for _ in range(2))
+        self.noise = torch.empty(batch, self.act_dim)  # drawn by torch's generator, as DDPGLearner draws it
         self.actor_q_grad = np.full((batch, 1), -1.0 / batch, np.float32)  # d(-mean Q)/dQ
 
     def _act(self, net: MLPPass, layers: Layers, obs: np.ndarray, into: np.ndarray) -> None:
@@ -286,28 +430,22 @@ class DDPGBlasLearner(DDPGCheckpoint, Learner):
         np.multiply(self.tanh, self.scale, out=into)
         into += self.center
 
-    def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """One update from host arrays (numpy, or CPU tensors, read without a copy)."""
-        b = {k: host_array(batch[k]) for k in LEARN_INPUTS}
-        size = len(b["rewards"])
-        self._scratch(size)
-        obs = b["obs"].reshape(size, -1)
+    def _update(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
         self.updates += 1
         targets_move = self.updates % self.cfg.policy_delay == 0  # with the actor's step (TD3: every policy_delay updates)
-        out = self._critic_step(obs, b["actions"], b["rewards"], b["next_obs"].reshape(size, -1), b["discounts"], b["weights"],
-                                self.cfg.tau if targets_move else 0.0)
+        self._set_target(rewards, next_obs, discounts)
+        # the critic's target moves in the same pass as its Adam step (the actor's step, which follows, does not read it)
+        out = self._critic_step(obs, actions, weights, 1.0, self.cfg.tau if targets_move else 0.0)
         if targets_move:
             out["actor_loss"] = self._actor_step(obs)
         return out
 
-    def _critic_step(self, obs, actions, rewards, next_obs, discounts, weights, tau: float) -> dict[str, torch.Tensor]:
-        """The critic's step; its target moves by ``tau`` in the same pass as Adam (the actor's step,
-        which follows, does not read it)."""
-        cfg, od, size = self.cfg, self.obs_dim, len(rewards)
-        critic, actor = self.critic_flat, self.actor_flat
-        # the target: r + discount * min over heads of Q'(s', mu'(s')), written into each target head's input
-        first = self.critic_target_passes[0].h_np[0]
-        self._act(self.actor_target_pass, actor.target_layers[0], next_obs, first[:, od:])
+    def _set_target(self, rewards: np.ndarray, next_obs: np.ndarray, discounts: np.ndarray) -> None:
+        """self.target = r + discount * min over heads of Q'(s', mu'(s')), with TD3's clipped noise on mu'(s')."""
+        cfg, od = self.cfg, self.obs_dim
+        next_actions = self.critic_target_passes[0].h_np[0][:, od:]
+        self._act(self.actor_target_pass, self.actor_flat.target_layers[0], next_obs, next_actions)
         if cfg.target_noise > 0:
             scale, center = self.scale, self.center
             torch.randn(self.noise.shape, generator=self.generator, out=self.noise)
@@ -315,28 +453,10 @@ class DDPGBlasLearner(DDPGCheckpoint, Learner):
             noise *= cfg.target_noise
             np.clip(noise, -cfg.target_noise_clip, cfg.target_noise_clip, out=noise)
             noise *= scale
-            first[:, od:] += noise
-            np.clip(first[:, od:], center - scale, center + scale, out=first[:, od:])
-        first[:, :od] = next_obs
-        for i, (net, layers) in enumerate(zip(self.critic_target_passes, critic.target_layers)):
-            if i:
-                net.h_np[0][...] = first
-            q = net.forward(layers)[:, 0]
-            if i:
-                np.minimum(self.next_q, q, out=self.next_q)
-            else:
-                self.next_q[...] = q
-        np.multiply(discounts, self.next_q, out=self.target)
+            next_actions += noise
+            np.clip(next_actions, center - scale, center + scale, out=next_actions)
+        np.multiply(discounts, self._target_q(next_obs), out=self.target)
         self.target += rewards
-        # the critic's loss, sum over heads of mean(w * (Q(s, a) - target)^2), and its gradient
-        loss, td_errors = 0.0, np.empty(size, np.float32)  # new arrays: the executor keeps them
-        for i, (net, layers, grads) in enumerate(zip(self.critic_passes, critic.layers, critic.grad_layers)):
-            net.h_np[0][:, :od] = obs
-            net.h_np[0][:, od:] = actions
-            loss += td_loss(net.forward(layers), self.target, weights, self.q_grad, td_errors if i == 0 else self.td_abs)
-            net.backward(layers, self.q_grad, grads)
-        critic.step(cfg.max_grad_norm, tau)
-        return {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
 
     def _actor_step(self, obs: np.ndarray) -> torch.Tensor:
         """The actor ascends Q(s, mu(s)) of the first head; its target moves by Polyak averaging.
@@ -352,6 +472,101 @@ class DDPGBlasLearner(DDPGCheckpoint, Learner):
         self.actor_pass.backward(actor.layers[0], self.action_grad, actor.grad_layers[0])
         actor.step(cfg.max_grad_norm, cfg.tau)
         return torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
+
+
+class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
+    """SAC's learner with a hand-written update: :class:`hetrl.algos.sac.SACLearner`'s, to float32
+    tolerance, with its noise drawn alike from a generator seeded alike, and its checkpoint format.
+    The critic is always twin (SAC's), so the actor's step takes the minimum of two heads."""
+
+    has_actor_target = False
+    actor: GaussianActor
+    cfg: SACConfig
+
+    def __init__(self, algo: SAC, seed: int) -> None:
+        super().__init__(algo, seed)
+        self.tuned, alpha = self.cfg.temperature()
+        self._log_alpha = np.full(1, math.log(alpha), np.float32)
+        self.log_alpha = torch.from_numpy(self._log_alpha)  # the checkpoint's view of it
+        self.alpha_optimizer = FlatAdam(1, lambda flat: [flat], self.cfg.lr) if self.tuned else None
+        self._alpha_grad = np.zeros(1, np.float32)
+        self.target_entropy = algo.target_entropy()
+        # the latest actor and temperature losses, as SACLearner keeps them (None before the first)
+        self.actor_loss: torch.Tensor | None = None
+        self.alpha_loss: torch.Tensor | None = None
+
+    @property
+    def alpha(self) -> float:
+        return float(np.exp(self._log_alpha[0]))
+
+    def _own_scratch(self, batch: int) -> None:
+        # drawn by torch's generator, in SACLearner.draw_inputs's order
+        self.next_noise, self.actor_noise = torch.empty(batch, self.act_dim), torch.empty(batch, self.act_dim)
+        self.squashed, self.action_grad = (np.zeros((batch, self.act_dim), np.float32) for _ in range(2))
+        self.log_prob = np.zeros(batch, np.float32)
+        self.head_grads = [np.zeros((batch, 1), np.float32) for _ in self.critic_passes]
+        self.actor_out_grad = aligned_zeros((batch, 2 * self.act_dim))
+
+    def _sample(self, obs: np.ndarray, noise: torch.Tensor, into: np.ndarray) -> None:
+        """GaussianActor.sample: actions for ``obs`` and ``noise`` into ``into``, their tanh into
+        ``self.squashed``, their log densities into ``self.log_prob``."""
+        net = self.actor_pass
+        net.h_np[0][...] = obs
+        out = net.forward(self.actor_flat.layers[0])
+        squashed_gaussian(out, noise.numpy(), self.scale, self.center, into, self.squashed, self.log_prob)
+
+    def _update(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+                discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
+        cfg = self.cfg
+        for noise in (self.next_noise, self.actor_noise):  # both every update, as SACLearner draws them
+            torch.randn(noise.shape, generator=self.generator, out=noise)
+        alpha = np.exp(self._log_alpha[0])  # the update's starting temperature, for the critics' target and the actor alike
+        # the target: r + discount * (min over heads of Q'(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')
+        self._sample(next_obs, self.next_noise, self.critic_target_passes[0].h_np[0][:, self.obs_dim:])
+        soft_q = self._target_q(next_obs)
+        self.log_prob *= alpha
+        soft_q -= self.log_prob
+        np.multiply(discounts, soft_q, out=self.target)
+        self.target += rewards
+        out = self._critic_step(obs, actions, weights, 0.5, cfg.tau)
+        self.updates += 1
+        if self.updates % cfg.policy_delay == 0:
+            out["actor_loss"] = self._actor_step(obs, alpha)
+        return out
+
+    def _actor_step(self, obs: np.ndarray, alpha: np.float32) -> torch.Tensor:
+        """The actor's step on mean(alpha * log pi(a|s) - min over heads of Q(s, a)), a ~ pi(.|s), against
+        the critics just stepped (whose weights stay put), then the temperature's on
+        -mean(log_alpha * (log pi(a|s) + target entropy)). Returns the actor's loss."""
+        cfg, od = self.cfg, self.obs_dim
+        heads = self.critic_passes  # their buffers are free again after the critic's step
+        first = heads[0].h_np[0]
+        first[:, :od] = obs
+        self._sample(obs, self.actor_noise, first[:, od:])
+        q = []
+        for i, (net, layers) in enumerate(zip(heads, self.critic_flat.layers)):
+            if i:
+                net.h_np[0][...] = first
+            q.append(net.forward(layers))
+        loss = soft_actor_loss(q[0], q[1], self.log_prob, alpha, self.head_grads[0], self.head_grads[1])
+        for i, (net, layers, grad) in enumerate(zip(heads, self.critic_flat.layers, self.head_grads)):
+            action_grad = net.backward(layers, grad, None, input_from=od)
+            if i:
+                self.action_grad += action_grad
+            else:
+                self.action_grad[...] = action_grad
+        coef = np.float32(alpha / len(obs))  # d(loss)/d(log pi) of each sample
+        squashed_gaussian_backward(self.actor_pass.h_np[-1], self.actor_noise.numpy(), self.squashed, self.action_grad, coef,
+                                   self.scale, self.actor_out_grad)
+        self.actor_pass.backward(self.actor_flat.layers[0], self.actor_out_grad, self.actor_flat.grad_layers[0])
+        self.actor_flat.step(cfg.max_grad_norm)
+        self.actor_loss = torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
+        if self.alpha_optimizer is not None:
+            gap = np.mean(self.log_prob + np.float32(self.target_entropy), dtype=np.float32)  # log pi + target entropy
+            self.alpha_loss = torch.from_numpy(np.array(-self._log_alpha[0] * gap, np.float32))
+            self._alpha_grad[0] = -gap
+            self.alpha_optimizer.step(self._log_alpha, self._alpha_grad, None)
+        return self.actor_loss
 
 
 @narrow.jit
@@ -436,8 +651,8 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
 
 @implements(Learn="learn")
 class LearnBlas(LearnOnHost):
-    """Learn on the host with the update written out as matrix products (MKL via torch): DDPG and TD3
-    with MLPs; DQN with hetrl's conv or MLP Q-networks (no dueling head)."""
+    """Learn on the host with the update written out as matrix products (MKL via torch): DDPG, TD3 and
+    SAC with MLPs; DQN with hetrl's conv or MLP Q-networks (no dueling head)."""
 
     backend = "blas"
 
@@ -453,14 +668,16 @@ class LearnBlas(LearnOnHost):
             if algorithm.config.dueling:
                 return f"the blas learner has no dueling head; set dueling=false or {use_torch}"
             return None
-        if not isinstance(algorithm, DDPG):
-            return f"the blas learner implements DQN, DDPG and TD3 only, not {algorithm.name}; {use_torch}"
+        if not isinstance(algorithm, (DDPG, SAC)):
+            return f"the blas learner implements DQN, DDPG, TD3 and SAC only, not {algorithm.name}; {use_torch}"
         if not algorithm.mlp_networks():
-            return f"the blas learner runs DDPG and TD3 with MLP networks only; {use_torch}"
+            return f"the blas learner runs DDPG, TD3 and SAC with MLP networks only; {use_torch}"
         return None
 
     @staticmethod
     def make_learner(algorithm: Algorithm, seed: int) -> Learner:
         if isinstance(algorithm, DQN):
             return DQNBlasLearner(algorithm, seed)
+        if isinstance(algorithm, SAC):
+            return SACBlasLearner(algorithm, seed)
         return DDPGBlasLearner(algorithm, seed)  # type: ignore[arg-type]
