@@ -151,3 +151,21 @@ def test_calibration_never_measures_a_modelled_stage(algorithm):
 
     calibrate(profile, algorithm, plan, measuring=measuring)
     assert asked and not any(device.startswith("whatif:") for _, _, device, _, _ in asked)
+
+
+def test_a_run_plan_considers_what_if_devices_without_caching_them(tmp_path, monkeypatch, algorithm):
+    """plan=auto with what-if devices (``hetrl plan`` without --profile): the devices join the
+    plan's profile, never the cached one a run plans from later."""
+    from hetrl.config import make_config
+    from hetrl.hardware import describe_machine
+    from hetrl.planner.choice import plan_for_run
+    from hetrl.profile import Profile, default_path
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    cfg = make_config("dqn", "CartPole-v1", None, ["plan=auto", "executor=inline", "batch_size=64", "replay_ratio=1",
+                                                   "train_every=1", "hidden=64,64"])
+    plan = plan_for_run(cfg, algorithm, profiling=lambda *args, **kwargs: synthetic(HOST),
+                        what_if=[table(Act={"1": 1e-6})])
+    assert plan.placement.act.device == "whatif:myaccel" and plan.prediction.modelled
+    cached = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env_source(), cfg.agent))
+    assert len(cached.timings) == len(HOST) and not any(t.modelled for t in cached.timings)
