@@ -4,9 +4,9 @@ cost of co-search (A3C-S, Fu et al. 2021) and of the planner's FPGA what-if devi
 The accelerator is a pipeline with one stage per layer (conv, depthwise conv, linear), each stage
 its own array of multiply-accumulate units: ``p_pos`` processing elements working on as many
 output positions at once, each unrolled ``p_in`` ways over input channels and ``p_out`` ways over
-output channels (the weights they read are broadcast to every element). Samples stream through the stages; activations stay on chip
-in each stage's line buffer; a layer's weights stay on chip where they fit, else they are read
-from off-chip memory (DDR) once per sample.
+output channels (the weights they read are broadcast to every element). Samples stream through
+the stages; activations stay on chip in each stage's line buffer; a layer's weights stay on chip
+where they fit, else they are read from off-chip memory (DDR) once per sample.
 
 Per layer (input C_in x H x W, C_out outputs, k x k kernel, stride s, padding p; a linear layer
 has H = W = k = 1 and its features as channels), with b the data width in bits:
@@ -45,6 +45,7 @@ candidate operations, as torch tensors that gradients flow through.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,7 @@ PORT_BITS = 64  # data bits a block reads a cycle (one 72-bit port)
 DEVICE_FORMAT = "hetrl-fpga-v1"
 DEVICES = Path(__file__).with_name("devices")  # the shipped parts, one JSON file each
 WEIGHT_HOMES = ("uram", "bram", "ddr")
+NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a device's name (the planner calls it whatif:NAME)
 
 
 def _ceil(a: int, b: int) -> int:
@@ -219,8 +221,10 @@ class FpgaDevice:
             return value
 
         for key in ("name", "part"):
-            if not isinstance(data.get(key), str) or not data[key]:
-                raise HetrlError(f"{where}: field {key!r} is missing" if key not in data else f"{where}: {key} must be a name")
+            if key not in data:
+                raise HetrlError(f"{where}: field {key!r} is missing")
+            if not isinstance(data[key], str) or not NAME.fullmatch(data[key]):
+                raise HetrlError(f"{where}: {key} must be a name of letters, digits, '.', '_' and '-', got {data[key]!r}")
         per_mac = data.get("dsp_per_mac")
         if not isinstance(per_mac, dict) or not per_mac:
             raise HetrlError(f"{where}: field 'dsp_per_mac' is missing" if per_mac is None else
@@ -250,8 +254,14 @@ class FpgaDevice:
 
 
 def shipped_devices() -> list[str]:
-    """The names of the parts shipped with hetrl (``FpgaDevice.load(DEVICES / f"{name}.json")``)."""
+    """The names of the parts shipped with hetrl (:func:`device_file` finds their files)."""
     return sorted(p.stem for p in DEVICES.glob("*.json"))
+
+
+def device_file(spec: str | Path) -> Path:
+    """The device file ``spec`` names: a path, or the name of a shipped part (``zcu102``)."""
+    path = Path(spec)
+    return DEVICES / f"{spec}.json" if not path.exists() and str(spec) in shipped_devices() else path
 
 
 def bits_of(precision: str) -> int:
@@ -603,5 +613,5 @@ def budget_penalty(cost: ExpectedCost, budget: Budget) -> torch.Tensor:
 
 
 __all__ = ["BITS", "Budget", "CostTables", "Design", "DesignOptions", "ExpectedCost", "FpgaDevice", "Layer", "Parallelism",
-           "StageCost", "allocate", "budget_penalty", "cost_tables", "evaluate", "expected_cost", "layers_of",
+           "StageCost", "allocate", "budget_penalty", "cost_tables", "device_file", "evaluate", "expected_cost", "layers_of",
            "shipped_devices", "smooth_max", "stage_cost"]

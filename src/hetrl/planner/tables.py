@@ -52,7 +52,8 @@ def plan_tables(plan: Plan) -> list[Table]:
             names = ", ".join(name for name, mine in pred.modelled.items() if mine == label)
             chosen.caption += f"\n{names}: {label}"
     if plan.what_if and not (pred and pred.modelled):
-        chosen.caption = (chosen.caption + "\n" if chosen.caption else "") + "what-if devices considered, not chosen: " + "; ".join(plan.what_if)
+        considered = "what-if devices considered, not chosen: " + "; ".join(plan.what_if)
+        chosen.caption = f"{chosen.caption}\n{considered}" if chosen.caption else considered
     tables = [chosen]
     if plan.runner_ups:
         others = Table(title="runner-up plans (predicted)", title_justify="left")

@@ -22,17 +22,16 @@ tables and plan.json; and no run can use such a plan (``Plan.load`` refuses it).
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.cosearch.fpga import DEVICE_FORMAT, DEVICES, Design, FpgaDevice, allocate, bits_of, layers_of, shipped_devices
+from hetrl.cosearch.fpga import (DEVICE_FORMAT, NAME, Design, FpgaDevice, allocate, bits_of, device_file, layers_of,
+                                 shipped_devices)
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_json
 from hetrl.profile import ENV_COUNTS, Profile, Timing
@@ -123,7 +122,7 @@ class TableWhatIf:
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> "TableWhatIf":
         name = data.get("device")
-        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        if not isinstance(name, str) or not NAME.fullmatch(name):
             raise HetrlError(f"{where}: device must be a name of letters, digits, '.', '_' and '-', got {name!r}")
         if set(data) != {"device", "costs"} or not isinstance(data["costs"], dict):
             raise HetrlError(f"{where}: a what-if table holds exactly device and costs "
@@ -176,9 +175,7 @@ WhatIfDevice = FpgaWhatIf | TableWhatIf
 def load_what_if(spec: str) -> WhatIfDevice:
     """The what-if device ``spec`` names: a JSON file (an FPGA device description or a cost table)
     or a shipped FPGA part's name."""
-    path = Path(spec)
-    if not path.exists() and spec in shipped_devices():
-        return FpgaWhatIf(FpgaDevice.load(DEVICES / f"{spec}.json"))
+    path = device_file(spec)
     where = f"what-if file {path}"
     data = read_json(path, "what-if file", f"give an FPGA device file, a cost table or a shipped part "
                                            f"({', '.join(shipped_devices())})")
@@ -201,4 +198,5 @@ def with_what_if(profile: Profile, devices: Sequence[WhatIfDevice], algorithm: A
 
 def what_if_slots(placement: Placement) -> dict[str, Slot]:
     """The placement's groups (env, act, replay, learn) whose slot is on a what-if device."""
-    return {f.name: getattr(placement, f.name) for f in fields(placement) if getattr(placement, f.name).device.startswith(WHAT_IF)}
+    slots = {f.name: getattr(placement, f.name) for f in fields(placement)}
+    return {group: slot for group, slot in slots.items() if slot.device.startswith(WHAT_IF)}
