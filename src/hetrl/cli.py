@@ -241,6 +241,11 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--profile", help="a profile JSON (default: this machine's cached one, measured now if missing)")
     p.add_argument("--steps", type=_count, help="the run's env steps, over which start-up costs are weighed "
                                               "(default: the algorithm's default run length)")
+    p.add_argument("--what-if", dest="what_if", metavar="FILE", action="append", default=[],
+                   help="also consider a device you do not have (repeatable): an FPGA device file or a shipped part "
+                        "(zcu102, u250), whose model costs Act, or a table of seconds per call "
+                        '({"device": NAME, "costs": {"Act": {"1": 1e-5}, "Learn": {...}}}); its figures are labelled '
+                        "what-if, modelled, never run, and `hetrl train` refuses a plan that uses it")
     p.add_argument("--out", default="plan.json", help="where to write the plan (default plan.json)")
     p.set_defaults(func=_plan)
 
@@ -253,25 +258,34 @@ def _plan(args: argparse.Namespace) -> int:
     from hetrl.planner.search import make_plan
     from hetrl.planner.tables import plan_tables
     from hetrl.planner.choice import plan_for_run, search_space
+    from hetrl.planner.whatif import LABEL, load_what_if, what_if_slots, with_what_if
     from hetrl.profile import Profile
 
     cfg = make_config(args.algo, args.env, args.config,
                       args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else [])
                       + ([f"steps={args.steps}"] if args.steps else []))
     console = Console(stderr=True)
+    what_if = [load_what_if(spec) for spec in args.what_if]
+    algorithm = make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent) if what_if or not args.profile else None
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
         executors, inference = search_space(cfg)
-        plan = make_plan(Profile.load(args.profile), cfg.agent, cfg.num_envs, args.objective, learn_device=device,
-                         executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every, steps=cfg.steps,
-                         inference=inference)
+        plan = make_plan(with_what_if(Profile.load(args.profile), what_if, algorithm), cfg.agent, cfg.num_envs, args.objective,
+                         learn_device=device, executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every,
+                         steps=cfg.steps, inference=inference)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
-        plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent), console.print, args.objective)
+        plan = plan_for_run(cfg, algorithm, console.print, args.objective, what_if=what_if)
+    for device in what_if:
+        console.print(device.describe(algorithm), soft_wrap=True)
     for table in plan_tables(plan):
         console.print(table)
-    console.print(f"plan written to {plan.save(args.out)}; train with it: "
-                  f"hetrl train {cfg.algo} {cfg.env} --plan {args.out} --executor auto")
+    path = plan.save(args.out)
+    if what_if_slots(plan.placement):
+        console.print(f"plan written to {path}; it places {', '.join(what_if_slots(plan.placement))} on a what-if device "
+                      f"({LABEL}): `hetrl train` refuses it, since no run can use the device", soft_wrap=True)
+    else:
+        console.print(f"plan written to {path}; train with it: hetrl train {cfg.algo} {cfg.env} --plan {args.out} --executor auto")
     return 0
 
 

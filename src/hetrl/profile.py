@@ -72,6 +72,7 @@ class Timing:
     calls: int  # calls timed (after warm-up)
     joules_per_call: float | None = None  # every working meter's energy (the whole machine's), per call; None: unavailable
     energy_meters: str | None = None  # the meters that measured it
+    modelled: str | None = None  # None: measured here; else a what-if device's label (planner/whatif.py): modelled, never run
 
     @property
     def key(self) -> TimingKey:

@@ -141,7 +141,9 @@ def calibrate(profile: Profile, algorithm: Algorithm, plan: Plan, margin: float 
               measuring: Measure = measure) -> Calibration:
     """Measure the plan's main stages again and set them against the cached profile's rows."""
     cached = {t.key: t for t in profile.timings}
-    stages = main_stages(plan, algorithm.config.batch_size)
+    # only what the profile measured can be measured again (not a what-if device's modelled stages)
+    stages = {key: share for key, share in main_stages(plan, algorithm.config.batch_size).items()
+              if key in cached and not cached[key].modelled}
     checks = []
     for timing in measuring(algorithm, list(stages)):
         before = cached.get(timing.key)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from hetrl.hardware import describe_machine
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.rule import default_actors, default_placement
 from hetrl.planner.search import make_plan
+from hetrl.planner.whatif import WhatIfDevice, with_what_if
 from hetrl.primitives import get, implementations
 from hetrl.protocol import Placement
 from hetrl.planner.calibration import Measure, calibrate, cpu_share
@@ -56,10 +57,11 @@ def search_space(config: TrainConfig) -> tuple[tuple[str, ...], tuple[str, ...]]
 def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[str], None] = lambda _: None,
                  objective: str = "throughput", *, profiling: Callable[..., Profile] = profile_workload,
                  measuring: Measure = measure, progress: Callable[[str, int, int], None] | None = None,
-                 share_of_core: Callable[[], float] = cpu_share) -> Plan:
+                 share_of_core: Callable[[], float] = cpu_share, what_if: Sequence[WhatIfDevice] = ()) -> Plan:
     """The plan a run uses: ``auto`` (planned from this machine's profile, measured once and
     cached, and checked against a short calibration at each start: ``planner/calibration.py``;
-    ``profiling`` and ``measuring`` are injectable for tests), ``rule`` (the fixed rule of :func:`default_placement`), or a plan.json path."""
+    ``profiling`` and ``measuring`` are injectable for tests), ``rule`` (the fixed rule of :func:`default_placement`), or a plan.json path.
+    ``what_if`` (auto only; ``hetrl plan --what-if``): devices the plan may also place work on, modelled (planner/whatif.py)."""
     threads = config.threads or (torch.get_num_threads() if "OMP_NUM_THREADS" in os.environ else 0)
     if config.plan == "rule":
         work = (algorithm.learner_parameters(), config.agent.batch_size)
@@ -77,7 +79,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         executors, inference = search_space(config)
 
         def planned(profile: Profile) -> Plan:
-            return make_plan(profile, config.agent, config.num_envs, objective, learn_device, threads or None,
+            return make_plan(with_what_if(profile, what_if, algorithm), config.agent, config.num_envs, objective, learn_device, threads or None,
                              executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps,
                              inference=inference, frame_replay=frame_replay_wanted(algorithm))
 

@@ -10,6 +10,9 @@ over primitives, of (calls per env step) x (measured cost per call):
   none where the learner reads the replay's numpy batch as it is (Learn/numba, Learn/blas);
 - Loop: the executor's own work per iteration (random draws, n-step assembly, bookkeeping).
 
+A row a what-if device modelled (``Timing.modelled``, planner/whatif.py) costs its primitive like a
+measured one; the prediction keeps its label (``Prediction.modelled``) for every report.
+
 Each host primitive's cost is then scaled by how much dearer it measured inside a short inline run
 than alone (:func:`in_run_factor`, from the profile's ``InRun`` rows).
 
@@ -21,7 +24,7 @@ measured it, is the same sum over joules per call.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -42,6 +45,7 @@ class Prediction:
     stage_rates: dict[str, float] | None = None  # parallel executors: env steps/s each stage can sustain
     joules_per_env_step: float | None = None  # from the profile's measured energy per call; None if unmeasured
     startup_s: float = 0.0  # measured cost of starting and stopping actor processes (ActorStart); 0 inline
+    modelled: dict[str, str] = field(default_factory=dict)  # primitive -> the what-if label of the row costing it
 
     def run_env_steps_per_s(self, steps: int | None) -> float:
         """The rate over a whole run of ``steps`` env steps, start-up included (the learning-phase
@@ -88,6 +92,12 @@ def cost(profile: Profile, primitive: str, backend: str, device: str, size: int,
     above = [p for p in points if p[0] > size]
     (s0, c0), (s1, c1) = (below[-1], above[0]) if below and above else (points[-2], points[-1]) if below else (points[0], points[1])
     return max(0.0, c0 + (c1 - c0) * (size - s0) / (s1 - s0))
+
+
+def modelled_by(profile: Profile, primitive: str, backend: str, device: str, size: int, threads: int | None = None) -> str | None:
+    """The what-if label of the profile's rows of that primitive, backend, device and threads (None: measured)."""
+    return next((t.modelled for t in profile.timings if t.modelled
+                 and (t.primitive, t.backend, t.device, t.threads) == (primitive, backend, device, threads)), None)
 
 
 def measured_as(name: str, placement: Placement, agent: AgentConfig, num_envs: int) -> tuple[str, str, str, int, int | None]:
@@ -169,6 +179,7 @@ def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs
     names += ["Transfer"] if needs_transfer(placement) else []
     call = {name: cost(profile, *measured_as(name, placement, agent, n)) * in_run_factor(profile, name, placement)
             for name in names}
+    modelled = {name: label for name in names if (label := modelled_by(profile, *measured_as(name, placement, agent, n)))}
     syncs_per_iteration = schedule.syncs_per_iteration(n)
     per_step = {
         "EnvStep": call["EnvStep"] / n,
@@ -183,4 +194,5 @@ def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs
     if loop:  # the executor's own work, measured per env step with one env
         call["Loop"] = loop[0]
         per_step["Loop"] = loop[0] / n
-    return Prediction(call, per_step, None, energy_per_env_step(profile, placement, agent, n, call, per_step))
+    return Prediction(call, per_step, None, energy_per_env_step(profile, placement, agent, n, call, per_step),
+                      modelled=modelled)

@@ -52,7 +52,7 @@ def predict_parallel(placement: Placement, profile: Profile, agent: AgentConfig,
     rates = {"actors": actors / actor_s, "learner": 1.0 / learner_s if learner_s else float("inf"), "cores": cores / host_s}
     per_step = {**actor, **learner}
     return Prediction(call, per_step, rates, energy_per_env_step(profile, placement, agent, n, call, per_step),
-                      _actor_start_s(profile, actors))
+                      _actor_start_s(profile, actors), serial.modelled)
 
 
 def _learner_threads_beside(actors: int, cores: int, placement: Placement, profile: Profile, agent: AgentConfig,
@@ -117,7 +117,7 @@ def predict_central(placement: Placement, profile: Profile, agent: AgentConfig, 
     if "Loop" in call:
         per_step["Loop"] = call["Loop"] / n
     return Prediction(call, per_step, rates, energy_per_env_step(profile, placement, agent, n, call, per_step, {"Act": batch}),
-                      _actor_start_s(profile, actors))
+                      _actor_start_s(profile, actors), serial.modelled)
 
 
 def _actor_start_s(profile: Profile, actors: int) -> float:

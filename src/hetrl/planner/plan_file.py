@@ -1,7 +1,8 @@
 """The plan file (``plan.json``): the executor, actor count, envs per actor, inference and
 placement a run uses, with the model's prediction and the runner-ups; its format and validation.
 A hand edit of the choice drops the saved prediction on load, so a run never shows another plan's
-figures."""
+figures. A plan that places anything on a what-if device (planner/whatif.py) is refused on load:
+its figures were modelled, and no run can use the device."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Any
 from hetrl.errors import HetrlError
 from hetrl.files import read_json, write_json
 from hetrl.planner.model import Prediction
+from hetrl.planner.whatif import what_if_slots
 from hetrl.primitives import check_placement
 from hetrl.protocol import Placement, Slot
 from hetrl.runtime.inference import INFERENCE
@@ -61,6 +63,7 @@ class Plan:
     inference: str = "actor"  # local executor: the actors' policy in each actor, or batched centrally on the Act slot
     profile_check: str = ""  # plan=auto: whether the profile was measured now, or cached and checked (calibration.py)
     cpu_share: float = 1.0  # plan=auto: the share of a core the process got at the start (calibration.cpu_share)
+    what_if: list[str] = field(default_factory=list)  # the labels of the what-if devices the plan considered (modelled, never run)
 
     def to_dict(self) -> dict[str, Any]:
         def predicted(p: Prediction) -> dict[str, Any]:
@@ -73,6 +76,8 @@ class Plan:
             out["startup_s"] = round(p.startup_s, 3)
             if self.steps:
                 out["run_env_steps_per_s"] = round(p.run_env_steps_per_s(self.steps), 1)
+            if p.modelled:  # primitive -> label: these figures were modelled on a what-if device, never run
+                out["what_if"] = dict(p.modelled)
             return out
 
         chosen = predicted(self.prediction) if self.prediction else None
@@ -85,6 +90,7 @@ class Plan:
             "executor": self.executor, "actors": self.actors, "inference": self.inference, "placement": self.placement.to_dict(),
             "predicted": chosen, "energy_meters": self.meters, "run_steps": self.steps,
             "profile_check": self.profile_check, "cpu_share": round(self.cpu_share, 3),
+            **({"what_if": self.what_if} if self.what_if else {}),
             "runner_ups": [{"executor": c.executor, "actors": c.actors, "inference": c.inference, "num_envs": c.num_envs,
                             "placement": c.placement.to_dict(),
                             "predicted": predicted(pr)} for c, pr in self.runner_ups],
@@ -113,6 +119,13 @@ class Plan:
             raise HetrlError(f"plan {path} lacks {', '.join(missing)}")
         try:
             placement = placement_from_dict(data["placement"])
+        except HetrlError as exc:
+            raise HetrlError(f"plan {path}: {exc}") from None
+        for group, slot in what_if_slots(placement).items():
+            raise HetrlError(f"plan {path} places {group} on the what-if device {slot.device}, modelled and never run, which "
+                             f"no run can use; make a plan without --what-if (hetrl plan {data['algo']} {data['env']} "
+                             f"--out FILE), or set placement.{group} to a device of this machine")
+        try:
             check_placement(placement)
         except HetrlError as exc:
             raise HetrlError(f"plan {path}: {exc}") from None
@@ -136,6 +149,8 @@ class Plan:
         plan.meters = [str(m) for m in meters] if isinstance(meters, list) else []
         plan.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
         plan.profile_check = str(data.get("profile_check") or "")
+        what_if = data.get("what_if", [])
+        plan.what_if = [str(label) for label in what_if] if isinstance(what_if, list) else []
         share = data.get("cpu_share", 1.0)
         plan.cpu_share = float(share) if isinstance(share, (int, float)) and 0 < share <= 1 else 1.0
         return plan
@@ -169,6 +184,6 @@ def _saved_prediction(saved: Any, digest: str) -> Prediction | None:
         stages = {str(k): float(v) for k, v in stages.items()} if stages else None
         joules = saved.get("joules_per_env_step")
         return Prediction(per_call, per_step, stages, float(joules) if joules is not None else None,
-                          float(saved.get("startup_s", 0.0)))
+                          float(saved.get("startup_s", 0.0)), {str(k): str(v) for k, v in saved.get("what_if", {}).items()})
     except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -1,6 +1,7 @@
 """The search: every placement the profile can cost, under each executor considered, ranked by
 the objective (``throughput``: env steps/s, over the whole run where its length is known;
-``efficiency``: fewest measured joules per env step)."""
+``efficiency``: fewest measured joules per env step). A what-if device's modelled rows
+(planner/whatif.py) make candidates like measured ones; the plan lists the devices considered."""
 
 from __future__ import annotations
 
@@ -110,7 +111,8 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
         ranked = sorted(costed, key=lambda pair: -pair[1].run_env_steps_per_s(steps))
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     return Plan(profile.algo, profile.env, best.num_envs, objective, profile.fingerprint, best.placement, prediction,
-                runner_ups, best.executor, best.actors, profile_meters(profile), steps, best.inference)
+                runner_ups, best.executor, best.actors, profile_meters(profile), steps, best.inference,
+                what_if=sorted({t.modelled for t in profile.timings if t.modelled}))
 
 
 def profile_meters(profile: Profile) -> list[str]:

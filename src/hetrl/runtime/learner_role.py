@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.primitives import build, get
+from hetrl.primitives import build, get, implementations
 from hetrl.protocol import LEARN_INPUTS, Placement
 from hetrl.runtime.timers import Timers
 
@@ -24,9 +24,10 @@ def to_device(batch: dict[str, Any], device: torch.device) -> dict[str, torch.Te
 
 def needs_transfer(placement: Placement) -> bool:
     """False where the learner reads the replay's numpy batch as it is (a host replay feeding a
-    learner that takes host arrays, Learn/numba): no Transfer happens, and the model costs none."""
-    return not (get("ReplayAdd", placement.replay.backend).cls.host_arrays
-                and get("Learn", placement.learn.backend).takes_host_arrays)
+    learner that takes host arrays, Learn/numba): no Transfer happens, and the model costs none.
+    A learner backend the library lacks (a what-if device's, planner/whatif.py) is fed a Transfer."""
+    learn = implementations("Learn").get(placement.learn.backend)
+    return not (get("ReplayAdd", placement.replay.backend).cls.host_arrays and learn is not None and learn.takes_host_arrays)
 
 
 def _mean(losses: list[torch.Tensor]) -> float | None:

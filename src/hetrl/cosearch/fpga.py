@@ -1,0 +1,617 @@
+"""An analytical model of a dataflow FPGA accelerator for a network's forward pass: the hardware
+cost of co-search (A3C-S, Fu et al. 2021) and of the planner's FPGA what-if devices.
+
+The accelerator is a pipeline with one stage per layer (conv, depthwise conv, linear), each stage
+its own array of multiply-accumulate units: ``p_pos`` processing elements working on as many
+output positions at once, each unrolled ``p_in`` ways over input channels and ``p_out`` ways over
+output channels (the weights they read are broadcast to every element). Samples stream through
+the stages; activations stay on chip in each stage's line buffer; a layer's weights stay on chip
+where they fit, else they are read from off-chip memory (DDR) once per sample.
+
+Per layer (input C_in x H x W, C_out outputs, k x k kernel, stride s, padding p; a linear layer
+has H = W = k = 1 and its features as channels), with b the data width in bits:
+
+    H_o = floor((H + 2p - k) / s) + 1, W_o likewise
+    R   = C_in (conv, linear) or 1 (depthwise: an output channel reads its own input channel)
+    MACs      = H_o W_o k^2 R C_out
+    weights   = k^2 R C_out + C_out                                  (biases included)
+    c         = ceil(H_o W_o / p_pos) k^2 ceil(R / p_in) ceil(C_out / p_out)   cycles per sample
+    DSP       = ceil(p_pos p_in p_out d)                             d: DSPs per MAC at b (device file)
+    A (BRAM36) = k ceil(W C_in b / 32,768)                           line buffer: k input rows, read in parallel
+    B (blocks) = max(ceil(weights b / S), ceil(p_in p_out b / 64))   weights on chip: capacity, and ports
+    D (bytes)  = weights b / 8                                       weights off chip, read once per sample
+
+S is a block's data bits: 32,768 for a BRAM36 (36 Kb less parity), 262,144 for a URAM (288 Kb
+less ECC); each block reads 64 data bits a cycle (one 72-bit port), so p_in p_out weights a cycle
+need that many blocks side by side. The pipeline, at clock f and the off-chip bandwidth BW (bytes/s)
+the budget allows:
+
+    c_mem      = f sum_{off chip} D / BW              cycles per sample the off-chip weights take
+    II         = max(max_l c_l, c_mem)                 cycles between samples (the slowest stage)
+    throughput = f / II                                samples/s
+    latency    = sum_l max(c_l, f D_l / BW) / f        one sample through every stage (the fill)
+    batch(n)   = latency + (n - 1) II / f              seconds for n samples
+
+and a design fits its budget when sum DSP <= DSPs, sum A + sum_{weights in BRAM} B <= BRAM36s and
+sum_{weights in URAM} B <= URAMs. The network's input and output cross the host link, which the
+model of a whole call (``hetrl.planner.whatif``) adds.
+
+:func:`allocate` chooses the parallelism (a greedy, in its docstring); :func:`evaluate` costs a
+given design. For the search, :func:`cost_tables` and :func:`expected_cost` give the expected
+bottleneck (a smooth maximum) and resources of a network whose layers are softmax mixtures of
+candidate operations, as torch tensors that gradients flow through.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hetrl.errors import HetrlError, did_you_mean
+from hetrl.files import read_json
+
+KINDS = ("conv", "dwconv", "linear")
+BITS = {"int8": 8, "int16": 16, "fp32": 32}  # data width of each precision
+BRAM_BITS = 32_768  # data bits of a BRAM36 (36 Kb less the parity bits)
+URAM_BITS = 262_144  # data bits of a URAM (288 Kb less the ECC bits)
+PORT_BITS = 64  # data bits a block reads a cycle (one 72-bit port)
+DEVICE_FORMAT = "hetrl-fpga-v1"
+DEVICES = Path(__file__).with_name("devices")  # the shipped parts, one JSON file each
+WEIGHT_HOMES = ("uram", "bram", "ddr")
+NAME = re.compile(r"[A-Za-z0-9_.-]+")  # a device's name (the planner calls it whatif:NAME)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class Parallelism:
+    """A stage's unrolling: ``p_in`` input channels, ``p_out`` output channels and ``p_pos``
+    output positions a cycle."""
+
+    p_in: int = 1
+    p_out: int = 1
+    p_pos: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.p_in, self.p_out, self.p_pos) < 1:
+            raise HetrlError(f"parallelism must be at least 1 each way, got {self}")
+
+    @property
+    def macs_per_cycle(self) -> int:
+        return self.p_in * self.p_out * self.p_pos
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a network, as the model sees it. ``height`` and ``width`` are the input's
+    (1 for linear layers, whose channels are their features)."""
+
+    kind: str  # conv, dwconv (depthwise: out_channels == in_channels) or linear
+    in_channels: int
+    out_channels: int
+    kernel: int = 1
+    stride: int = 1
+    padding: int = 0
+    height: int = 1
+    width: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise HetrlError(f"layer kind {self.kind!r} is not modelled{did_you_mean(self.kind, KINDS)}; use one of {', '.join(KINDS)}")
+        sizes = {"in_channels": self.in_channels, "out_channels": self.out_channels, "kernel": self.kernel,
+                 "stride": self.stride, "height": self.height, "width": self.width}
+        for name, value in sizes.items():
+            if not isinstance(value, int) or value < 1:
+                raise HetrlError(f"{self.kind} layer: {name} must be a positive whole number, got {value!r}")
+        if self.padding < 0:
+            raise HetrlError(f"{self.kind} layer: padding must be >= 0, got {self.padding}")
+        if self.kind == "dwconv" and self.in_channels != self.out_channels:
+            raise HetrlError(f"a depthwise layer keeps its channels: in_channels {self.in_channels} != out_channels {self.out_channels}")
+        if self.kind == "linear" and (self.kernel, self.stride, self.padding, self.height, self.width) != (1, 1, 0, 1, 1):
+            raise HetrlError("a linear layer has no kernel, stride, padding or spatial size (leave them at 1, 1, 0, 1, 1)")
+        if self.out_height < 1 or self.out_width < 1:
+            raise HetrlError(f"a {self.kernel}x{self.kernel} {self.kind} does not fit a {self.height}x{self.width} input")
+
+    @classmethod
+    def linear(cls, in_features: int, out_features: int) -> "Layer":
+        return cls("linear", in_features, out_features)
+
+    @property
+    def out_height(self) -> int:
+        return (self.height + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def out_width(self) -> int:
+        return (self.width + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def reduction(self) -> int:
+        """R: the input channels each output sums over (1 for a depthwise layer)."""
+        return 1 if self.kind == "dwconv" else self.in_channels
+
+    @property
+    def positions(self) -> int:
+        return self.out_height * self.out_width
+
+    @property
+    def macs(self) -> int:
+        return self.positions * self.kernel ** 2 * self.reduction * self.out_channels
+
+    @property
+    def weights(self) -> int:
+        return self.kernel ** 2 * self.reduction * self.out_channels + self.out_channels
+
+    @property
+    def inputs(self) -> int:
+        return self.in_channels * self.height * self.width
+
+    @property
+    def outputs(self) -> int:
+        return self.out_channels * self.positions
+
+    def fit(self, p: Parallelism) -> Parallelism:
+        """``p`` capped at the layer's own sizes: unrolling past them buys nothing."""
+        return Parallelism(min(p.p_in, self.reduction), min(p.p_out, self.out_channels), min(p.p_pos, self.positions))
+
+    def cycles(self, p: Parallelism) -> int:
+        return (_ceil(self.positions, p.p_pos) * self.kernel ** 2 * _ceil(self.reduction, p.p_in)
+                * _ceil(self.out_channels, p.p_out))
+
+
+@dataclass(frozen=True)
+class DesignOptions:
+    """What a design on a device uses unless told otherwise (a device file's optional ``design``)."""
+
+    precision: str = "int16"
+    share: float = 1.0  # the share of each resource (DSP, BRAM, URAM, bandwidth) a design may use
+
+
+@dataclass(frozen=True)
+class FpgaDevice:
+    """A part (and its board) as the model needs it: a device file (``devices/*.json``)."""
+
+    name: str
+    part: str
+    dsp: int
+    bram36: int
+    uram: int
+    clock_mhz: float  # the design's clock
+    ddr_gb_per_s: float  # off-chip memory bandwidth (GB/s, 1e9 bytes); 0: none
+    host_gb_per_s: float  # the host link (PCIe; a SoC's shared DDR)
+    dsp_per_mac: Mapping[str, float] = field(hash=False)  # DSP slices one multiply-accumulate a cycle takes, by precision
+    call_overhead_us: float = 0.0  # what the host pays to start a call and see it end (driver, doorbell)
+    design: DesignOptions = DesignOptions()
+    source: str = ""  # where the figures come from
+
+    @property
+    def clock_hz(self) -> float:
+        return 1e6 * self.clock_mhz
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "FpgaDevice":
+        """A device description, validated: one-line errors naming ``where`` and the field."""
+        if not isinstance(data, dict) or data.get("format") != DEVICE_FORMAT:
+            raise HetrlError(f"{where} is not an FPGA device description (expected \"format\": \"{DEVICE_FORMAT}\")")
+        known = {"format", "name", "part", "dsp", "bram36", "uram", "clock_mhz", "ddr_gb_per_s", "host_gb_per_s",
+                 "dsp_per_mac", "call_overhead_us", "design", "source"}
+        for key in data:
+            if key not in known:
+                raise HetrlError(f"{where}: unknown field {key!r}{did_you_mean(key, known)}")
+
+        def number(key: str, whole: bool = False, positive: bool = False, default: Any = None) -> Any:
+            if key not in data:
+                if default is not None:
+                    return default
+                raise HetrlError(f"{where}: field {key!r} is missing")
+            value = data[key]
+            kind = "whole number" if whole else "number"
+            if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) or not math.isfinite(value):
+                raise HetrlError(f"{where}: {key} must be a {kind}, got {value!r}")
+            if value < 0 or (positive and value == 0):
+                raise HetrlError(f"{where}: {key} must be {'positive' if positive else 'zero or more'}, got {value!r}")
+            return value
+
+        for key in ("name", "part"):
+            if key not in data:
+                raise HetrlError(f"{where}: field {key!r} is missing")
+            if not isinstance(data[key], str) or not NAME.fullmatch(data[key]):
+                raise HetrlError(f"{where}: {key} must be a name of letters, digits, '.', '_' and '-', got {data[key]!r}")
+        per_mac = data.get("dsp_per_mac")
+        if not isinstance(per_mac, dict) or not per_mac:
+            raise HetrlError(f"{where}: field 'dsp_per_mac' is missing" if per_mac is None else
+                             f"{where}: dsp_per_mac must map precisions ({', '.join(BITS)}) to DSPs per MAC")
+        for precision, value in per_mac.items():
+            if precision not in BITS:
+                raise HetrlError(f"{where}: dsp_per_mac: precision {precision!r} is not modelled; use {', '.join(BITS)}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise HetrlError(f"{where}: dsp_per_mac.{precision} must be a positive number, got {value!r}")
+        design = data.get("design", {})
+        if not isinstance(design, dict) or not set(design) <= {"precision", "share"}:
+            raise HetrlError(f"{where}: design may hold precision and share only, got {design!r}")
+        options = DesignOptions(**design)
+        if not isinstance(options.precision, str) or options.precision not in per_mac:
+            raise HetrlError(f"{where}: design.precision {options.precision!r} has no dsp_per_mac entry")
+        if isinstance(options.share, bool) or not isinstance(options.share, (int, float)) or not 0 < options.share <= 1:
+            raise HetrlError(f"{where}: design.share must be in (0, 1], got {options.share!r}")
+        return cls(data["name"], data["part"], number("dsp", True, True), number("bram36", True), number("uram", True),
+                   number("clock_mhz", positive=True), number("ddr_gb_per_s"), number("host_gb_per_s", positive=True),
+                   {str(k): float(v) for k, v in per_mac.items()}, number("call_overhead_us", default=0.0), options,
+                   str(data.get("source", "")))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "FpgaDevice":
+        return cls.from_dict(read_json(path, "FPGA device file", f"shipped parts: {', '.join(shipped_devices())}"),
+                             f"FPGA device file {path}")
+
+
+def shipped_devices() -> list[str]:
+    """The names of the parts shipped with hetrl (:func:`device_file` finds their files)."""
+    return sorted(p.stem for p in DEVICES.glob("*.json"))
+
+
+def device_file(spec: str | Path) -> Path:
+    """The device file ``spec`` names: a path, or the name of a shipped part (``zcu102``)."""
+    path = Path(spec)
+    return DEVICES / f"{spec}.json" if not path.exists() and str(spec) in shipped_devices() else path
+
+
+def bits_of(precision: str) -> int:
+    if precision not in BITS:
+        raise HetrlError(f"precision {precision!r} is not modelled{did_you_mean(precision, BITS)}; use one of {', '.join(BITS)}")
+    return BITS[precision]
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a design may use of a device."""
+
+    dsp: int
+    bram36: int
+    uram: int
+    ddr_gb_per_s: float
+
+    @classmethod
+    def of(cls, device: FpgaDevice, share: float | None = None) -> "Budget":
+        """``share`` (default: the device file's ``design.share``) of every resource of ``device``."""
+        share = device.design.share if share is None else share
+        return cls(int(device.dsp * share), int(device.bram36 * share), int(device.uram * share), device.ddr_gb_per_s * share)
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """A stage's figures at its parallelism and weight home (see the module docstring)."""
+
+    cycles: int
+    dsp: int
+    line_buffer_bram36: int  # A
+    weight_blocks: int  # B, of the weights' home (0 off chip)
+    ddr_bytes: float  # D (0 on chip)
+
+
+def stage_cost(layer: Layer, p: Parallelism, home: str, precision: str, device: FpgaDevice) -> StageCost:
+    b = bits_of(precision)
+    if home not in WEIGHT_HOMES:
+        raise HetrlError(f"weights live in {', '.join(WEIGHT_HOMES)}, not {home!r}")
+    if precision not in device.dsp_per_mac:
+        raise HetrlError(f"device {device.name} gives no DSPs per MAC for {precision}; add dsp_per_mac.{precision} to its file")
+    p = layer.fit(p)
+    line_buffer = layer.kernel * _ceil(layer.width * layer.in_channels * b, BRAM_BITS)
+    ports = _ceil(p.p_in * p.p_out * b, PORT_BITS)
+    blocks = 0 if home == "ddr" else max(_ceil(layer.weights * b, URAM_BITS if home == "uram" else BRAM_BITS), ports)
+    return StageCost(layer.cycles(p), math.ceil(p.macs_per_cycle * device.dsp_per_mac[precision] - 1e-9), line_buffer,
+                     blocks, layer.weights * b / 8 if home == "ddr" else 0.0)
+
+
+@dataclass(frozen=True)
+class Design:
+    """An accelerator for ``layers``: each stage's parallelism and weight home, and what it costs
+    within ``budget`` (whose bandwidth the off-chip weights share)."""
+
+    device: FpgaDevice
+    precision: str
+    budget: Budget
+    layers: tuple[Layer, ...]
+    parallelism: tuple[Parallelism, ...]
+    homes: tuple[str, ...]  # each layer's weights: uram, bram or ddr
+    stages: tuple[StageCost, ...]
+
+    @property
+    def dsp(self) -> int:
+        return sum(s.dsp for s in self.stages)
+
+    @property
+    def bram36(self) -> int:
+        return sum(s.line_buffer_bram36 + (s.weight_blocks if h == "bram" else 0) for s, h in zip(self.stages, self.homes))
+
+    @property
+    def uram(self) -> int:
+        return sum(s.weight_blocks for s, h in zip(self.stages, self.homes) if h == "uram")
+
+    @property
+    def ddr_bytes_per_sample(self) -> float:
+        return sum(s.ddr_bytes for s in self.stages)
+
+    def _ddr_cycles(self, nbytes: float) -> float:
+        if nbytes == 0:
+            return 0.0
+        if self.budget.ddr_gb_per_s <= 0:
+            return math.inf
+        return nbytes * self.device.clock_hz / (1e9 * self.budget.ddr_gb_per_s)
+
+    @property
+    def memory_cycles(self) -> float:
+        """c_mem: cycles per sample the off-chip weights take at the device's bandwidth."""
+        return self._ddr_cycles(self.ddr_bytes_per_sample)
+
+    @property
+    def interval_cycles(self) -> float:
+        """II: cycles between samples, set by the slowest stage (off-chip memory counted as one)."""
+        return max(max(s.cycles for s in self.stages), self.memory_cycles)
+
+    @property
+    def bottleneck(self) -> int | None:
+        """The index of the slowest stage (the first of equals); None where off-chip memory is."""
+        slowest = max(range(len(self.stages)), key=lambda i: self.stages[i].cycles)
+        return None if self.memory_cycles >= self.stages[slowest].cycles else slowest
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.device.clock_hz / self.interval_cycles
+
+    @property
+    def latency_s(self) -> float:
+        return sum(max(s.cycles, self._ddr_cycles(s.ddr_bytes)) for s in self.stages) / self.device.clock_hz
+
+    def batch_seconds(self, n: int) -> float:
+        """Seconds for ``n`` samples: the fill, then one every II."""
+        return self.latency_s + (n - 1) * self.interval_cycles / self.device.clock_hz
+
+    @property
+    def weight_bytes(self) -> float:
+        return sum(layer.weights for layer in self.layers) * bits_of(self.precision) / 8
+
+    def over(self) -> list[str]:
+        """The budgets this design exceeds, as phrases (empty: it fits; the bandwidth always
+        does, since off-chip weights set the interval at that rate)."""
+        out = []
+        for what, used, have in (("DSPs", self.dsp, self.budget.dsp), ("BRAM36s", self.bram36, self.budget.bram36),
+                                 ("URAMs", self.uram, self.budget.uram)):
+            if used > have:
+                out.append(f"{used:,} {what} of {have:,}")
+        return out
+
+    def describe(self) -> str:
+        where = "off-chip memory" if self.bottleneck is None else f"stage {self.bottleneck + 1} ({self.layers[self.bottleneck].kind})"
+        return (f"{len(self.layers)} stages at {self.precision}, {self.device.clock_mhz:g} MHz: "
+                f"{self.samples_per_s:,.0f} samples/s (II {self.interval_cycles:,.0f} cycles, bottleneck {where}), "
+                f"latency {1e6 * self.latency_s:,.2f} µs; {self.dsp:,}/{self.device.dsp:,} DSPs, "
+                f"{self.bram36:,}/{self.device.bram36:,} BRAM36s, {self.uram:,}/{self.device.uram:,} URAMs, "
+                f"{self.ddr_bytes_per_sample:,.0f} off-chip bytes a sample")
+
+
+def evaluate(layers: Sequence[Layer], parallelism: Sequence[Parallelism], homes: Sequence[str], device: FpgaDevice,
+             precision: str | None = None, budget: Budget | None = None) -> Design:
+    """The design with these per-layer choices, costed (``budget``, default all of ``device``, is
+    not checked: :meth:`Design.over` says what it exceeds)."""
+    precision = precision or device.design.precision
+    budget = budget or Budget.of(device, 1.0)
+    if not layers:
+        raise HetrlError("a design needs at least one layer")
+    if not len(layers) == len(parallelism) == len(homes):
+        raise HetrlError(f"{len(layers)} layers need as many parallelism and weight-home choices, "
+                         f"got {len(parallelism)} and {len(homes)}")
+    parallelism = tuple(layer.fit(p) for layer, p in zip(layers, parallelism))
+    stages = tuple(stage_cost(layer, p, home, precision, device) for layer, p, home in zip(layers, parallelism, homes))
+    return Design(device, precision, budget, tuple(layers), parallelism, tuple(homes), stages)
+
+
+def _place_weights(layers: Sequence[Layer], precision: str, device: FpgaDevice, budget: Budget) -> list[str]:
+    """Each layer's weight home at parallelism 1: largest weights first, URAM where they fit, then
+    BRAM (after every line buffer), else off chip. An error where even that cannot work."""
+    ones = [stage_cost(layer, Parallelism(), "bram", precision, device) for layer in layers]
+    line_buffers = sum(s.line_buffer_bram36 for s in ones)
+    if line_buffers > budget.bram36:
+        raise HetrlError(f"the line buffers alone need {line_buffers:,} BRAM36s and the budget on {device.name} has "
+                         f"{budget.bram36:,} (activations stay on chip); use smaller inputs or fewer channels, or a larger part")
+    free = {"uram": budget.uram, "bram": budget.bram36 - line_buffers}
+    homes = ["ddr"] * len(layers)
+    for i in sorted(range(len(layers)), key=lambda i: -layers[i].weights):
+        for home in ("uram", "bram"):
+            blocks = stage_cost(layers[i], Parallelism(), home, precision, device).weight_blocks
+            if blocks <= free[home]:
+                homes[i], free[home] = home, free[home] - blocks
+                break
+    off = [i for i, home in enumerate(homes) if home == "ddr"]
+    if off and budget.ddr_gb_per_s <= 0:
+        kbit = sum(layers[i].weights for i in off) * bits_of(precision) / 1e3
+        raise HetrlError(f"the weights of layer{'s' if len(off) > 1 else ''} {', '.join(str(i + 1) for i in off)} "
+                         f"({kbit:,.0f} kbit at {precision}) do not fit on chip on {device.name} and the budget has no "
+                         "off-chip bandwidth; use a smaller network or precision, a larger part, or give the device ddr_gb_per_s")
+    return homes
+
+
+def _doublings(layer: Layer, p: Parallelism) -> list[Parallelism]:
+    """``p`` with p_out, p_in or p_pos doubled (capped at the layer's sizes), where that saves
+    cycles: fewest cycles first, then fewest MACs a cycle, then in that order."""
+    now = layer.cycles(p)
+    trials = [layer.fit(Parallelism(p.p_in, 2 * p.p_out, p.p_pos)), layer.fit(Parallelism(2 * p.p_in, p.p_out, p.p_pos)),
+              layer.fit(Parallelism(p.p_in, p.p_out, 2 * p.p_pos))]
+    order = {t: i for i, t in reversed(list(enumerate(trials)))}
+    return sorted({t for t in trials if layer.cycles(t) < now},
+                  key=lambda t: (layer.cycles(t), t.macs_per_cycle, order[t]))
+
+
+def allocate(layers: Sequence[Layer], device: FpgaDevice, precision: str | None = None,
+             budget: Budget | None = None) -> Design:
+    """The fastest design the greedy finds for ``layers`` within ``budget`` (default: the device
+    file's share of the device), at ``precision`` (default: the device file's).
+
+    1. Every stage starts at p_in = p_out = 1; weights are placed largest first in URAM where they
+       fit, then BRAM (after all line buffers), else off chip. That start must fit: an error says
+       which budget it cannot meet (DSPs for one MAC per stage, line buffers, or off-chip weights
+       with no bandwidth).
+    2. While the slowest stage is a compute stage: double its p_out, p_in or p_pos (the one that
+       saves most cycles; on a tie the fewest MACs a cycle, then in that order), keeping the first
+       doubling that fits every budget. Stop when
+       off-chip memory is the bottleneck, or the slowest stage is fully unrolled or its doubling
+       does not fit: then nothing can shorten the interval.
+
+    Each step shortens the slowest stage, so II never grows; the result always fits ``budget``.
+    """
+    precision = precision or device.design.precision
+    bits_of(precision)
+    budget = budget or Budget.of(device)
+    layers = tuple(layers)
+    if not layers:
+        raise HetrlError("a design needs at least one layer")
+    homes = _place_weights(layers, precision, device, budget)
+    design = evaluate(layers, [Parallelism()] * len(layers), homes, device, precision, budget)
+    if design.dsp > budget.dsp:
+        raise HetrlError(f"{len(layers)} stages need at least {design.dsp:,} DSPs at {precision} (one MAC each) and the "
+                         f"budget on {device.name} has {budget.dsp:,}; use fewer layers or a larger part")
+    while (slowest := design.bottleneck) is not None:
+        for trial in _doublings(layers[slowest], design.parallelism[slowest]):
+            parallelism = list(design.parallelism)
+            parallelism[slowest] = trial
+            candidate = evaluate(layers, parallelism, homes, device, precision, budget)
+            if not candidate.over():
+                design = candidate
+                break
+        else:
+            break
+    return design
+
+
+def layers_of(network: nn.Module, example: torch.Tensor) -> list[Layer]:
+    """The Linear and Conv2d layers ``network`` runs on ``example`` (one sample, batch dimension
+    included), in the order it runs them, with the sizes they see. Other modules (activations,
+    flattening) are free in the model: they ride on the stage before them."""
+    found: list[Layer] = []
+
+    def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], _output: Any) -> None:
+        x = inputs[0]
+        if isinstance(module, nn.Linear):
+            found.append(Layer.linear(module.in_features, module.out_features))
+            return
+        kh, kw = module.kernel_size
+        sh, sw = module.stride
+        ph, pw = module.padding if isinstance(module.padding, tuple) else (None, None)
+        if kh != kw or sh != sw or ph != pw or ph is None or module.dilation != (1, 1):
+            raise HetrlError(f"{module}: only square kernels, equal strides and paddings and no dilation are modelled")
+        if module.groups == 1:
+            kind = "conv"
+        elif module.groups == module.in_channels == module.out_channels:
+            kind = "dwconv"
+        else:
+            raise HetrlError(f"{module}: grouped convolutions other than depthwise are not modelled")
+        found.append(Layer(kind, module.in_channels, module.out_channels, kh, sh, ph, int(x.shape[-2]), int(x.shape[-1])))
+
+    handles = [m.register_forward_hook(hook) for m in network.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
+    try:
+        with torch.no_grad():
+            network(example)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if not found:
+        raise HetrlError(f"{type(network).__name__} runs no nn.Linear or nn.Conv2d the FPGA model can see")
+    return found
+
+
+# --- the search's differentiable cost ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CostTables:
+    """Constant tables, one tensor per layer position, rows its candidate operations, columns the
+    parallelism options: cycles per sample, DSPs, and on-chip bits (weights and line buffer)."""
+
+    cycles: tuple[torch.Tensor, ...]
+    dsp: tuple[torch.Tensor, ...]
+    onchip_bits: tuple[torch.Tensor, ...]
+
+
+def cost_tables(candidates: Sequence[Sequence[Layer | None]], options: Sequence[Parallelism], device: FpgaDevice,
+                precision: str | None = None) -> CostTables:
+    """The tables :func:`expected_cost` weighs: ``candidates[l]`` are layer l's candidate
+    operations (None: a skip, which costs nothing), ``options`` the parallelism choices offered
+    to every layer (each capped at the layer's sizes)."""
+    precision = precision or device.design.precision
+    b = bits_of(precision)
+    if not options:
+        raise HetrlError("cost_tables needs at least one parallelism option")
+    cycles, dsp, bits = [], [], []
+    for position, ops in enumerate(candidates):
+        if not ops:
+            raise HetrlError(f"layer position {position} has no candidate operation")
+        rows = [[(0, 0, 0) if op is None else _entry(op, p, b, precision, device) for p in options] for op in ops]
+        table = torch.tensor(rows, dtype=torch.float64)
+        cycles.append(table[..., 0])
+        dsp.append(table[..., 1])
+        bits.append(table[..., 2])
+    return CostTables(tuple(cycles), tuple(dsp), tuple(bits))
+
+
+def _entry(layer: Layer, p: Parallelism, b: int, precision: str, device: FpgaDevice) -> tuple[int, int, int]:
+    stage = stage_cost(layer, p, "bram", precision, device)
+    return stage.cycles, stage.dsp, layer.weights * b + stage.line_buffer_bram36 * BRAM_BITS
+
+
+@dataclass(frozen=True)
+class ExpectedCost:
+    """Expected figures under the search's probabilities (tensors, differentiable)."""
+
+    bottleneck_cycles: torch.Tensor  # smooth maximum over layers of each layer's expected cycles
+    latency_cycles: torch.Tensor  # sum over layers of expected cycles (the pipeline's fill)
+    dsp: torch.Tensor
+    onchip_bits: torch.Tensor
+
+
+def smooth_max(x: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
+    """A differentiable maximum of ``x`` (1-D): ``t log sum exp(x / t)`` with ``t`` =
+    ``temperature`` x the largest entry (so the temperature is relative, and the result exceeds
+    the maximum by at most ``t log len(x)``); its gradient weighs each entry by its softmax share."""
+    scale = temperature * x.detach().abs().max().clamp_min(1e-12)
+    return scale * torch.logsumexp(x / scale, dim=0)
+
+
+def expected_cost(tables: CostTables, op_weights: Sequence[torch.Tensor],
+                  option_weights: Sequence[torch.Tensor] | None = None, temperature: float = 0.05) -> ExpectedCost:
+    """Each layer's expected cycles, DSPs and on-chip bits, ``sum_j sum_k a_j q_k table[j, k]``
+    with ``a`` = ``op_weights[l]`` (probabilities over its candidates, e.g. a softmax or
+    Gumbel-softmax sample) and ``q`` = ``option_weights[l]`` (over the parallelism options; None:
+    every layer takes the first option); then the smooth maximum of the expected cycles (the
+    bottleneck) and the sums. Gradients flow to both weights."""
+    if len(op_weights) != len(tables.cycles):
+        raise HetrlError(f"{len(tables.cycles)} layer positions need as many op weight vectors, got {len(op_weights)}")
+    per_layer: dict[str, list[torch.Tensor]] = {"cycles": [], "dsp": [], "bits": []}
+    for l, a in enumerate(op_weights):
+        options = tables.cycles[l].shape[1]
+        q = option_weights[l] if option_weights is not None else torch.eye(options, dtype=torch.float64)[0]
+        for key, table in (("cycles", tables.cycles[l]), ("dsp", tables.dsp[l]), ("bits", tables.onchip_bits[l])):
+            per_layer[key].append(a.to(table.dtype) @ table @ q.to(table.dtype))
+    cycles = torch.stack(per_layer["cycles"])
+    return ExpectedCost(smooth_max(cycles, temperature), cycles.sum(), torch.stack(per_layer["dsp"]).sum(),
+                        torch.stack(per_layer["bits"]).sum())
+
+
+def budget_penalty(cost: ExpectedCost, budget: Budget) -> torch.Tensor:
+    """How far the expected design runs over ``budget``, relative: ``relu(dsp / DSPs - 1) +
+    relu(bits / on-chip bits - 1)`` (0 within it). On-chip bits pool BRAM and URAM and leave out
+    the port widths, which :func:`allocate` checks exactly for the network the search derives."""
+    onchip = budget.bram36 * BRAM_BITS + budget.uram * URAM_BITS
+    return (torch.relu(cost.dsp / max(budget.dsp, 1) - 1) + torch.relu(cost.onchip_bits / max(onchip, 1) - 1))
+
+
+__all__ = ["BITS", "Budget", "CostTables", "Design", "DesignOptions", "ExpectedCost", "FpgaDevice", "Layer", "Parallelism",
+           "StageCost", "allocate", "budget_penalty", "cost_tables", "device_file", "evaluate", "expected_cost", "layers_of",
+           "shipped_devices", "smooth_max", "stage_cost"]
