@@ -1,0 +1,1 @@
+"""Agent and accelerator co-search (A3C-S)."""
