@@ -56,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     config = SearchConfig(steps=args.steps, hardware_weight=args.hardware_weight, mode=args.mode, distill=args.distill,
                           td_weight=args.td_weight, seed=args.seed, device=args.device)
     console = Console(stderr=True)
-    say = lambda text: console.print(text, highlight=False, soft_wrap=True)  # noqa: E731
+
+    def say(text: str) -> None:
+        console.print(text, highlight=False, soft_wrap=True)
+
     with progress_bar(console, not args.no_progress) as bar:
         task = bar.add_task(f"cosearch {args.env}", total=args.steps, stats="", unit="steps")
 

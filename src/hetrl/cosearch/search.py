@@ -52,7 +52,6 @@ from hetrl.cosearch.teacher import TeacherData
 from hetrl.nets.searched import Architecture, SearchedQNetwork
 
 
-
 @dataclass
 class SearchConfig:
     steps: int = 2_000

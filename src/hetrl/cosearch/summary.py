@@ -44,28 +44,26 @@ def write_outputs(out: Path, result: SearchResult, space: SearchSpace, context: 
 
 
 def markdown(result: SearchResult, space: SearchSpace, context: dict[str, Any], architecture_file: Path) -> str:
-    cfg = result.config
-    lines = [f"# Co-search on {context.get('env', '?')}", "",
-             f"- teacher: `{context.get('teacher', '?')}` ({context.get('checkpoint', 'best')}); "
-             f"states: {context.get('states', '?')}",
-             f"- hardware cost: {result.cost_label or 'none'} (lambda {cfg.hardware_weight:g})",
-             f"- search: {cfg.mode}, {cfg.steps:,} steps of batch {cfg.batch_size}, distillation {cfg.distill}"
-             f" (weight {cfg.distill_weight:g}), TD weight {cfg.td_weight:g}, temperature {cfg.tau_start:g} -> "
-             f"{cfg.tau_end:g}, warm-up {cfg.warmup:.0%}", "",
+    cfg, arch = result.config, result.architecture
+    teacher = f"`{context.get('teacher', '?')}` ({context.get('checkpoint', 'best')}); states: {context.get('states', '?')}"
+    search = (f"{cfg.mode}, {cfg.steps:,} steps of batch {cfg.batch_size}, distillation {cfg.distill} (weight "
+              f"{cfg.distill_weight:g}), TD weight {cfg.td_weight:g}, temperature {cfg.tau_start:g} -> {cfg.tau_end:g}, "
+              f"warm-up {cfg.warmup:.0%}")
+    lines = [f"# Co-search on {context.get('env', '?')}", "", f"- teacher: {teacher}",
+             f"- hardware cost: {result.cost_label or 'none'} (lambda {cfg.hardware_weight:g})", f"- search: {search}", "",
              "| layer | chosen | probability | runner-up | input | MACs |", "| --- | --- | --- | --- | --- | --- |"]
-    layers = result.architecture.layers()
-    for k, (layer, probs, chosen) in enumerate(zip(space.layers, result.probs, result.choice)):
+    for k, (layer, here, probs, chosen) in enumerate(zip(space.layers, arch.layers(), result.probs, result.choice)):
         ranked = sorted(range(len(probs)), key=lambda i: -probs[i])
         runner = next((f"{layer.candidates[i].name} ({probs[i]:.2f})" for i in ranked if i != chosen), "-")
-        here = layers[k]
         shape = f"{here.in_width}x{here.height}x{here.width}" if layer.conv else f"{here.in_width}"
         macs = sum(d.macs for d in here.describe())
         lines.append(f"| {k} | {layer.candidates[chosen].name} | {probs[chosen]:.2f} | {runner} | {shape} | {macs:,} |")
     params = sum(p.numel() for p in result.network.parameters())
-    lines += ["", f"- derived network: {' -> '.join(result.architecture.names + [result.architecture.output.name])}; "
-                  f"{result.architecture.macs:,} MACs per decision, {params:,} parameters",
-              f"- its cost: {format_cost(result.cost, result.cost_unit)}; expected under the final probabilities: "
-              f"{format_cost(result.expected_cost, result.cost_unit)}",
+    chain = " -> ".join([*arch.names, arch.output.name])
+    cost = (f"{format_cost(result.cost, result.cost_unit)}; expected under the final probabilities: "
+            f"{format_cost(result.expected_cost, result.cost_unit)}")
+    lines += ["", f"- derived network: {chain}; {arch.macs:,} MACs per decision, {params:,} parameters",
+              f"- its cost: {cost}",
               f"- its distillation loss ({cfg.distill}) with the supernet's weights: {result.distill_loss:.4g}", "",
               f"Retrain it: `hetrl train dqn {context.get('env', 'ENV')} --set network={architecture_file.resolve()}`", ""]
     return "\n".join(lines)

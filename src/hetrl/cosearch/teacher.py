@@ -56,7 +56,7 @@ class TeacherData:
         """Two disjoint random parts, the first ``fraction`` of the items (bi-level search: weights on
         one, architecture on the other)."""
         order = torch.randperm(len(self), generator=generator)
-        cut = min(len(self) - 1, max(1, int(round(fraction * len(self)))))
+        cut = min(len(self) - 1, max(1, round(fraction * len(self))))
         return self.subset(order[:cut], "train split"), self.subset(order[cut:], "validation split")
 
     def subset(self, indices: torch.Tensor, note: str) -> TeacherData:

@@ -259,7 +259,6 @@ class SearchedQNetwork(nn.Module):
         self.architecture = architecture
         self.scale = architecture.scale
         layers = architecture.layers()
-        n_convs = len(architecture.convs)
         # keyed by the layer's index in the architecture, the output layer last (a skip has no entry):
         # layer k's weights have the same names whatever the other layers chose
         self.blocks = nn.ModuleDict({str(k): layer.op.module(layer.in_width) for k, layer in enumerate(layers)
