@@ -1,4 +1,4 @@
-"""The ``hetrl`` command line: train, resume, eval, devices, profile, plan, exits sweep, and tabular collect/train."""
+"""The ``hetrl`` command line: train, resume, eval, devices, profile, plan, exits sweep, cosearch, and tabular collect/train."""
 
 from __future__ import annotations
 
@@ -410,8 +410,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_profile(sub)
     _add_plan(sub)
     _add_exits(sub)
+    from hetrl.cosearch.cli import add_subparser as _add_cosearch
     from hetrl.tabular.cli import add_subparser as _add_tabular
 
+    _add_cosearch(sub)
     _add_tabular(sub)
     return parser
 

@@ -176,7 +176,8 @@ def energy_per_call(fn: Callable[[], Any], sync: Callable[[], None], meters: Any
     return result.total_joules / calls, ", ".join(r.meter for r in result.readings)
 
 
-def _sync_for(device: str) -> Callable[[], None]:
+def sync_for(device: str) -> Callable[[], None]:
+    """What waits for ``device``'s queued work (nothing for the host)."""
     kind = torch.device(device).type
     if kind == "cuda":
         return torch.cuda.synchronize
@@ -260,7 +261,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     B = cfg.batch_size
 
     def timing(primitive, backend, device, size, fn, threads_=None, sync=None):
-        sync = sync or _sync_for(device)
+        sync = sync or sync_for(device)
         median, p10, p90, calls = time_calls(fn, sync)
         joules, meter = energy_per_call(fn, sync, meters, median)
         return Timing(primitive, backend, device, size, threads_, median, p10, p90, calls, joules, meter)
@@ -297,7 +298,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 for source in devices:  # from a learner elsewhere: backend "numpy<-cuda:0" (a GPU to host copy)
                     if source != "cpu" and source != device:
                         remote = build("Act", Slot(backend, device), algo, 0, source=copy.deepcopy(network).to(source))
-                        out.append(timing("WeightSync", f"{backend}<-{source}", device, 1, remote.sync, sync=_sync_for(source)))
+                        out.append(timing("WeightSync", f"{backend}<-{source}", device, 1, remote.sync, sync=sync_for(source)))
                 return out
             yield f"Act+WeightSync {backend} on {device}", act
 
@@ -346,7 +347,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             def transfer(source=source, device=device):
                 batch = host_batch if source == "numpy" else to_device(host_batch, torch.device(source))
                 target = torch.device(device)
-                sync = _sync_for(device) if device != "cpu" else _sync_for(source if source != "numpy" else "cpu")
+                sync = sync_for(device) if device != "cpu" else sync_for(source if source != "numpy" else "cpu")
                 return [timing("Transfer", f"{source}->{device}", device, B, lambda: to_device(batch, target), sync=sync)]
             yield f"Transfer {source} -> {device}", transfer
 

@@ -6,7 +6,9 @@ The Q-network follows the observations (``network="auto"``): the MinAtar network
 2019) for small images (at most 16x16), the Nature CNN (Mnih et al. 2015) for larger ones, an MLP
 of ``hidden`` for vectors; ``network`` names one of them, or ``"module:function"``, a factory
 ``(obs_shape, n_actions) -> nn.Module`` of the user's (importable, so actor processes and resumed
-runs build the same network), checked on a dummy batch.
+runs build the same network), checked on a dummy batch, or ``PATH.json``, an architecture a search
+found (``hetrl cosearch``; :class:`hetrl.nets.searched.SearchedQNetwork`), read when the network is
+built (so every process of a run reads the file: give a path they all see).
 
 The config's defaults are the generic ones, used for an env without a row in ``hetrl.tuned``
 (which holds the tuned values per env). They began as rl-baselines3-zoo's CartPole-v1 values
@@ -34,7 +36,8 @@ from hetrl.importable import load, name_of
 from hetrl.nets import QNetwork
 from hetrl.nets.conv import MinAtarNet, NatureCNN
 
-NETWORKS = ("auto", "nature", "minatar", "mlp")  # or "module:function", a factory of the user's
+NETWORKS = ("auto", "nature", "minatar", "mlp")  # or "module:function", a factory of the user's, or an architecture file
+ARCHITECTURE_FILE = ".json"  # network=PATH.json: a searched architecture (hetrl cosearch)
 SMALL_IMAGE = 16  # auto: images at most this high and wide get the MinAtar network, larger ones the Nature CNN
 
 
@@ -56,14 +59,15 @@ class DQNConfig(AgentConfig):
     eps_end: float = 0.04
     eps_decay_steps: int = 16_000
     max_grad_norm: float | None = 10.0
-    network: str = "auto"  # auto (by the observations), nature, minatar, mlp, or "module:function" (a factory)
+    network: str = "auto"  # auto (by the observations), nature, minatar, mlp, "module:function" (a factory) or PATH.json (hetrl cosearch's architecture)
 
     COST_FREE = AgentConfig.COST_FREE | {"eps_start", "eps_end", "eps_decay_steps"}
 
     def validate(self) -> list[str]:
         problems = super().validate()
-        if self.network not in NETWORKS and ":" not in self.network:
-            problems.append(f"network must be one of {', '.join(NETWORKS)} or 'module:function' (got {self.network!r})")
+        if self.network not in NETWORKS and ":" not in self.network and not self.network.endswith(ARCHITECTURE_FILE):
+            problems.append(f"network must be one of {', '.join(NETWORKS)}, 'module:function' or an architecture "
+                            f"file PATH.json (got {self.network!r})")
         if not 0 < self.tau <= 1:
             problems.append(f"tau must be in (0, 1] (got {self.tau})")
         if self.target_update_every <= 0:
@@ -176,6 +180,8 @@ class DQN(Algorithm):
                 return {"q": net(spec.obs_shape, spec.n_actions, cfg.dueling, scale=spec.pixel_scale)}
             except ValueError as exc:
                 raise HetrlError(f"network={kind} on {spec.env_id}: {exc}; use network=auto") from None
+        if kind == "searched":
+            return {"q": searched_q_network(cfg.network, spec)}
         return {"q": checked_q_network(load_factory(cfg.network), spec, cfg.network)}
 
     def random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
@@ -202,7 +208,10 @@ class DQN(Algorithm):
 
 
 def network_kind(spec: EnvSpec, network: str) -> str:
-    """What ``network`` means for ``spec``: "mlp", "nature", "minatar" or "custom" (a factory)."""
+    """What ``network`` means for ``spec``: "mlp", "nature", "minatar", "custom" (a factory) or
+    "searched" (an architecture file)."""
+    if network.endswith(ARCHITECTURE_FILE):
+        return "searched"
     if ":" in network:
         return "custom"
     if network == "auto":
@@ -238,6 +247,18 @@ def load_factory(name: str) -> Callable[..., nn.Module]:
     if not callable(obj):
         raise HetrlError(f"network={name} is not callable; give a function (obs_shape, n_actions) -> torch.nn.Module")
     return obj
+
+
+def searched_q_network(path: str, spec: EnvSpec) -> nn.Module:
+    """The network of the architecture file ``path``, checked to fit the env (its inputs divided by
+    the env's pixel scale, as hetrl's conv networks are)."""
+    from hetrl.nets.searched import Architecture
+
+    try:
+        architecture = Architecture.load(path).for_env(spec.obs_shape, spec.n_actions, spec.pixel_scale)
+    except ValueError as exc:
+        raise HetrlError(f"network={path}: {exc}") from None
+    return architecture.build()
 
 
 def checked_q_network(factory: Callable[..., nn.Module], spec: EnvSpec, name: str) -> nn.Module:

@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetrl.algos.dqn import DQN, DQNConfig, DQNLearner
+from hetrl.algos.dqn import DQN, NETWORKS, DQNConfig, DQNLearner
 from hetrl.errors import HetrlError
 from hetrl.nets.exits import (
     CONFIDENCE_BIAS,
@@ -77,9 +77,9 @@ class ExitDQNConfig(DQNConfig):
 
     def validate(self) -> list[str]:
         problems = super().validate()
-        if ":" in self.network:
+        if self.network not in NETWORKS:
             problems.append("exit-dqn builds its branches into hetrl's own networks (auto, minatar, nature, mlp), "
-                            f"not a user's factory ({self.network})")
+                            f"not a user's factory or a searched architecture ({self.network})")
         if self.dueling:
             problems.append("exit-dqn has no dueling head; set dueling=false")
         if self.exit_schedule not in SCHEDULES:

@@ -1,1 +1,1 @@
-"""Agent and accelerator co-search (A3C-S, issue 19): the search and its hardware cost models."""
+"""Agent and accelerator co-search (A3C-S, issue 19): the search, its supernet and its hardware cost models."""

@@ -1,0 +1,5 @@
+"""The co-search's choices by name, importable without torch (the CLI's parser reads them)."""
+
+MODES = ("one-level", "bi-level")  # weights and architecture on the same batch, or on separate splits (DARTS)
+DISTILL = ("mse", "kl")  # distillation losses (hetrl.cosearch.search.distillation_loss)
+SOURCES = ("auto", "replay", "play")  # where the teacher's states come from (hetrl.cosearch.teacher)

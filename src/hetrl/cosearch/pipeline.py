@@ -1,0 +1,68 @@
+"""One co-search from a teacher run to an output folder: what ``hetrl cosearch`` runs, and what a
+benchmark calls for each game, seed and lambda."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetrl.algos.base import seeded_init
+from hetrl.cosearch.cost import CostTable, hardware_cost
+from hetrl.cosearch.search import SearchConfig, SearchResult, search
+from hetrl.cosearch.summary import write_outputs
+from hetrl.cosearch.supernet import SuperNet, search_space
+from hetrl.cosearch.teacher import Teacher
+from hetrl.errors import HetrlError
+from hetrl.files import file_part
+
+STATES = 20_000  # teacher transitions searched on
+
+
+@dataclass
+class Outcome:
+    result: SearchResult
+    out: Path
+    files: list[Path]
+
+
+def default_out(env: str, hardware: str, seed: int) -> Path:
+    return Path("cosearch") / f"{file_part(env)}_{file_part(hardware)}_s{seed}_{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: SearchConfig | None = None,
+             out: str | Path | None = None, states: int = STATES, source: str = "auto", checkpoint: str | None = None,
+             space_options: dict[str, Any] | None = None,
+             say: Callable[[str], None] = lambda _: None,
+             progress: Callable[[int, dict[str, float]], None] | None = None) -> Outcome:
+    """Search an agent for ``env`` distilled from the DQN run ``teacher_dir`` with the cost
+    ``hardware`` names (:func:`hetrl.cosearch.cost.hardware_cost`); write the outputs
+    (:mod:`hetrl.cosearch.summary`) to ``out`` (default ``cosearch/ENV_HARDWARE_sSEED_TIME``;
+    refused if it holds files). ``space_options``: :func:`~hetrl.cosearch.supernet.search_space`'s."""
+    config = config or SearchConfig()
+    if problems := config.validate():
+        raise HetrlError("cosearch: " + "; ".join(problems))
+    out = Path(out) if out is not None else default_out(env, hardware, config.seed)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise HetrlError(f"--out {out} holds files already; give a new or empty folder")
+    teacher = Teacher(teacher_dir, checkpoint)
+    if teacher.config.env != env:
+        raise HetrlError(f"the teacher {teacher_dir} was trained on {teacher.config.env}, not {env}")
+    spec = teacher.spec
+    data = teacher.data(states, source, config.seed)
+    say(f"teacher: {teacher.policy.source}; states: {data.source}")
+    try:
+        space = search_space(spec.obs_shape, spec.n_actions, spec.pixel_scale, **(space_options or {}))
+    except (TypeError, ValueError) as exc:
+        raise HetrlError(f"search space: {exc}") from None
+    say(f"hardware cost: {hardware} ...")
+    cost = hardware_cost(hardware, space, batch=1)
+    with seeded_init(config.seed):
+        supernet = SuperNet(space, config.tau_start)
+    result = search(supernet, data, config, cost, progress)
+    context = {"env": env, "teacher": str(teacher_dir), "checkpoint": teacher.policy.source.name, "states": data.source,
+               "hardware": hardware}
+    files = write_outputs(out, result, space, context, cost.to_dict() if isinstance(cost, CostTable) else None)
+    return Outcome(result, out, files)

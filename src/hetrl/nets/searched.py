@@ -1,0 +1,287 @@
+"""Q-networks of a searched architecture (``hetrl cosearch``): the operations a search chooses
+among, an :class:`Architecture` (one operation per layer, kept as JSON) and the plain network it
+describes, :class:`SearchedQNetwork`, which DQN builds for ``network=PATH.json``.
+
+An architecture is a chain: convolution layers on the image (each a 3x3 or 5x5 convolution, a
+depthwise-separable one, or a skip), then fully connected hidden layers (each a width or a skip),
+then the output layer (one Q-value per action). Every convolution has stride 1 and "same" padding
+(``kernel // 2``), so the map keeps the observation's height and width whatever is chosen; a skip
+passes its input on (the layer is left out of the network). Inputs are divided by ``scale`` inside
+``forward``, as hetrl's conv networks do (1 for MinAtar's 0/1 channels, 255 for camera frames).
+
+:meth:`Architecture.describe` lists the layers as a hardware model costs them
+(:class:`LayerDescription`); multiply-accumulates are exact: output positions x output channels x
+the patch a position reads (input channels / groups x kernel x kernel), padded border positions
+included, biases and ReLUs not counted (as :meth:`hetrl.nets.exits.ExitQNetwork.macs`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from hetrl.files import read_json, write_json
+
+ARCHITECTURE_FORMAT = "hetrl-architecture-v1"
+KINDS = ("conv", "sepconv", "dense", "skip")
+
+
+@dataclass(frozen=True)
+class LayerDescription:
+    """One layer as a hardware model costs it: a convolution (``kind`` "conv", or "dwconv" for a
+    depthwise one, ``groups == in_channels``) on an ``in_channels`` x ``height`` x ``width`` map, or
+    a fully connected layer ("linear": ``in_channels`` -> ``out_channels`` features on a 1x1 map)."""
+
+    kind: str
+    in_channels: int
+    out_channels: int
+    kernel: int = 1
+    height: int = 1
+    width: int = 1
+    stride: int = 1
+    groups: int = 1
+    bias: bool = True
+    relu: bool = True
+
+    @property
+    def padding(self) -> int:
+        return self.kernel // 2
+
+    @property
+    def out_height(self) -> int:
+        return (self.height + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def out_width(self) -> int:
+        return (self.width + 2 * self.padding - self.kernel) // self.stride + 1
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates for one sample."""
+        patch = self.in_channels // self.groups * self.kernel * self.kernel
+        return self.out_height * self.out_width * self.out_channels * patch
+
+    @property
+    def params(self) -> int:
+        return self.out_channels * (self.in_channels // self.groups * self.kernel * self.kernel + int(self.bias))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "out_height": self.out_height, "out_width": self.out_width, "macs": self.macs,
+                "params": self.params}
+
+
+@dataclass(frozen=True)
+class Op:
+    """A candidate operation of one layer: ``kind`` (conv, sepconv, dense, skip), its output
+    ``width`` (channels or features; a skip keeps its input's), its ``kernel`` (convolutions) and
+    whether a ReLU follows (all but the output layer)."""
+
+    kind: str
+    width: int = 0
+    kernel: int = 0
+    relu: bool = True
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown operation kind {self.kind!r}; one of {', '.join(KINDS)}")
+        if self.kind in ("conv", "sepconv") and (self.kernel < 1 or self.kernel % 2 == 0):
+            raise ValueError(f"a {self.kind} needs an odd kernel size ('same' padding), not {self.kernel}")
+        if self.kind != "skip" and self.width < 1:
+            raise ValueError(f"a {self.kind} needs a width >= 1, not {self.width}")
+
+    @property
+    def name(self) -> str:
+        if self.kind == "skip":
+            return "skip"
+        if self.kind == "dense":
+            return f"{'dense' if self.relu else 'linear'}-{self.width}"
+        return f"{'conv' if self.kind == 'conv' else 'sep'}{self.kernel}x{self.kernel}-{self.width}"
+
+    @property
+    def is_conv(self) -> bool:
+        return self.kind in ("conv", "sepconv")
+
+    def out_width(self, in_width: int) -> int:
+        return in_width if self.kind == "skip" else self.width
+
+    def describe(self, in_width: int, height: int = 1, width: int = 1) -> list[LayerDescription]:
+        """The layers this operation runs on an ``in_width`` x ``height`` x ``width`` input (none for a skip)."""
+        if self.kind == "conv":
+            return [LayerDescription("conv", in_width, self.width, self.kernel, height, width, relu=self.relu)]
+        if self.kind == "sepconv":  # MobileNet's depthwise then pointwise; one ReLU after both
+            return [LayerDescription("dwconv", in_width, in_width, self.kernel, height, width, groups=in_width,
+                                     bias=False, relu=False),
+                    LayerDescription("conv", in_width, self.width, 1, height, width, relu=self.relu)]
+        if self.kind == "dense":
+            return [LayerDescription("linear", in_width, self.width, relu=self.relu)]
+        return []
+
+    def module(self, in_width: int) -> nn.Sequential | None:
+        """A fresh standalone module of this operation for ``in_width`` inputs (None for a skip).
+        Its parameters are in the order and shapes :meth:`describe` lists the layers."""
+        layers: list[nn.Module]
+        if self.kind == "conv":
+            layers = [nn.Conv2d(in_width, self.width, self.kernel, padding=self.kernel // 2)]
+        elif self.kind == "sepconv":
+            layers = [nn.Conv2d(in_width, in_width, self.kernel, padding=self.kernel // 2, groups=in_width, bias=False),
+                      nn.Conv2d(in_width, self.width, 1)]
+        elif self.kind == "dense":
+            layers = [nn.Linear(in_width, self.width)]
+        else:
+            return None
+        return nn.Sequential(*layers, *([nn.ReLU()] if self.relu else []))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "width": self.width, "kernel": self.kernel, **({} if self.relu else {"relu": False})}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Op:
+        return cls(str(data["kind"]), int(data.get("width", 0)), int(data.get("kernel", 0)), bool(data.get("relu", True)))
+
+
+SKIP = Op("skip")
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a chain in place: its operation and the input it reads."""
+
+    op: Op
+    in_width: int  # channels (convolutions) or features (fully connected)
+    height: int = 1
+    width: int = 1
+
+    def describe(self) -> list[LayerDescription]:
+        return self.op.describe(self.in_width, self.height, self.width)
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One operation per layer: ``convs`` on the image (none for vector observations), then the
+    hidden fully connected layers ``dense``; skips included, so that layer k of a search space is
+    entry k here. The output layer (one Q-value per action) is implied."""
+
+    obs_shape: tuple[int, ...]
+    n_actions: int
+    convs: tuple[Op, ...] = ()
+    dense: tuple[Op, ...] = ()
+    scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if len(self.obs_shape) not in (1, 3):
+            raise ValueError(f"observations must be vectors or images (C, H, W), not shape {tuple(self.obs_shape)}")
+        if self.convs and len(self.obs_shape) != 3:
+            raise ValueError(f"convolution layers need image observations (C, H, W), not shape {tuple(self.obs_shape)}")
+        if any(not op.is_conv and op.kind != "skip" for op in self.convs):
+            raise ValueError("convs holds convolutions and skips only")
+        if any(op.kind not in ("dense", "skip") for op in self.dense):
+            raise ValueError("dense holds fully connected layers and skips only")
+
+    @property
+    def output(self) -> Op:
+        return Op("dense", self.n_actions, relu=False)
+
+    def layers(self) -> list[Layer]:
+        """Every layer with its input, the output layer last."""
+        out = []
+        width, (height, map_width) = self.obs_shape[0], (self.obs_shape[1:] if len(self.obs_shape) == 3 else (1, 1))
+        for op in self.convs:
+            out.append(Layer(op, width, height, map_width))
+            width = op.out_width(width)
+        features = width * height * map_width
+        for op in (*self.dense, self.output):
+            out.append(Layer(op, features))
+            features = op.out_width(features)
+        return out
+
+    def describe(self) -> list[LayerDescription]:
+        return [d for layer in self.layers() for d in layer.describe()]
+
+    @property
+    def macs(self) -> int:
+        """Multiply-accumulates per decision (one observation)."""
+        return sum(d.macs for d in self.describe())
+
+    @property
+    def names(self) -> list[str]:
+        return [op.name for op in (*self.convs, *self.dense)]
+
+    def build(self) -> SearchedQNetwork:
+        return SearchedQNetwork(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": ARCHITECTURE_FORMAT, "obs_shape": list(self.obs_shape), "n_actions": self.n_actions,
+                "scale": self.scale, "convs": [op.to_dict() for op in self.convs],
+                "dense": [op.to_dict() for op in self.dense], "names": self.names, "macs": self.macs,
+                "layers": [d.to_dict() for d in self.describe()]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Architecture:
+        """The architecture of :meth:`to_dict`'s output (its derived entries, layers and MACs, are
+        computed again, not read)."""
+        if data.get("format") != ARCHITECTURE_FORMAT:
+            raise ValueError(f"not a hetrl architecture (format {data.get('format')!r}, expected {ARCHITECTURE_FORMAT})")
+        try:
+            return cls(tuple(int(d) for d in data["obs_shape"]), int(data["n_actions"]),
+                       tuple(Op.from_dict(op) for op in data.get("convs", ())),
+                       tuple(Op.from_dict(op) for op in data.get("dense", ())), float(data.get("scale", 1.0)))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"malformed architecture ({type(exc).__name__}: {exc})") from None
+
+    def save(self, path: str | Path, **extra: Any) -> Path:
+        """Write the architecture as JSON, with ``extra`` entries beside it (how it was found)."""
+        return write_json(path, {**self.to_dict(), **extra})
+
+    @classmethod
+    def load(cls, path: str | Path) -> Architecture:
+        """Raises HetrlError for a missing or unparsable file, ValueError for one that is not an architecture."""
+        return cls.from_dict(read_json(path, "architecture file"))
+
+    def for_env(self, obs_shape: Sequence[int], n_actions: int, scale: float) -> Architecture:
+        """This architecture for an env's observations and actions, checked to fit them; ``scale``
+        (the env's pixel divisor) replaces the saved one."""
+        if tuple(obs_shape) != tuple(self.obs_shape) or n_actions != self.n_actions:
+            raise ValueError(f"it was searched for observations {tuple(self.obs_shape)} and {self.n_actions} actions, "
+                             f"the env has {tuple(obs_shape)} and {n_actions}")
+        return replace(self, scale=float(scale))
+
+
+class SearchedQNetwork(nn.Module):
+    """The plain Q-network of an :class:`Architecture`: only the chosen operations, skips left out."""
+
+    def __init__(self, architecture: Architecture) -> None:
+        super().__init__()
+        self.architecture = architecture
+        self.scale = architecture.scale
+        layers = architecture.layers()
+        # keyed by the layer's index in the architecture, the output layer last (a skip has no entry):
+        # layer k's weights have the same names whatever the other layers chose
+        self.blocks = nn.ModuleDict({str(k): layer.op.module(layer.in_width) for k, layer in enumerate(layers)
+                                     if layer.op.kind != "skip"})
+        self._flatten_at = sum(1 for op in architecture.convs if op.kind != "skip")  # blocks before the flatten
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        x = obs.float()
+        if self.scale != 1.0:
+            x = x / self.scale
+        for i, block in enumerate(self.blocks.values()):
+            if i == self._flatten_at:
+                x = x.flatten(1)
+            x = block(x)
+        return x
+
+    def block(self, k: int) -> nn.Module | None:
+        """The module of layer ``k`` (the output layer is the last); None for a skip."""
+        return self.blocks[str(k)] if str(k) in self.blocks else None
+
+    def describe(self) -> list[LayerDescription]:
+        return self.architecture.describe()
+
+    @property
+    def macs(self) -> int:
+        return self.architecture.macs
