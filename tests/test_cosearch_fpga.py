@@ -10,6 +10,7 @@ from torch import nn
 
 from hetrl.cosearch.fpga import (DEVICES, Budget, FpgaDevice, Layer, Parallelism, allocate, budget_penalty, cost_tables,
                                  evaluate, expected_cost, layers_of, shipped_devices, smooth_max)
+from hetrl.cosearch import fpga
 from hetrl.errors import HetrlError
 
 
@@ -208,3 +209,35 @@ def test_the_budget_penalty_pushes_back_below_the_budget():
     assert penalty.item() == pytest.approx(32.5 / 16 - 1)
     penalty.backward()
     assert option_logits.grad[1] > 0 > option_logits.grad[0]  # towards the smaller option
+
+
+# --- the model as the co-search's cost ------------------------------------------------------------
+def test_the_search_cost_is_the_bottleneck_of_each_layers_interval_within_its_share():
+    from hetrl.cosearch.cost import hardware_cost
+    from hetrl.cosearch.supernet import search_space
+
+    space = search_space((4, 10, 10), 3, conv_widths=(8, 16))
+    cost = hardware_cost("fpga-model:zcu102", space)
+    assert isinstance(cost, fpga.SearchCost) and "modelled, never run" in cost.label and cost.unit == "cycles"
+    n = len(space.layers)
+    assert cost.share.dsp == 2520 // n and cost.share.bram36 == 912 // n
+    # one-hot choices: the first candidate everywhere; each layer's interval is its stages' design within the share
+    probs = [torch.eye(len(layer.candidates), dtype=torch.float64)[0] for layer in space.layers]
+    widths, intervals = [layer.in_widths[0] for layer in space.layers[:1]], []
+    for k, layer in enumerate(space.layers):
+        op = layer.candidates[0]
+        j = 0 if k == 0 else layer.in_widths.index(widths[-1])
+        stages = [fpga.as_layer(d) for d in op.describe(layer.in_widths[j], layer.height, layer.width)]
+        intervals.append(fpga.allocate(stages, cost.device, budget=cost.share).interval_cycles)
+        widths.append(op.width * (layer.height * layer.width if layer.conv and k + 1 < n and not space.layers[k + 1].conv else 1))
+    value = float(cost(probs))
+    assert max(intervals) <= value <= max(intervals) * (1 + 0.05 * math.log(n)) + 1e-9  # the smooth maximum's bound
+    # gradients are finite and favour the cheaper candidates of the bottleneck layer
+    logits = [torch.zeros(len(layer.candidates), dtype=torch.float64, requires_grad=True) for layer in space.layers]
+    cost([torch.softmax(x, 0) for x in logits]).backward()
+    assert all(torch.isfinite(x.grad).all() for x in logits)
+    first = logits[0].grad
+    cheap = int(torch.argmin(cost.values[0][:, 0]))
+    dear = int(torch.argmax(cost.values[0][:, 0]))
+    assert first[cheap] <= first[dear]
+    assert cost.to_dict()["layers"][0]  # the table is reported with the search's outputs

@@ -257,5 +257,12 @@ def test_cosearch_writes_an_architecture_dqn_retrains(teacher_run, tmp_path, cap
     assert algo.make_networks()["q"].architecture.names == saved["names"]
     assert "Retrain it: `hetrl train dqn MinAtar/Breakout-v1 --set network=" in (out / "summary.md").read_text()
     assert capsys.readouterr().out.strip() == f"hetrl train dqn MinAtar/Breakout-v1 --set network={(out / 'architecture.json').resolve()}"
+    fpga_out = tmp_path / "fpga"  # the FPGA model as the cost: its table saved, the derived network's design reported
+    assert main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--hardware", "fpga-model:zcu102",
+                 "--steps", "10", "--states", "200", "--out", str(fpga_out), "--no-progress"]) == 0
+    assert json.loads((fpga_out / "costs.json").read_text())["unit"] == "cycles"
+    assert "derived network on the FPGA:" in (fpga_out / "summary.md").read_text()
+    assert "modelled, never run" in (fpga_out / "summary.md").read_text()
+    capsys.readouterr()
     assert main(["cosearch", "MinAtar/Asterix-v1", "--teacher", str(teacher_run), "--out", str(tmp_path / "x")]) == 2
     assert "was trained on MinAtar/Breakout-v1, not MinAtar/Asterix-v1" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl.algos.base import seeded_init
-from hetrl.cosearch.cost import CostTable, hardware_cost
+from hetrl.cosearch.cost import hardware_cost
 from hetrl.cosearch.search import SearchConfig, SearchResult, search
 from hetrl.cosearch.summary import write_outputs
 from hetrl.cosearch.supernet import SuperNet, search_space
@@ -64,5 +64,11 @@ def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: S
     result = search(supernet, data, config, cost, progress)
     context = {"env": env, "teacher": str(teacher_dir), "checkpoint": teacher.policy.source.name, "states": data.source,
                "hardware": hardware}
-    files = write_outputs(out, result, space, context, cost.to_dict() if isinstance(cost, CostTable) else None)
+    if hasattr(cost, "derived_design"):  # the FPGA model: the derived network's own whole-part design
+        from hetrl.cosearch.fpga import as_layer
+
+        design = cost.derived_design([as_layer(d) for d in result.architecture.describe()])
+        context["derived design"] = (f"{design.samples_per_s:,.0f} decisions/s, latency {design.latency_s * 1e6:,.2f} us, "
+                                     f"{design.dsp:,} DSPs, {design.bram36:,} BRAM36 (FPGA model, modelled, never run)")
+    files = write_outputs(out, result, space, context, cost.to_dict() if hasattr(cost, "to_dict") else None)
     return Outcome(result, out, files)

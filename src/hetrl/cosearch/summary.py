@@ -50,7 +50,8 @@ def markdown(result: SearchResult, space: SearchSpace, context: dict[str, Any], 
               f"{cfg.distill_weight:g}), TD weight {cfg.td_weight:g}, temperature {cfg.tau_start:g} -> {cfg.tau_end:g}, "
               f"warm-up {cfg.warmup:.0%}")
     lines = [f"# Co-search on {context.get('env', '?')}", "", f"- teacher: {teacher}",
-             f"- hardware cost: {result.cost_label or 'none'} (lambda {cfg.hardware_weight:g})", f"- search: {search}", "",
+             f"- hardware cost: {result.cost_label or 'none'} (lambda {cfg.hardware_weight:g})", f"- search: {search}",
+             *([f"- derived network on the FPGA: {context['derived design']}"] if "derived design" in context else []), "",
              "| layer | chosen | probability | runner-up | input | MACs |", "| --- | --- | --- | --- | --- | --- |"]
     for k, (layer, here, probs, chosen) in enumerate(zip(space.layers, arch.layers(), result.probs, result.choice)):
         ranked = sorted(range(len(probs)), key=lambda i: -probs[i])
