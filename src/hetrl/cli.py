@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from hetrl.errors import HetrlError
+from hetrl.files import check_writable
 
 if TYPE_CHECKING:
     from hetrl.run.result import TrainResult
@@ -31,7 +32,9 @@ def _settings_help() -> str:
 
 
 def write_settings_help() -> None:
-    SETTINGS_HELP.write_text(settings_help_text())
+    from hetrl.files import write_text
+
+    write_text(SETTINGS_HELP, settings_help_text())
 
 
 def settings_help_text() -> str:
@@ -212,6 +215,8 @@ def _profile(args: argparse.Namespace) -> int:
     from hetrl.run.report import progress_bar
 
     cfg = make_config(args.algo, args.env, args.config, args.overrides)
+    if args.out:
+        check_writable(args.out, "--out")  # before profiling
     devices = [str(resolve_device(d)) for d in args.devices] if args.devices else None
     console = Console(stderr=True)
     machine = describe_machine()
@@ -258,6 +263,7 @@ def _plan(args: argparse.Namespace) -> int:
     cfg = make_config(args.algo, args.env, args.config,
                       args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else [])
                       + ([f"steps={args.steps}"] if args.steps else []))
+    check_writable(args.out, "--out")  # before planning
     console = Console(stderr=True)
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
@@ -324,8 +330,9 @@ def _export(args: argparse.Namespace) -> int:
 
     from hetrl.policy import load
 
+    out = check_writable(args.out or Path(args.run_dir) / ("policy.pt" if args.format == "torchscript" else "policy.onnx"),
+                         "--out")
     policy = load(args.run_dir, args.checkpoint)
-    out = Path(args.out or Path(args.run_dir) / ("policy.pt" if args.format == "torchscript" else "policy.onnx"))
     path = policy.export(out, args.format)
     print(f"{path}: the greedy policy of {policy.source} ({args.format})")
     return 0
@@ -363,6 +370,8 @@ def _exits_sweep(args: argparse.Namespace) -> int:
             thresholds = tuple(float(t) for t in args.thresholds.split(",") if t.strip())
         except ValueError:
             raise HetrlError(f"--thresholds {args.thresholds}: expected comma-separated numbers in [0, 1]") from None
+    if args.out:
+        check_writable(args.out, "--out", directory=True)
     console = Console(stderr=True)
     result = sweep(args.run_dir, args.checkpoint, args.episodes, thresholds, args.min_score_ratio, args.out,
                    store=not args.no_store, timing=not args.no_timing,

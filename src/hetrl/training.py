@@ -20,6 +20,7 @@ from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import ActorsFailed, HetrlError, StopRequested
 from hetrl.evaluation import evaluate_policy
+from hetrl.files import write_text
 from hetrl.nets import numpy_params
 from hetrl.run.callbacks import Callback, CallbackInfo, Callbacks
 from hetrl.run.metrics import STAGES, MetricsWriter, read_metrics
@@ -103,6 +104,7 @@ class Session:
                overwrite: bool = False) -> "Session":
         """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
         check_machine(config)  # before planning: a plan measures the start of the actors it is asked for
+        RunDir.check_target(run_dir)  # and a run directory that cannot be written, before a profile is measured
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
         session.check_machine()
         session.run = RunDir.create(run_dir, config, overwrite=overwrite)
@@ -380,7 +382,7 @@ class Session:
             profile_check=self.plan.profile_check or None,
             replay_bytes=ex.replay_bytes() or None, replay_capacity=cfg.agent.buffer_size,
         )
-        run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
+        write_text(run.summary, json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         return result
 
     def _info(self, episodes: int, episode_returns: tuple[float, ...] = (), evaluation: np.ndarray | None = None,

@@ -22,7 +22,6 @@ pickle inside, unpickled only as ``env_state`` says: by default when this user's
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import time
@@ -32,7 +31,7 @@ from typing import Any
 
 from hetrl.config import TrainConfig, load_config, save_config
 from hetrl.errors import HetrlError
-from hetrl.files import file_part
+from hetrl.files import check_writable, file_part
 from hetrl.run import safe_state
 
 # v2: the replay is in a file of its own (replay_file); v3: v2's layout, readable with weights_only=True
@@ -59,6 +58,12 @@ class RunDir:
     plot = property(lambda self: self.path / "returns.png")
     summary = property(lambda self: self.path / "summary.json")
     best = property(lambda self: self.checkpoint_dir / BEST)
+
+    @staticmethod
+    def check_target(path: str | Path | None, root: str | Path = "runs") -> None:
+        """Before any work: refuse a run directory hetrl could not write (a file, a read-only or
+        unwritable location: :func:`hetrl.files.check_writable`)."""
+        check_writable(root if path is None else path, "--run-dir", directory=True)
 
     @classmethod
     def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs",
@@ -160,10 +165,7 @@ class RunDir:
         return self._write(self.best, {"kind": "best", **state})
 
     def _write(self, path: Path, state: dict[str, Any]) -> Path:
-        tmp = path.with_suffix(".tmp")
-        safe_state.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
-        os.replace(tmp, path)
-        return path
+        return safe_state.save({"format": CHECKPOINT_FORMAT, **state}, path)
 
     def load_checkpoint(self, path: str | Path | None = None, replay: bool = True,
                         env_state: str = "signed") -> tuple[Path, dict[str, Any]]:
