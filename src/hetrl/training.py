@@ -108,6 +108,7 @@ class Session:
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
         session.check_machine()
         session.run = RunDir.create(run_dir, config, overwrite=overwrite)
+        session.print_notes()
         return session
 
     @classmethod
@@ -117,7 +118,16 @@ class Session:
         plan = Plan.load(run.plan) if keep_plan and run.plan.exists() else None
         session = cls(config or run.load_config(), plan=plan)
         session.run = run
+        session.print_notes()
         return session
+
+    def note(self, text: str) -> None:
+        self.console.print(f"note: {text}", highlight=False, soft_wrap=True)
+
+    def print_notes(self) -> None:
+        """What the run directory noted (a stale lock taken over, partial files removed)."""
+        while self.run.notes:
+            self.note(self.run.notes.pop(0))
 
     def check_machine(self) -> None:
         """Refuse actors or learner threads far beyond this machine's cores, as planned (a plan file
@@ -193,7 +203,8 @@ class Session:
         stop); the executor is closed at the end whatever happens, so no actor process or shared
         memory outlives the call. A signal stops the run cleanly, with its checkpoint
         (``hetrl.run.signals``); so does an abort, its actors failing over and over. The loop's
-        energy is measured on every meter there is (RAPL, NVML), or reported unavailable."""
+        energy is measured on every meter there is (RAPL, NVML), or reported unavailable. The run
+        directory's lock is released at the end."""
         from hetrl.energy.discovery import discover_meters
         from hetrl.energy.measurement import EnergyMeasurement
 
@@ -220,6 +231,8 @@ class Session:
             if self._metrics is not None:  # the W&B run is marked failed, the files closed
                 self._metrics.close(failed=True)
             raise
+        finally:
+            self.run.unlock()
 
     def _save_on_abort(self) -> str:
         """Save the learner's state when the run cannot go on (its actors keep failing), unless
