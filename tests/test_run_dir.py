@@ -1,7 +1,8 @@
-"""Run directories that cannot be corrupted (issue 24, item 5).
+"""Run directories that cannot be corrupted (issue 24, items 4 and 5).
 
 - One writer per run directory (run.lock): two runs started together into one directory, a resume
   or a train while a run holds it (eval reads meanwhile), the stale lock of a killed run.
+- A metrics.csv whose last row was cut short is read, and repaired on resume.
 """
 
 import json
@@ -17,6 +18,7 @@ from test_resume import SMALL
 
 import hetrl
 from hetrl.cli import main
+from hetrl.run.metrics import read_metrics
 from hetrl.run.rundir import RunDir
 
 SRC = Path(__file__).resolve().parents[1] / "src"  # the hetrl these tests are part of, for the subprocesses
@@ -49,6 +51,7 @@ def save_config_together(*args):  # ...and whoever gets to writing its config wa
 
 rundir.RunDir.create, rundir.save_config = classmethod(create_together), save_config_together
 from hetrl.cli import main
+from hetrl.run.metrics import read_metrics
 raise SystemExit(main(sys.argv[2:]))
 """
 
@@ -139,3 +142,19 @@ def test_the_lock_of_a_killed_run_is_taken_over_with_a_note(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"note: took over {run / 'run.lock'} from PID {proc.pid}, which ended without releasing it" in err
     assert "partial file(s) that a killed writer left: " in err and partial.name in err and temp_files(run) == []
+
+
+# --- D: a torn last row of metrics.csv -------------------------------------------------------
+def test_a_metrics_csv_cut_short_is_read_and_repaired_on_resume(tmp_path, capsys):
+    run = tmp_path / "run"
+    hetrl.train("dqn", "CartPole-v1", steps=300, run_dir=run, **RUN)
+    with (run / "metrics.csv").open("a") as f:
+        f.write("400,50,1.2")  # a crash (or a full disk) in the middle of a row
+    assert [row["env_steps"] for row in read_metrics(run / "metrics.csv")] == [100, 200, 300]
+    capsys.readouterr()
+    assert hetrl.resume(run, steps=500, progress=False).env_steps == 500
+    notes = [line for line in capsys.readouterr().err.splitlines() if "cut short" in line]
+    assert len(notes) == 1 and notes[0].startswith(f"note: {run / 'metrics.csv'} ended in a row cut short (10 bytes")
+    rows = (run / "metrics.csv").read_text().splitlines()
+    assert [int(r.split(",")[0]) for r in rows[1:]] == [100, 200, 300, 400, 500] and len({r.count(",") for r in rows}) == 1
+    assert [row["env_steps"] for row in hetrl.resume(run, steps=600, progress=False).metrics][-1] == 600

@@ -253,7 +253,8 @@ class Session:
         if cfg.wandb_project:
             sinks.append(WandbSink(cfg.wandb_project, cfg.to_dict(), run.path, entity=cfg.wandb_entity, mode=cfg.wandb_mode,
                                    resumed=self.resumed_from is not None))
-        metrics = self._metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from, sinks=sinks)
+        metrics = self._metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from, sinks=sinks,
+                                                note=self.note)
         interrupted = self.stop
         next_log = _next_multiple(ex.env_steps, cfg.log_every)
         next_eval = _next_multiple(ex.env_steps, cfg.eval_every) if cfg.eval_every else None

@@ -1,12 +1,17 @@
 """Metric rows, written to metrics.csv and to TensorBoard event files, and to any further sink
-(Weights & Biases: hetrl.run.wandb_sink)."""
+(Weights & Biases: hetrl.run.wandb_sink).
+
+metrics.csv is appended to, a row at a time. A crash or a full disk can leave its last row cut
+short: the reader skips such a row, and the writer cuts it off before appending (with a note), so
+that no later row is glued to it.
+"""
 
 from __future__ import annotations
 
 import csv
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -57,7 +62,7 @@ def _csv_columns(csv_path: Path) -> list[str]:
 
 
 def _read_rows(csv_path: Path) -> tuple[list[str], list[dict[str, Any]]]:
-    """The header and rows of metrics.csv (none if it is missing)."""
+    """The header and rows of metrics.csv (none if it is missing), without a last row cut short."""
     try:
         text = csv_path.read_text()
     except FileNotFoundError:
@@ -75,6 +80,29 @@ def _csv_text(columns: list[str], rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
+def repair_torn_row(csv_path: Path) -> str | None:
+    """Cut off a last row without its line end (a crash or a full disk left it); says so, or None."""
+    try:
+        data = csv_path.read_bytes()
+    except FileNotFoundError:
+        return None
+    if not data or data.endswith(b"\n"):
+        return None
+    keep = data.rfind(b"\n") + 1
+    with fs_errors(csv_path), csv_path.open("r+b") as f:
+        f.truncate(keep)
+    return (f"{csv_path} ended in a row cut short ({len(data) - keep} bytes; a crash or a full disk leaves one): "
+            f"removed it, the rows before are kept")
+
+
+def _number(text: Any) -> float:
+    """A csv field as a number (NaN when it is not one: no comparison holds, and readers skip it)."""
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return math.nan
+
+
 class MetricsSink(Protocol):
     """Somewhere else each row goes (a :class:`hetrl.run.wandb_sink.WandbSink`)."""
 
@@ -87,8 +115,12 @@ class MetricsWriter:
     """Each row to metrics.csv, to TensorBoard and to every one of ``sinks``; ``close`` closes them all."""
 
     def __init__(self, csv_path: Path, tensorboard_dir: Path, resume_step: int | None = None,
-                 sinks: Sequence[MetricsSink] = ()) -> None:
+                 sinks: Sequence[MetricsSink] = (), note: Callable[[str], None] = lambda _: None) -> None:
         from torch.utils.tensorboard import SummaryWriter
+
+        repaired = repair_torn_row(csv_path)
+        if repaired:
+            note(repaired)
         self._path, self._tb_dir = csv_path, tensorboard_dir
         self._columns = _csv_columns(csv_path)
         with fs_errors(csv_path):
@@ -132,12 +164,12 @@ class MetricsWriter:
 
 def read_metrics(csv_path: Path) -> list[dict[str, float | None]]:
     """Rows of metrics.csv as numbers, one per env step: rows written at the same step (a final
-    evaluation, or a resumed run re-logging steps after its checkpoint) merge, newer values winning."""
-    if not csv_path.exists():
-        return []
+    evaluation, or a resumed run re-logging steps after its checkpoint) merge, newer values winning.
+    A last row cut short is skipped, and so is a row without its step; other fields that are not
+    numbers read as NaN."""
     merged: dict[float, dict[str, float | None]] = {}
-    with csv_path.open() as f:
-        for row in csv.DictReader(f):
-            values = {k: float(v) for k, v in row.items() if v not in ("", None)}
+    for row in _read_rows(csv_path)[1]:
+        values = {k: _number(v) for k, v in row.items() if isinstance(k, str) and v not in ("", None)}
+        if not math.isnan(values.get("env_steps", math.nan)):
             merged.setdefault(values["env_steps"], dict.fromkeys(COLUMNS)).update(values)
     return [merged[k] for k in sorted(merged)]
