@@ -1,8 +1,10 @@
-"""Run directories that cannot be corrupted (issue 24, items 4 and 5).
+"""Run directories that cannot be corrupted (issue 24, items 4 to 6).
 
 - One writer per run directory (run.lock): two runs started together into one directory, a resume
   or a train while a run holds it (eval reads meanwhile), the stale lock of a killed run.
 - A metrics.csv whose last row was cut short is read, and repaired on resume.
+- A directory holding checkpoints but no config.json is never taken for an empty one.
+(Resuming from an older checkpoint, which moves the later timeline aside: tests/test_checkpoints.py.)
 """
 
 import json
@@ -28,6 +30,10 @@ RUN = dict(seed=3, progress=False, plan="rule", eval_episodes=2, log_every=100, 
            **SMALL["dqn"])
 
 
+def snapshot(path: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
 # --- C: one writer per run directory ---------------------------------------------------------
 RACE = """
 import os, sys, time
@@ -51,7 +57,6 @@ def save_config_together(*args):  # ...and whoever gets to writing its config wa
 
 rundir.RunDir.create, rundir.save_config = classmethod(create_together), save_config_together
 from hetrl.cli import main
-from hetrl.run.metrics import read_metrics
 raise SystemExit(main(sys.argv[2:]))
 """
 
@@ -158,3 +163,18 @@ def test_a_metrics_csv_cut_short_is_read_and_repaired_on_resume(tmp_path, capsys
     rows = (run / "metrics.csv").read_text().splitlines()
     assert [int(r.split(",")[0]) for r in rows[1:]] == [100, 200, 300, 400, 500] and len({r.count(",") for r in rows}) == 1
     assert [row["env_steps"] for row in hetrl.resume(run, steps=600, progress=False).metrics][-1] == 600
+
+
+# --- E: checkpoints without config.json ------------------------------------------------------
+def test_a_directory_with_checkpoints_but_no_config_is_never_taken_for_empty(tmp_path, capsys):
+    run = tmp_path / "run"
+    hetrl.train("dqn", "CartPole-v1", steps=200, run_dir=run, **RUN)
+    (run / "config.json").unlink()
+    before = snapshot(run)
+    for command in (["train", "dqn", "CartPole-v1", "--steps", "300", "--run-dir", str(run), *FLAGS],
+                    ["train", "dqn", "CartPole-v1", "--steps", "300", "--run-dir", str(run), "--overwrite", *FLAGS],
+                    ["resume", str(run)]):
+        assert main(command) == 2
+        message = one_line_error(capsys)
+        assert f"{run} holds checkpoints but no config.json" in message and "put its config.json back" in message
+    assert snapshot(run) == before

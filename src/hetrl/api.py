@@ -89,7 +89,9 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     elsewhere they restart from a seeded reset, unless ``trust_env_state`` (the env state is a
     pickle, which can run code: only for a file whose origin you trust). hetrl.run.safe_state.
 
-    The run directory is locked while it runs (a second resume, or a train into it, is refused)."""
+    The run directory is locked while it runs (a second resume, or a train into it, is refused);
+    from a checkpoint older than the newest, what lies past it moves into ``RUN/branches/<time>/``
+    first (:meth:`hetrl.run.rundir.RunDir.branch_off`)."""
     hooks = Callbacks(callbacks)
     run = RunDir.open(run_dir, lock=True)
     try:
@@ -108,6 +110,10 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
             raise HetrlError(f"{run.path} already reached its {cfg.steps} env steps; pass --steps N (a larger total) to continue")
         if steps is not None and steps <= at:
             raise HetrlError(f"--steps {steps} is not beyond the checkpoint's {at} env steps")
+        branched = run.branch_off(at)
+        if branched:
+            session.note(branched)
+            session.load_best()  # the best of this timeline (a later one's moved aside)
         if steps is not None:
             cfg.steps = steps
             save_config(cfg, run.config)

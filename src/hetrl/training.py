@@ -156,13 +156,18 @@ class Session:
                                f"restart from a seeded reset, so the run is not bit-identical to one never stopped; if you "
                                f"trust the file, resume with --trust-env-state (hetrl.resume(..., trust_env_state=True))",
                                highlight=False, soft_wrap=True)
-        if self.run.best.exists():  # a resumed run keeps improving on the best it had
+        self.load_best()
+        return path
+
+    def load_best(self) -> None:
+        """The best evaluation so far, from best.pt (a resumed run keeps improving on it); none without one."""
+        self.best = None
+        if self.run.best.exists():
             try:
                 _, best = self.run.load_checkpoint(self.run.best, env_state="never")
                 self.best = (best["eval_return_mean"], best["eval_return_std"], best["env_steps"])
             except HetrlError as exc:
                 self.console.print(f"warning: {exc}; the next evaluation writes a new best.pt", highlight=False)
-        return path
 
     def _resume_fix(self, path: Path) -> str:
         """Where a run can resume from instead of ``path`` (which has no replay)."""

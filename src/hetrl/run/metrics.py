@@ -95,6 +95,18 @@ def repair_torn_row(csv_path: Path) -> str | None:
             f"removed it, the rows before are kept")
 
 
+def split_metrics(csv_path: Path, step: int, dest: Path) -> int:
+    """Move the rows of ``csv_path`` past env step ``step`` into ``dest`` (a metrics.csv of the same
+    columns); returns how many moved. ``dest`` is written first: an interruption leaves rows in
+    both, never in neither."""
+    columns, rows = _read_rows(csv_path)
+    later = [row for row in rows if _number(row.get("env_steps")) > step]
+    if later:
+        write_text(dest, _csv_text(columns, later))
+        write_text(csv_path, _csv_text(columns, [row for row in rows if not _number(row.get("env_steps")) > step]))
+    return len(later)
+
+
 def _number(text: Any) -> float:
     """A csv field as a number (NaN when it is not one: no comparison holds, and readers skip it)."""
     try:

@@ -21,6 +21,12 @@ eval`` reads without it. The lock is released when the process ends, however it 
 file still naming a PID whose lock is free was left by a killed process: it is taken over, with a
 note, and the partial files that process left (``NAME.<pid>.tmp``, :mod:`hetrl.files`) are removed.
 
+**Timelines.** Resuming from a checkpoint older than the newest moves the newer checkpoints, their
+replay files, best.pt if it is newer and the metrics rows past that step into
+``branches/<time>/`` (with a copy of config.json and plan.json: a run directory of its own, which
+``hetrl eval`` reads), so the run goes on along one timeline and nothing saved is lost. A directory
+holding checkpoints but no config.json is never taken for an empty one.
+
 Every file is written in the form :mod:`hetrl.run.safe_state` describes (format v3): it loads with
 ``torch.load(weights_only=True)``, and so does every read here; older files (v1, v2) are read the
 same way with numpy's array reconstructors allowed. The inline executor's env state is the one
@@ -47,8 +53,10 @@ from hetrl.files import (
     file_part,
     fs_error,
     fs_errors,
+    write_file,
 )
 from hetrl.run import safe_state
+from hetrl.run.metrics import split_metrics
 from hetrl.runtime.shared import pid_alive
 
 # v2: the replay is in a file of its own (replay_file); v3: v2's layout, readable with weights_only=True
@@ -79,6 +87,7 @@ class RunDir:
     summary = property(lambda self: self.path / "summary.json")
     best = property(lambda self: self.checkpoint_dir / BEST)
     lock_file = property(lambda self: self.path / LOCK)
+    branches = property(lambda self: self.path / "branches")
 
     @staticmethod
     def check_target(path: str | Path | None, root: str | Path = "runs") -> None:
@@ -91,7 +100,7 @@ class RunDir:
                overwrite: bool = False) -> RunDir:
         """A new run directory, locked (:meth:`lock`). ``overwrite``: replace a run that stopped
         before its first periodic checkpoint (its files are removed); a run holding one is never
-        removed."""
+        removed, and neither is a directory holding checkpoints without config.json."""
         run = cls(Path(path) if path is not None else _new_path(root, config))
         run.lock()
         try:
@@ -105,6 +114,8 @@ class RunDir:
                                      f"afresh there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
                 run.remove_unstarted()
                 run.replaced = True
+            elif run.checkpoints() or run.best.exists():
+                raise HetrlError(run.no_config())
             save_config(config, run.config)
             ensure_dir(run.checkpoint_dir)
         except BaseException:
@@ -120,10 +131,18 @@ class RunDir:
         if not run.path.is_dir():
             raise HetrlError(f"run directory {run.path} does not exist")
         if not run.config.exists():
+            if run.checkpoints() or run.best.exists():
+                raise HetrlError(run.no_config())
             raise HetrlError(f"{run.path} is not a hetrl run directory (no config.json); pass the folder `hetrl train` created")
         if lock:
             run.lock()
         return run
+
+    def no_config(self) -> str:
+        """The refusal of a directory that holds checkpoints but lost its config.json."""
+        return (f"{self.path} holds checkpoints but no config.json (deleted, or an incomplete copy), so it is neither "
+                f"empty nor resumable; put its config.json back (from a copy of the run) and `hetrl resume {self.path}`, "
+                f"or choose another --run-dir")
 
     # --- the lock ----------------------------------------------------------------------------
     def lock(self) -> None:
@@ -255,6 +274,41 @@ class RunDir:
 
     def _write(self, path: Path, state: dict[str, Any]) -> Path:
         return safe_state.save({"format": CHECKPOINT_FORMAT, **state}, path)
+
+    def branch_off(self, step: int) -> str | None:
+        """Before a run goes on from the checkpoint of env step ``step``: move what lies past it
+        (step and replay files of later steps, best.pt if a later evaluation wrote it, metrics rows
+        past ``step``) into ``branches/<time>/``, a run directory of its own (config.json and
+        plan.json copied). Returns the note to show, or None when nothing lies past ``step``. A
+        step file moves before its replay file, so an interruption leaves no step file here
+        without its replay; moving again finishes the job into another branch folder."""
+        later = [path for n, path in self._numbered(_STEP_FILE) if n > step]
+        if not later:
+            return None
+        branch = _new_folder(self.branches / time.strftime("%Y%m%d-%H%M%S"))
+        for name in ("config.json", "plan.json"):
+            if (self.path / name).exists():
+                write_file(branch / name, (self.path / name).read_bytes())
+        moved = ensure_dir(branch / "checkpoints")
+        later += [path for n, path in self._numbered(_REPLAY_FILE) if n > step]
+        if self.best.exists() and self._best_step() > step:
+            later.append(self.best)
+        for path in later:
+            with fs_errors(moved / path.name):
+                os.replace(path, moved / path.name)
+        rows = split_metrics(self.metrics, step, branch / "metrics.csv")
+        what = f"{len(later)} file(s) of later steps" + (f" and {rows} metrics row(s) past step {step:,}" if rows else "")
+        return (f"resuming from env step {step:,}, before the newest checkpoint: moved {what} aside into {branch} (a run "
+                f"directory of its own: `hetrl eval {branch}`), so this run goes on from here and a plain `hetrl resume` "
+                f"continues this timeline")
+
+    def _best_step(self) -> int:
+        """The env step of best.pt (a best.pt that cannot be read counts as later than any step)."""
+        try:
+            _, state = self.load_checkpoint(self.best, replay=False, env_state="never")
+            return int(state["env_steps"])
+        except (HetrlError, KeyError, TypeError, ValueError):
+            return 1 << 62
 
     def load_checkpoint(self, path: str | Path | None = None, replay: bool = True,
                         env_state: str = "signed") -> tuple[Path, dict[str, Any]]:
