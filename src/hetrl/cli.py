@@ -215,17 +215,16 @@ def _profile(args: argparse.Namespace) -> int:
     from hetrl.run.report import progress_bar
 
     cfg = make_config(args.algo, args.env, args.config, args.overrides)
-    if args.out:
-        check_writable(args.out, "--out")  # before profiling
     devices = [str(resolve_device(d)) for d in args.devices] if args.devices else None
     console = Console(stderr=True)
     machine = describe_machine()
+    out = check_writable(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent), "--out")  # before profiling
     with progress_bar(console, not args.no_progress) as bar:
         task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="", unit="measurements")
         profile = profile_workload(cfg.algo, cfg.env_source(), cfg.agent, devices, machine=machine,
                                    progress=lambda label, done, total: bar.update(task, completed=done + 1, total=total, stats=label))
     console.print(profile_table(profile))
-    path = profile.save(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent))
+    path = profile.save(out)
     console.print(f"profile saved: {path}")
     return 0
 
