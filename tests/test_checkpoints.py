@@ -14,6 +14,7 @@ import hetrl
 from hetrl.config import make_config, save_config
 from hetrl.errors import HetrlError
 from hetrl.run import safe_state
+from hetrl.run.metrics import read_metrics
 from hetrl.run.rundir import RunDir
 
 RUN = dict(seed=3, progress=False, plan="rule", eval_episodes=2, log_every=100, **SMALL["dqn"])
@@ -163,16 +164,31 @@ def test_a_crash_between_the_replay_file_and_the_step_file_keeps_the_previous_ch
     assert _names(run) == _steps(400, replay=(400,))
 
 
-def test_a_run_resumed_from_an_earlier_checkpoint_leaves_the_later_files_alone(tmp_path):
+def test_a_run_resumed_from_an_earlier_checkpoint_moves_the_later_timeline_aside(tmp_path, capsys):
     run = tmp_path / "r"
-    hetrl.train("dqn", "CartPole-v1", steps=400, run_dir=run, checkpoint_every=100, eval_every=0,
+    hetrl.train("dqn", "CartPole-v1", steps=400, run_dir=run, checkpoint_every=100, eval_every=100,
                 keep_checkpoints=2, checkpoint_replay="all", **RUN)
     assert _names(run) == _steps(300, 400, replay=(300, 400))
+    later = {name: (run / "checkpoints" / name).read_bytes() for name in _steps(400, replay=(400,))}
+    _, best = RunDir.open(run).load_checkpoint(run / "checkpoints" / "best.pt", replay=False)
     cfg = RunDir.open(run).load_config()
-    cfg.checkpoint_every = 50  # the new branch writes step 350, between the two
+    cfg.checkpoint_every = 50  # the new timeline writes step 350, between the two
     save_config(cfg, run / "config.json")
+    capsys.readouterr()
     hetrl.resume(run, steps=350, checkpoint=run / "checkpoints" / "step_0000000300.pt", progress=False)
-    assert _names(run) == _steps(300, 350, 400, replay=(300, 350, 400))  # 400 (the other branch) untouched
+    [branch] = (run / "branches").iterdir()
+    note = [line for line in capsys.readouterr().err.splitlines() if "moved" in line]
+    assert len(note) == 1 and f"into {branch}" in note[0] and "a plain `hetrl resume` continues this timeline" in note[0]
+    assert _names(run) == _steps(300, 350, replay=(300, 350))  # one timeline: 400 is not in it
+    moved = {name: (branch / "checkpoints" / name).read_bytes() for name in _names(branch)}
+    assert moved == later  # the other timeline whole, in a run directory of its own
+    assert (best["env_steps"] > 300) == (branch / "checkpoints" / "best.pt").exists()
+    old = [row["env_steps"] for row in read_metrics(branch / "metrics.csv")]
+    assert old == [400.0] and [row["env_steps"] for row in read_metrics(run / "metrics.csv")] == [100, 200, 300, 350]
+    assert hetrl.evaluate(branch, episodes=1, checkpoint="final").env_steps == 400
+    # a plain resume continues the new timeline (350), not the one moved aside
+    assert hetrl.resume(run, steps=450, progress=False).env_steps == 450
+    assert _names(run) == _steps(400, 450, replay=(400, 450)) and len(list((run / "branches").iterdir())) == 1
 
 
 @pytest.mark.parametrize("key, value, message", [

@@ -157,5 +157,6 @@ def test_overwrite_starts_a_new_wandb_run(tmp_path):
     run = RunDir.create(tmp_path / "r", config)
     (run.path / "wandb").mkdir()
     (run.path / "wandb" / "hetrl-run-id").write_text("abc\n")
+    run.unlock()  # as the session's train does at its end
     again = RunDir.create(tmp_path / "r", config, overwrite=True)
     assert again.replaced and not (again.path / "wandb").exists()

@@ -87,27 +87,39 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     (``callbacks`` as :func:`train` takes them). The envs continue where they were when this user's
     hetrl wrote the checkpoint (its env state is signed with the user's key); from a checkpoint made
     elsewhere they restart from a seeded reset, unless ``trust_env_state`` (the env state is a
-    pickle, which can run code: only for a file whose origin you trust). hetrl.run.safe_state."""
+    pickle, which can run code: only for a file whose origin you trust). hetrl.run.safe_state.
+
+    The run directory is locked while it runs (a second resume, or a train into it, is refused);
+    from a checkpoint older than the newest, what lies past it moves into ``RUN/branches/<time>/``
+    first (:meth:`hetrl.run.rundir.RunDir.branch_off`)."""
     hooks = Callbacks(callbacks)
-    run = RunDir.open(run_dir)
-    if checkpoint is None and not run.checkpoints():
-        cfg = run.load_config()
-        raise HetrlError(f"{run.path} has no checkpoint (the run stopped before its first one), so there is nothing to "
-                         f"resume; start it again with `hetrl train {cfg.algo} {cfg.env} --config {run.config} "
-                         f"--run-dir {run.path} --overwrite`")
-    session = Session.open(run)
-    cfg = session.config
-    session.restore(checkpoint, env_state="any" if trust_env_state else "signed")
-    session.defaults = resumed_origin(run)
-    session.console.print(f"defaults: {session.defaults}", highlight=False, soft_wrap=True)
-    if steps is None and session.executor.env_steps >= cfg.steps:
-        raise HetrlError(f"{run.path} already reached its {cfg.steps} env steps; pass --steps N (a larger total) to continue")
-    if steps is not None:
-        if steps <= session.executor.env_steps:
-            raise HetrlError(f"--steps {steps} is not beyond the checkpoint's {session.executor.env_steps} env steps")
-        cfg.steps = steps
-        save_config(cfg, run.config)
-    result = session.train(progress=progress, callbacks=hooks)
+    run = RunDir.open(run_dir, lock=True)
+    try:
+        if checkpoint is None and not run.checkpoints():
+            cfg = run.load_config()
+            raise HetrlError(f"{run.path} has no checkpoint (the run stopped before its first one), so there is nothing to "
+                             f"resume; start it again with `hetrl train {cfg.algo} {cfg.env} --config {run.config} "
+                             f"--run-dir {run.path} --overwrite`")
+        session = Session.open(run)
+        cfg = session.config
+        session.restore(checkpoint, env_state="any" if trust_env_state else "signed")
+        session.defaults = resumed_origin(run)
+        session.console.print(f"defaults: {session.defaults}", highlight=False, soft_wrap=True)
+        at = session.executor.env_steps
+        if steps is None and at >= cfg.steps:
+            raise HetrlError(f"{run.path} already reached its {cfg.steps} env steps; pass --steps N (a larger total) to continue")
+        if steps is not None and steps <= at:
+            raise HetrlError(f"--steps {steps} is not beyond the checkpoint's {at} env steps")
+        branched = run.branch_off(at)
+        if branched:
+            session.note(branched)
+            session.load_best()  # the best of this timeline (a later one's moved aside)
+        if steps is not None:
+            cfg.steps = steps
+            save_config(cfg, run.config)
+        result = session.train(progress=progress, callbacks=hooks)
+    finally:
+        run.unlock()
     if summary:
         session.print_summary(result)
     return result

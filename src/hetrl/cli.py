@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from rich.console import Console
 
 from hetrl.errors import HetrlError
+from hetrl.files import check_writable
 
 if TYPE_CHECKING:
     from hetrl.run.result import TrainResult
@@ -31,7 +32,9 @@ def _settings_help() -> str:
 
 
 def write_settings_help() -> None:
-    SETTINGS_HELP.write_text(settings_help_text())
+    from hetrl.files import write_text
+
+    write_text(SETTINGS_HELP, settings_help_text())
 
 
 def settings_help_text() -> str:
@@ -215,12 +218,13 @@ def _profile(args: argparse.Namespace) -> int:
     devices = [str(resolve_device(d)) for d in args.devices] if args.devices else None
     console = Console(stderr=True)
     machine = describe_machine()
+    out = check_writable(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent), "--out")  # before profiling
     with progress_bar(console, not args.no_progress) as bar:
         task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="", unit="measurements")
         profile = profile_workload(cfg.algo, cfg.env_source(), cfg.agent, devices, machine=machine,
                                    progress=lambda label, done, total: bar.update(task, completed=done + 1, total=total, stats=label))
     console.print(profile_table(profile))
-    path = profile.save(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent))
+    path = profile.save(out)
     console.print(f"profile saved: {path}")
     return 0
 
@@ -264,6 +268,7 @@ def _plan(args: argparse.Namespace) -> int:
     cfg = make_config(args.algo, args.env, args.config,
                       args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else [])
                       + ([f"steps={args.steps}"] if args.steps else []))
+    check_writable(args.out, "--out")  # before planning
     console = Console(stderr=True)
     what_if = [load_what_if(spec) for spec in args.what_if]
     algorithm = make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent) if what_if or not args.profile else None
@@ -338,8 +343,9 @@ def _export(args: argparse.Namespace) -> int:
 
     from hetrl.policy import load
 
+    out = check_writable(args.out or Path(args.run_dir) / ("policy.pt" if args.format == "torchscript" else "policy.onnx"),
+                         "--out")
     policy = load(args.run_dir, args.checkpoint)
-    out = Path(args.out or Path(args.run_dir) / ("policy.pt" if args.format == "torchscript" else "policy.onnx"))
     path = policy.export(out, args.format)
     print(f"{path}: the greedy policy of {policy.source} ({args.format})")
     return 0
@@ -377,6 +383,8 @@ def _exits_sweep(args: argparse.Namespace) -> int:
             thresholds = tuple(float(t) for t in args.thresholds.split(",") if t.strip())
         except ValueError:
             raise HetrlError(f"--thresholds {args.thresholds}: expected comma-separated numbers in [0, 1]") from None
+    if args.out:
+        check_writable(args.out, "--out", directory=True)
     console = Console(stderr=True)
     result = sweep(args.run_dir, args.checkpoint, args.episodes, thresholds, args.min_score_ratio, args.out,
                    store=not args.no_store, timing=not args.no_timing,

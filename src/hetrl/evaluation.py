@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from hetrl.envs import AtariOptions, EnvSource, make_env
+from hetrl.files import atomic_path
 
 EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with training envs
 
@@ -94,19 +95,15 @@ def record_video(policy: Callable[[np.ndarray], np.ndarray], env_id: str | EnvSo
     encoder = mp4_encoder()
     kind = "mp4" if encoder else "gif"
     path = stem.with_name(f"{stem.name}.{kind}")
-    tmp = stem.with_name(f"{stem.name}.partial.{kind}")
     with quiet_sdl():
         env = make_env(env_id, render_mode="rgb_array", training=False, atari=atari)
         try:
             fps = fps or int(env.metadata.get("render_fps") or 30)
             frames = _greedy_frames(policy, env, seed)
-            total = _write_mp4(frames, tmp, fps) if encoder else _write_gif(frames, tmp, fps)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+            with atomic_path(path) as tmp:
+                total = _write_mp4(frames, tmp, fps) if encoder else _write_gif(frames, tmp, fps)
         finally:
             env.close()
-    os.replace(tmp, path)
     note = "" if encoder else "no MP4 encoder is installed: pip install 'hetrl[video]' for MP4"
     return Video(path, kind, total, note)
 
@@ -152,7 +149,8 @@ def _write_mp4(frames: Frames, path: Path, fps: int) -> float:
     height, width = first.shape[:2]
     pad = ((0, height % 2), (0, width % 2), (0, 0)) if height % 2 or width % 2 else None
     writer = imageio_ffmpeg.write_frames(str(path), (width + width % 2, height + height % 2), fps=fps, codec="libx264",
-                                         pix_fmt_out="yuv420p", macro_block_size=1, ffmpeg_log_level="error")
+                                         pix_fmt_out="yuv420p", macro_block_size=1, ffmpeg_log_level="error",
+                                         output_params=["-f", "mp4"])  # the path may end in .tmp
     writer.send(None)  # start ffmpeg
     total = 0.0
     try:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -34,7 +33,7 @@ import torch
 from hetrl.algos import Algorithm
 from hetrl.errors import HetrlError
 from hetrl.evaluation import evaluate_policy
-from hetrl.files import write_json
+from hetrl.files import write_file, write_json, write_text
 from hetrl.nets import numpy_params
 from hetrl.nets.exits import NEVER, ExitQNetwork, threshold_logit
 from hetrl.primitives import build
@@ -281,9 +280,7 @@ def store_threshold(path: Path, threshold: float) -> int:
 
     walk(state)
     if found:
-        tmp = path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, path)
+        write_file(path, lambda f: torch.save(state, f))
     return found
 
 
@@ -316,9 +313,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     if store:
         result.stored = store_threshold(Path(policy.source), best.threshold) > 0
     folder = Path(out) if out is not None else run.path / "exits"
-    folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "sweep.json", asdict(result))
-    (folder / "sweep.md").write_text(markdown(result) + "\n")
+    write_text(folder / "sweep.md", markdown(result) + "\n")
     plot(result, folder / "sweep.png")
     return result
 
@@ -388,5 +384,5 @@ def plot(result: SweepResult, path: Path) -> None:
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)

@@ -24,6 +24,7 @@ from torch import nn
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
+from hetrl.files import atomic_path, write_file
 from hetrl.nets.exits import ExitQNetwork
 from hetrl.run.rundir import RunDir
 from hetrl.training import host_forward
@@ -98,10 +99,9 @@ class Policy:
         module = self.module()
         example = torch.zeros((1, *self.spec.obs_shape), dtype=getattr(torch, self.spec.obs_dtype))
         spec = json.dumps(self.spec_dict())
-        path.parent.mkdir(parents=True, exist_ok=True)
         if format == "torchscript":
-            torch.jit.save(torch.jit.trace(module, example), str(path), _extra_files={"hetrl_spec.json": spec})
-            return path
+            traced = torch.jit.trace(module, example)
+            return write_file(path, lambda f: torch.jit.save(traced, f, _extra_files={"hetrl_spec.json": spec}))
         try:
             import onnx
             import onnxscript  # noqa: F401  torch's torch.export-based exporter writes through it
@@ -110,10 +110,11 @@ class Policy:
         batch = torch.export.Dim("batch")
         program = torch.onnx.export(module, (example,), input_names=["obs"], output_names=["actions"],
                                     dynamic_shapes=({0: batch},), dynamo=True, verbose=False)
-        program.save(str(path))
-        model = onnx.load(str(path))
-        model.metadata_props.add(key="hetrl_spec", value=spec)
-        onnx.save(model, str(path))
+        with atomic_path(path) as tmp:
+            program.save(str(tmp))
+            model = onnx.load(str(tmp))
+            model.metadata_props.add(key="hetrl_spec", value=spec)
+            onnx.save(model, str(tmp))
         return path
 
 

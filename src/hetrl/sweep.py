@@ -16,7 +16,7 @@ from rich.table import Table
 
 from hetrl.config import TrainConfig, apply_overrides
 from hetrl.errors import HetrlError
-from hetrl.files import write_json
+from hetrl.files import check_writable, write_file, write_json
 from hetrl.training import Session, TrainResult
 
 KNEE_FRACTION = 0.95
@@ -59,6 +59,7 @@ def parse_range(text: str) -> list[int]:
 
 
 def sweep(config: TrainConfig, counts: list[int], out: Path, console: Console) -> list[SweepPoint]:
+    check_writable(out, "--out", directory=True)
     if out.exists() and any(out.iterdir()):
         raise HetrlError(f"{out} already holds files; pass another --out (nothing was overwritten)")
     points = []
@@ -116,5 +117,5 @@ def plot(points: list[SweepPoint], chosen: SweepPoint, path: Path, title: str) -
     more = twin.get_legend_handles_labels()
     ax.legend(lines[0] + more[0], lines[1] + more[1], loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=120))
     plt.close(fig)

@@ -20,6 +20,7 @@ from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import ActorsFailed, HetrlError, StopRequested
 from hetrl.evaluation import evaluate_policy
+from hetrl.files import write_text
 from hetrl.nets import numpy_params
 from hetrl.run.callbacks import Callback, CallbackInfo, Callbacks
 from hetrl.run.metrics import STAGES, MetricsWriter, read_metrics
@@ -103,9 +104,11 @@ class Session:
                overwrite: bool = False) -> "Session":
         """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
         check_machine(config)  # before planning: a plan measures the start of the actors it is asked for
+        RunDir.check_target(run_dir)  # and a run directory that cannot be written, before a profile is measured
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
         session.check_machine()
         session.run = RunDir.create(run_dir, config, overwrite=overwrite)
+        session.print_notes()
         return session
 
     @classmethod
@@ -115,7 +118,16 @@ class Session:
         plan = Plan.load(run.plan) if keep_plan and run.plan.exists() else None
         session = cls(config or run.load_config(), plan=plan)
         session.run = run
+        session.print_notes()
         return session
+
+    def note(self, text: str) -> None:
+        self.console.print(f"note: {text}", highlight=False, soft_wrap=True)
+
+    def print_notes(self) -> None:
+        """What the run directory noted (a stale lock taken over, partial files removed)."""
+        while self.run.notes:
+            self.note(self.run.notes.pop(0))
 
     def check_machine(self) -> None:
         """Refuse actors or learner threads far beyond this machine's cores, as planned (a plan file
@@ -144,13 +156,18 @@ class Session:
                                f"restart from a seeded reset, so the run is not bit-identical to one never stopped; if you "
                                f"trust the file, resume with --trust-env-state (hetrl.resume(..., trust_env_state=True))",
                                highlight=False, soft_wrap=True)
-        if self.run.best.exists():  # a resumed run keeps improving on the best it had
+        self.load_best()
+        return path
+
+    def load_best(self) -> None:
+        """The best evaluation so far, from best.pt (a resumed run keeps improving on it); none without one."""
+        self.best = None
+        if self.run.best.exists():
             try:
                 _, best = self.run.load_checkpoint(self.run.best, env_state="never")
                 self.best = (best["eval_return_mean"], best["eval_return_std"], best["env_steps"])
             except HetrlError as exc:
                 self.console.print(f"warning: {exc}; the next evaluation writes a new best.pt", highlight=False)
-        return path
 
     def _resume_fix(self, path: Path) -> str:
         """Where a run can resume from instead of ``path`` (which has no replay)."""
@@ -191,7 +208,8 @@ class Session:
         stop); the executor is closed at the end whatever happens, so no actor process or shared
         memory outlives the call. A signal stops the run cleanly, with its checkpoint
         (``hetrl.run.signals``); so does an abort, its actors failing over and over. The loop's
-        energy is measured on every meter there is (RAPL, NVML), or reported unavailable."""
+        energy is measured on every meter there is (RAPL, NVML), or reported unavailable. The run
+        directory's lock is released at the end."""
         from hetrl.energy.discovery import discover_meters
         from hetrl.energy.measurement import EnergyMeasurement
 
@@ -218,6 +236,8 @@ class Session:
             if self._metrics is not None:  # the W&B run is marked failed, the files closed
                 self._metrics.close(failed=True)
             raise
+        finally:
+            self.run.unlock()
 
     def _save_on_abort(self) -> str:
         """Save the learner's state when the run cannot go on (its actors keep failing), unless
@@ -238,7 +258,8 @@ class Session:
         if cfg.wandb_project:
             sinks.append(WandbSink(cfg.wandb_project, cfg.to_dict(), run.path, entity=cfg.wandb_entity, mode=cfg.wandb_mode,
                                    resumed=self.resumed_from is not None))
-        metrics = self._metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from, sinks=sinks)
+        metrics = self._metrics = MetricsWriter(run.metrics, run.tensorboard, resume_step=self.resumed_from, sinks=sinks,
+                                                note=self.note)
         interrupted = self.stop
         next_log = _next_multiple(ex.env_steps, cfg.log_every)
         next_eval = _next_multiple(ex.env_steps, cfg.eval_every) if cfg.eval_every else None
@@ -380,7 +401,7 @@ class Session:
             profile_check=self.plan.profile_check or None,
             replay_bytes=ex.replay_bytes() or None, replay_capacity=cfg.agent.buffer_size,
         )
-        run.summary.write_text(json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
+        write_text(run.summary, json.dumps({k: v for k, v in result.__dict__.items() if k != "metrics"}, indent=2, default=str) + "\n")
         return result
 
     def _info(self, episodes: int, episode_returns: tuple[float, ...] = (), evaluation: np.ndarray | None = None,

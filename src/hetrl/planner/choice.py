@@ -35,14 +35,29 @@ def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
                if not impl.unsupported(algorithm) and any(impl.runs_on(d) for d in devices))
 
 
+# profiles measured where the cache could not be written (read-only, a file, full): kept for this process
+_IN_MEMORY: dict[Path, Profile] = {}
+
+
 def _cached_profile(path: Path, algorithm: Algorithm) -> Profile | None:
-    if not path.exists():
-        return None
-    try:
-        profile = Profile.load(path)
-    except HetrlError:  # a damaged cache entry is measured again
-        return None
+    profile = _IN_MEMORY.get(path)
+    if profile is None:
+        try:
+            profile = Profile.load(path)
+        except (HetrlError, OSError):  # none, a damaged entry or an unreadable cache: measured again
+            return None
     return profile if _covers_the_registry(profile, algorithm) else None
+
+
+def _keep(profile: Profile, path: Path, announce: Callable[[str], None]) -> None:
+    """Save ``profile`` in the cache at ``path``; where that fails, keep it in memory and say so."""
+    try:
+        profile.save(path)
+        _IN_MEMORY.pop(path, None)
+    except HetrlError as exc:
+        _IN_MEMORY[path] = profile
+        announce(f"warning: the profile cache cannot be written ({exc}); the profile is kept in memory, for this "
+                 f"process only (set XDG_CACHE_HOME to a writable directory to keep it)")
 
 
 def search_space(config: TrainConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -85,7 +100,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
 
         def profile_now() -> Profile:
             profile = profiling(config.algo, env, config.agent, machine=machine, **({"progress": progress} if progress else {}))
-            profile.save(path)
+            _keep(profile, path, announce)
             return profile
 
         profile = _cached_profile(path, algorithm)

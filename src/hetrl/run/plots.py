@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hetrl.files import write_file
 from hetrl.run.metrics import read_metrics
 
 
@@ -29,5 +30,5 @@ def plot_returns(csv_path: Path, png_path: Path, title: str) -> None:
     if train or evals:
         ax.legend(loc="best")
     fig.tight_layout()
-    fig.savefig(png_path, dpi=100)
+    write_file(png_path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)

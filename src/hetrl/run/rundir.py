@@ -14,6 +14,19 @@ pruned: a crash at any point leaves every earlier checkpoint whole and at worst 
 pruning would have removed. Checkpoints written before this layout (format v1) hold their replay
 inline and load as they are.
 
+**One writer at a time.** A process that trains or resumes a run holds ``run.lock`` (an
+exclusive ``flock``, with its PID inside) for the run's life: a second ``hetrl train`` into the
+same directory, or a second ``hetrl resume``, is refused in one line naming that PID; ``hetrl
+eval`` reads without it. The lock is released when the process ends, however it ends, so a lock
+file still naming a PID whose lock is free was left by a killed process: it is taken over, with a
+note, and the partial files that process left (``NAME.<pid>.tmp``, :mod:`hetrl.files`) are removed.
+
+**Timelines.** Resuming from a checkpoint older than the newest moves the newer checkpoints, their
+replay files, best.pt if it is newer and the metrics rows past that step into
+``branches/<time>/`` (with a copy of config.json and plan.json: a run directory of its own, which
+``hetrl eval`` reads), so the run goes on along one timeline and nothing saved is lost. A directory
+holding checkpoints but no config.json is never taken for an empty one.
+
 Every file is written in the form :mod:`hetrl.run.safe_state` describes (format v3): it loads with
 ``torch.load(weights_only=True)``, and so does every read here; older files (v1, v2) are read the
 same way with numpy's array reconstructors allowed. The inline executor's env state is the one
@@ -22,18 +35,29 @@ pickle inside, unpickled only as ``env_state`` says: by default when this user's
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from hetrl.config import TrainConfig, load_config, save_config
 from hetrl.errors import HetrlError
-from hetrl.files import file_part
+from hetrl.files import (
+    TEMP,
+    check_writable,
+    ensure_dir,
+    file_part,
+    fs_error,
+    fs_errors,
+    write_file,
+)
 from hetrl.run import safe_state
+from hetrl.run.metrics import split_metrics
+from hetrl.runtime.shared import pid_alive
 
 # v2: the replay is in a file of its own (replay_file); v3: v2's layout, readable with weights_only=True
 CHECKPOINT_FORMAT = safe_state.FORMAT
@@ -44,12 +68,15 @@ BEST = "best.pt"  # the policy of the best evaluation so far; never a periodic c
 # what a run directory holds (README "What a run directory holds"): what `overwrite` removes, config.json
 # last (until it goes, the directory is still a run: an interrupted removal is refused and can be retried)
 _RUN_FILES = ("plan.json", "metrics.csv", "tb", "wandb", "checkpoints", "returns.png", "summary.json", "config.json")
+LOCK = "run.lock"  # held (flock) by the process training or resuming the run; its PID inside
 
 
 class RunDir:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.replaced = False  # create(overwrite=True) removed a run stopped before its first checkpoint
+        self.notes: list[str] = []  # what the user should hear of (a stale lock taken over), for the session to print
+        self._lock: IO[str] | None = None
 
     config = property(lambda self: self.path / "config.json")
     plan = property(lambda self: self.path / "plan.json")
@@ -59,41 +86,127 @@ class RunDir:
     plot = property(lambda self: self.path / "returns.png")
     summary = property(lambda self: self.path / "summary.json")
     best = property(lambda self: self.checkpoint_dir / BEST)
+    lock_file = property(lambda self: self.path / LOCK)
+    branches = property(lambda self: self.path / "branches")
+
+    @staticmethod
+    def check_target(path: str | Path | None, root: str | Path = "runs") -> None:
+        """Before any work: refuse a run directory hetrl could not write (a file, a read-only or
+        unwritable location: :func:`hetrl.files.check_writable`)."""
+        check_writable(root if path is None else path, "--run-dir", directory=True)
 
     @classmethod
     def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs",
                overwrite: bool = False) -> RunDir:
-        """A new run directory. ``overwrite``: replace a run that stopped before its first periodic
-        checkpoint (its files are removed); a run holding one is never removed."""
-        if path is None:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            base = Path(root) / f"{config.algo}_{file_part(config.env)}_s{config.seed}_{stamp}"
-            path, k = base, 1
-            while path.exists():
-                path, k = base.with_name(f"{base.name}_{k}"), k + 1
-        run = cls(Path(path))
-        if run.config.exists():
-            if run.checkpoints():
-                refused = "--overwrite replaces only a run stopped before its first checkpoint; " if overwrite else ""
-                raise HetrlError(f"{run.path} already holds a run with checkpoints; {refused}continue it with "
-                                 f"`hetrl resume {run.path}` or choose another --run-dir")
-            if not overwrite:
-                raise HetrlError(f"{run.path} holds a run stopped before its first checkpoint (nothing to resume); start "
-                                 f"afresh there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
-            run.remove_unstarted()
-            run.replaced = True
-        run.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, run.config)
+        """A new run directory, locked (:meth:`lock`). ``overwrite``: replace a run that stopped
+        before its first periodic checkpoint (its files are removed); a run holding one is never
+        removed, and neither is a directory holding checkpoints without config.json."""
+        run = cls(Path(path) if path is not None else _new_path(root, config))
+        run.lock()
+        try:
+            if run.config.exists():
+                if run.checkpoints():
+                    refused = "--overwrite replaces only a run stopped before its first checkpoint; " if overwrite else ""
+                    raise HetrlError(f"{run.path} already holds a run with checkpoints; {refused}continue it with "
+                                     f"`hetrl resume {run.path}` or choose another --run-dir")
+                if not overwrite:
+                    raise HetrlError(f"{run.path} holds a run stopped before its first checkpoint (nothing to resume); start "
+                                     f"afresh there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
+                run.remove_unstarted()
+                run.replaced = True
+            elif run.checkpoints() or run.best.exists():
+                raise HetrlError(run.no_config())
+            save_config(config, run.config)
+            ensure_dir(run.checkpoint_dir)
+        except BaseException:
+            run.unlock()
+            raise
         return run
 
     @classmethod
-    def open(cls, path: str | Path) -> "RunDir":
+    def open(cls, path: str | Path, lock: bool = False) -> RunDir:
+        """An existing run; ``lock``: hold its lock (:meth:`lock`), as resuming does (reading it, as
+        evaluation does, needs none)."""
         run = cls(Path(path))
         if not run.path.is_dir():
             raise HetrlError(f"run directory {run.path} does not exist")
         if not run.config.exists():
+            if run.checkpoints() or run.best.exists():
+                raise HetrlError(run.no_config())
             raise HetrlError(f"{run.path} is not a hetrl run directory (no config.json); pass the folder `hetrl train` created")
+        if lock:
+            run.lock()
         return run
+
+    def no_config(self) -> str:
+        """The refusal of a directory that holds checkpoints but lost its config.json."""
+        return (f"{self.path} holds checkpoints but no config.json (deleted, or an incomplete copy), so it is neither "
+                f"empty nor resumable; put its config.json back (from a copy of the run) and `hetrl resume {self.path}`, "
+                f"or choose another --run-dir")
+
+    # --- the lock ----------------------------------------------------------------------------
+    def lock(self) -> None:
+        """Hold ``run.lock`` until :meth:`unlock` or this process ends: an exclusive ``flock`` on
+        the file, which then holds this PID. Held by a running process: a HetrlError naming it. A
+        PID left in a free lock file (a killed process's) is taken over with a note in
+        :attr:`notes`, and the temp files of dead writers are removed."""
+        if self._lock is not None:
+            return
+        ensure_dir(self.path)
+        with fs_errors(self.lock_file):
+            handle = open(self.lock_file, "a+")  # noqa: SIM115 (held open for the run's life: unlock closes it)
+        try:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "unknown"
+                raise HetrlError(f"{self.path} is in use by another hetrl process (PID {holder}, training or resuming it); "
+                                 f"wait for it to end or stop it (`kill {holder}` writes its checkpoint), then try again; "
+                                 f"`hetrl eval` reads it meanwhile") from None
+            handle.seek(0)
+            previous = handle.read().strip()
+            with fs_errors(self.lock_file):
+                handle.seek(0)
+                handle.truncate()
+                handle.write(f"{os.getpid()}\n")
+                handle.flush()
+        except BaseException:
+            handle.close()
+            raise
+        self._lock = handle
+        if previous and previous != str(os.getpid()):
+            self.notes.append(f"took over {self.lock_file} from PID {previous}, which ended without releasing it "
+                              f"(killed or crashed)")
+        removed = self._dead_temps()
+        for path in removed:
+            path.unlink(missing_ok=True)
+        if removed:
+            self.notes.append(f"removed {len(removed)} partial file(s) that a killed writer left: "
+                              f"{', '.join(p.name for p in removed)}")
+
+    def unlock(self) -> None:
+        """Release ``run.lock`` (emptied first: an empty lock file claims nothing); nothing if not held."""
+        handle, self._lock = self._lock, None
+        if handle is None:
+            return
+        try:
+            handle.seek(0)
+            handle.truncate()
+        except OSError:
+            pass  # the lock is released on close all the same
+        finally:
+            handle.close()
+
+    def _dead_temps(self) -> list[Path]:
+        """Temp files (``NAME.<pid>.tmp``) in the run and checkpoints folders whose writer is gone."""
+        found = []
+        for folder in (self.path, self.checkpoint_dir):
+            for path in folder.glob("*.tmp"):
+                match = TEMP.match(path.name)
+                if match and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))):
+                    found.append(path)
+        return found
 
     def load_config(self) -> TrainConfig:
         return load_config(self.config, invalid_hint="restore it from a copy", saved_run=True)
@@ -160,10 +273,42 @@ class RunDir:
         return self._write(self.best, {"kind": "best", **state})
 
     def _write(self, path: Path, state: dict[str, Any]) -> Path:
-        tmp = path.with_suffix(".tmp")
-        safe_state.save({"format": CHECKPOINT_FORMAT, **state}, tmp)
-        os.replace(tmp, path)
-        return path
+        return safe_state.save({"format": CHECKPOINT_FORMAT, **state}, path)
+
+    def branch_off(self, step: int) -> str | None:
+        """Before a run goes on from the checkpoint of env step ``step``: move what lies past it
+        (step and replay files of later steps, best.pt if a later evaluation wrote it, metrics rows
+        past ``step``) into ``branches/<time>/``, a run directory of its own (config.json and
+        plan.json copied). Returns the note to show, or None when nothing lies past ``step``. A
+        step file moves before its replay file, so an interruption leaves no step file here
+        without its replay; moving again finishes the job into another branch folder."""
+        later = [path for n, path in self._numbered(_STEP_FILE) if n > step]
+        if not later:
+            return None
+        branch = _new_folder(self.branches / time.strftime("%Y%m%d-%H%M%S"))
+        for name in ("config.json", "plan.json"):
+            if (self.path / name).exists():
+                write_file(branch / name, (self.path / name).read_bytes())
+        moved = ensure_dir(branch / "checkpoints")
+        later += [path for n, path in self._numbered(_REPLAY_FILE) if n > step]
+        if self.best.exists() and self._best_step() > step:
+            later.append(self.best)
+        for path in later:
+            with fs_errors(moved / path.name):
+                os.replace(path, moved / path.name)
+        rows = split_metrics(self.metrics, step, branch / "metrics.csv")
+        what = f"{len(later)} file(s) of later steps" + (f" and {rows} metrics row(s) past step {step:,}" if rows else "")
+        return (f"resuming from env step {step:,}, before the newest checkpoint: moved {what} aside into {branch} (a run "
+                f"directory of its own: `hetrl eval {branch}`), so this run goes on from here and a plain `hetrl resume` "
+                f"continues this timeline")
+
+    def _best_step(self) -> int:
+        """The env step of best.pt (a best.pt that cannot be read counts as later than any step)."""
+        try:
+            _, state = self.load_checkpoint(self.best, replay=False, env_state="never")
+            return int(state["env_steps"])
+        except (HetrlError, KeyError, TypeError, ValueError):
+            return 1 << 62
 
     def load_checkpoint(self, path: str | Path | None = None, replay: bool = True,
                         env_state: str = "signed") -> tuple[Path, dict[str, Any]]:
@@ -253,3 +398,22 @@ def _decoded(path: Path, env_state: str) -> tuple[dict[str, Any], list[str]]:
     if raw["format"] != CHECKPOINT_FORMAT and isinstance(executor, dict) and isinstance(executor.get("envs"), bytes):
         executor["envs"] = safe_state.unsigned(executor["envs"])  # an older file's env pickle: never signed
     return safe_state.decode(raw, env_state)
+
+
+def _new_folder(base: Path) -> Path:
+    """``base``, or ``base_1``, ``base_2``... whichever this call creates first (two processes
+    never get the same one)."""
+    path, k = base, 1
+    while True:
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            path, k = base.with_name(f"{base.name}_{k}"), k + 1
+        except OSError as exc:
+            raise fs_error(exc, path) from None
+
+
+def _new_path(root: str | Path, config: TrainConfig) -> Path:
+    """A new run directory under ``root``: ALGO_ENV_sSEED_TIME, made here (``_1``... when taken)."""
+    return _new_folder(Path(root) / f"{config.algo}_{file_part(config.env)}_s{config.seed}_{time.strftime('%Y%m%d-%H%M%S')}")

@@ -54,6 +54,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from hetrl.files import write_file
+
 FORMAT = "hetrl-checkpoint-v3"
 LEGACY_FORMATS = ("hetrl-checkpoint-v1", "hetrl-checkpoint-v2")
 ENV_STATE = ("never", "signed", "any")
@@ -170,8 +172,24 @@ def unsigned(data: bytes) -> dict[str, Any]:
 
 
 # --- files --------------------------------------------------------------------------------------
-def save(tree: Any, path: str | Path) -> None:
-    torch.save(encode(tree), path)
+def save(tree: Any, path: str | Path) -> Path:
+    """Write ``tree`` in the safe form to ``path``, atomically (:func:`hetrl.files.write_file`:
+    a full disk is a one-line error naming the file and about how much it needed)."""
+    encoded = encode(tree)
+    return write_file(path, lambda f: torch.save(encoded, f), size=nbytes(encoded))
+
+
+def nbytes(tree: Any) -> int:
+    """About the bytes an encoded tree takes in a file: its tensors' and byte strings' sizes."""
+    if torch.is_tensor(tree):
+        return tree.nbytes
+    if isinstance(tree, bytes):
+        return len(tree)
+    if isinstance(tree, dict):
+        return sum(nbytes(v) for v in tree.values())
+    if isinstance(tree, (list, tuple)):
+        return sum(nbytes(v) for v in tree)
+    return 0
 
 
 def read(path: str | Path) -> Any:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl.errors import HetrlError
+from hetrl.files import ensure_dir, write_text
 
 ID_FILE = "hetrl-run-id"  # in RUN/wandb/, the directory wandb.init(dir=RUN) makes
 
@@ -42,13 +43,11 @@ class WandbSink:
 
         wandb = require_wandb()
         self._tag = tensorboard_tag
-        local = Path(run_dir) / "wandb"
-        local.mkdir(parents=True, exist_ok=True)
-        id_file = local / ID_FILE
+        id_file = ensure_dir(Path(run_dir) / "wandb") / ID_FILE
         run_id = id_file.read_text().strip() if id_file.exists() else ""
         if not run_id:
             run_id = uuid.uuid4().hex[:12]
-            id_file.write_text(run_id + "\n")
+            write_text(id_file, run_id + "\n")
         try:
             self.run = wandb.init(project=project, entity=entity, mode=mode, config=config, dir=str(run_dir),
                                   name=Path(run_dir).name, id=run_id, resume="allow" if resumed else None)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl.errors import HetrlError
+from hetrl.files import check_writable, write_file
 from hetrl.tabular.fixed_point import DEFAULT_SCALE
 from hetrl.tabular.options import ALGOS, FORMATS, ORDERS, POLICIES
 
@@ -116,9 +117,8 @@ def run_collect(args: argparse.Namespace) -> int:
 
     from hetrl.tabular.dataset import collect
 
-    out = args.out or Path(f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env)}_{args.policy}_{args.transitions}.npz")
-    if not out.parent.is_dir():
-        raise HetrlError(f"cannot write {out}: directory {out.parent} does not exist; create it or pass another --out")
+    out = check_writable(args.out or Path(f"{re.sub(r'[^A-Za-z0-9_.-]', '_', args.env)}_{args.policy}_{args.transitions}.npz"),
+                         "--out", make_parents=False)
     with _progress() as bar:
         task = bar.add_task(f"collect {args.env}", total=args.transitions)
         dataset = collect(
@@ -131,6 +131,11 @@ def run_collect(args: argparse.Namespace) -> int:
         f"{dataset.n_actions} actions, {int(dataset.done.sum())} terminal), policy {dataset.policy}"
     )
     return 0
+
+
+def _npy(path: Path) -> Path:
+    """``path`` as np.save names it: with .npy added unless it ends so."""
+    return path if path.suffix == ".npy" else path.with_name(path.name + ".npy")
 
 
 def _rate(value: float) -> str:
@@ -147,6 +152,7 @@ def run_train(args: argparse.Namespace) -> int:
     from hetrl.tabular.train import TabularConfig, train_tabular
 
     make_env(args.env).close()  # a clear error for an unknown or non-discrete env comes first
+    save_q = args.save_q and check_writable(_npy(args.save_q), "--save-q", make_parents=False)  # before training
     dataset = load(args.dataset)
     if dataset.env_id != args.env:
         raise HetrlError(
@@ -163,10 +169,10 @@ def run_train(args: argparse.Namespace) -> int:
     with _progress() as bar:
         task = bar.add_task(f"{args.algo} {args.number_format} x{args.units}", total=None)
         result = train_tabular(dataset, config, progress=lambda done, total: bar.update(task, completed=done, total=total))
-    if args.save_q:
+    if save_q:
         import numpy as np
 
-        np.save(args.save_q, result.q)
+        write_file(save_q, lambda f: np.save(f, result.q), size=result.q.nbytes)
 
     table = Table(title=f"tabular {args.algo} on {dataset.env_id}", show_header=False)
     table.add_column("metric", style="bold")

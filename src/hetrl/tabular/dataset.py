@@ -30,6 +30,7 @@ import gymnasium as gym
 import numpy as np
 
 from hetrl.errors import HetrlError, did_you_mean
+from hetrl.files import write_file
 
 from hetrl.tabular.options import POLICIES
 
@@ -87,11 +88,8 @@ class TabularDataset:
             "seed": self.seed,
         }
         arrays = {name: getattr(self, name) for name in ARRAYS}
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta)), **arrays)
-        os.replace(tmp, path)
-        return path
+        return write_file(path, lambda f: np.savez(f, meta=np.array(json.dumps(meta)), **arrays),
+                          size=sum(np.asarray(a).nbytes for a in arrays.values()))
 
 
 def problems(arrays: dict[str, np.ndarray], n_states: int, n_actions: int) -> str | None:
