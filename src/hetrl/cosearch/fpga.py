@@ -41,7 +41,8 @@ given design and :func:`repair` halves an over-budget one's parallelism until it
 search, :func:`cost_tables` and :func:`expected_cost` give the expected bottleneck (a smooth
 maximum) and resources of a network whose layers are softmax mixtures of candidate operations and
 whose stages are softmax mixtures of parallelism options, as torch tensors that gradients flow
-through; :func:`search_cost` is the co-search's cost, each layer within an equal share of the part.
+through; :class:`SearchCost` is the co-search's cost with each layer within an equal share of the
+part (the accelerator searched jointly with the agent is :mod:`hetrl.cosearch.accelerator`'s).
 """
 
 from __future__ import annotations
@@ -769,10 +770,6 @@ class SearchCost:
         layers = [layer for stages in position_stages(self.space, choice) for layer in stages]
         return DerivedDesign(allocate(layers, self.device, self.precision), "allocate")
 
-    def derived_design(self, layers: Sequence[Layer]) -> "Design":
-        """The whole-part design :func:`allocate` finds for a derived network's ``layers``."""
-        return allocate(layers, self.device, self.precision)
-
     def to_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "label": self.label,
                 "layers": [{op.name: dict(zip(map(str, layer.in_widths), table[i].tolist()))
@@ -793,16 +790,7 @@ def position_stages(space: Any, choice: Sequence[int]) -> list[list[Layer]]:
     return [[as_layer(d) for d in layer.describe()] for layer in space.architecture(choice).layers()]
 
 
-DEFAULT_PART = "zcu102"  # the part --hardware fpga-model costs on without a file
-
-
-def search_cost(space: Any, device_spec: str | Path | None = None) -> SearchCost:
-    """The co-search's FPGA cost for ``space`` on the part ``device_spec`` names (a shipped part's
-    name or a device file; default :data:`DEFAULT_PART`)."""
-    return SearchCost(space, FpgaDevice.load(device_file(device_spec or DEFAULT_PART)))
-
-
 __all__ = ["BITS", "Budget", "CostTables", "DerivedDesign", "Design", "DesignOptions", "ExpectedCost", "FpgaDevice", "Layer",
            "OpStages", "Parallelism", "SearchCost", "StageCost", "allocate", "as_layer", "budget_penalty", "cost_tables",
            "device_file", "evaluate", "expected_cost", "layers_of", "place_weights", "position_stages", "repair",
-           "search_cost", "shipped_devices", "smooth_max", "stage_cost"]
+           "shipped_devices", "smooth_max", "stage_cost"]
