@@ -1,5 +1,6 @@
 """The FPGA model of co-search (hetrl.cosearch.fpga): hand-computed designs, the greedy
-allocation within its budgets, infeasible networks, device files, and the search's smooth cost."""
+allocation within its budgets, the repair of an over-budget design, infeasible networks, device
+files, and the search's smooth cost."""
 
 import json
 import math
@@ -8,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from hetrl.cosearch.fpga import (DEVICES, Budget, FpgaDevice, Layer, Parallelism, allocate, budget_penalty, cost_tables,
-                                 evaluate, expected_cost, layers_of, shipped_devices, smooth_max)
+from hetrl.cosearch.fpga import (BRAM_BITS, DEVICES, Budget, FpgaDevice, Layer, Parallelism, allocate, budget_penalty,
+                                 cost_tables, evaluate, expected_cost, layers_of, repair, shipped_devices, smooth_max)
 from hetrl.cosearch import fpga
 from hetrl.errors import HetrlError
 
@@ -83,6 +84,23 @@ def test_the_greedy_doubles_the_bottleneck_while_the_budget_allows():
     # with 9 DSPs stage 2 cannot double: II stays at its 16 cycles
     d = allocate(layers, device(), "int16", Budget(dsp=9, bram36=50, uram=0, ddr_gb_per_s=1))
     assert d.parallelism == (Parallelism(1, 8), Parallelism(1, 1)) and d.dsp == 9 and d.interval_cycles == 16
+
+
+def test_an_over_budget_design_is_repaired_by_halving_the_most_dsp_hungry_stage():
+    layers = [Layer.linear(16, 16), Layer.linear(16, 4)]
+    budget = Budget(dsp=40, bram36=50, uram=0, ddr_gb_per_s=1)
+    # 16x16 (256 DSPs; 16x16x16 bits a cycle = 64 port blocks) and 4x4 (16 DSPs, 4 blocks), 2 line buffers: over both.
+    # Stage 1 has the most DSPs; each halving doubles its cycles whichever axis, so the wider axis goes first
+    # (p_in on a tie): 8x16 = 128, 8x8 = 64, 4x8 = 32, 4x4 = 16: four halvings, 16 + 16 = 32 DSPs, 4 + 4 + 2 blocks
+    over = evaluate(layers, [Parallelism(16, 16), Parallelism(4, 4)], ["bram", "bram"], device(), "int16", budget)
+    assert over.over() == ["272 DSPs of 40", "70 BRAM36s of 50"]
+    fitted, halvings = repair(over)
+    assert halvings == 4 and fitted.parallelism == (Parallelism(4, 4), Parallelism(4, 4)) and not fitted.over()
+    assert (fitted.dsp, fitted.bram36) == (32, 10)
+    assert repair(fitted) == (fitted, 0)
+    with pytest.raises(HetrlError, match=r"does not fit its budget even at one MAC a cycle per stage \(2 DSPs of 1\)"):
+        repair(evaluate(layers, [Parallelism(2, 2), Parallelism()], ["bram"] * 2, device(), "int16",
+                        Budget(dsp=1, bram36=50, uram=0, ddr_gb_per_s=1)))
 
 
 @pytest.mark.parametrize("name", ["zcu102", "u250"])
@@ -176,9 +194,26 @@ def test_the_expected_cost_of_one_hot_choices_is_the_design():
     assert cost.latency_cycles.item() == pytest.approx(3600 + 9600) and cost.dsp.item() == pytest.approx(16 + 1)
     # the smooth maximum is above the maximum, by at most t log(layers), t = 0.05 x the maximum
     assert 9600 <= cost.bottleneck_cycles.item() <= 9600 * (1 + 0.05 * math.log(2))
+    # on-chip: the BRAM36s of the line buffers and of the weights in BRAM, as bits. The conv: 3 rows of 10 x 4 x 16
+    # bits (3), 592 weights in 1 block but 4 x 4 x 16 bits a cycle need 4 ports (4); the linear: 1 row (1), 9,606
+    # weights x 16 bits in 5 blocks (5)
+    assert exact.bram36 == 3 + 4 + 1 + 5 and cost.onchip_bits.item() == exact.bram36 * BRAM_BITS
     # a skip costs nothing
     skip = expected_cost(tables, [torch.tensor([1.0, 0.0]), torch.tensor([0.0, 1.0])])
     assert skip.latency_cycles.item() == pytest.approx(100 * 9 * 4 * 16)
+
+
+def test_an_operation_of_several_stages_costs_its_slowest_stage_and_all_their_resources():
+    separable = [Layer("dwconv", 4, 4, 3, 1, 1, 10, 10), Layer("conv", 4, 16, 1, 1, 0, 10, 10)]
+    options = [[Parallelism(1, 1, 4), Parallelism(4, 4, 4)], [Parallelism(1, 1), Parallelism(2, 3)]]  # per position
+    tables = cost_tables([[separable, []], [Layer.linear(1600, 6)]], options, device(), "int16")
+    assert [tuple(t.shape) for t in tables.cycles] == [(2, 2), (1, 2)]
+    stages = evaluate(separable, [options[0][1]] * 2, ["bram", "bram"], device(), "int16")
+    # depthwise (p_in capped at 1): 100/4 x 9 x 1 x 4/4 = 225 cycles, 16 DSPs; pointwise 100/4 x 1 x 4/4 x 16/4 = 100, 64
+    assert [s.cycles for s in stages.stages] == [225, 100] and [s.dsp for s in stages.stages] == [16, 64]
+    assert tables.cycles[0][0, 1].item() == 225 and tables.dsp[0][0, 1].item() == 80
+    assert tables.onchip_bits[0][0, 1].item() == stages.bram36 * BRAM_BITS
+    assert tables.cycles[0][1].tolist() == [0, 0] and tables.dsp[1][0, 1].item() == 6  # no stages: a skip; 2x3 capped
 
 
 def test_the_smooth_cost_has_finite_gradients_that_point_to_cheaper_choices():
@@ -217,7 +252,7 @@ def test_the_search_cost_is_the_bottleneck_of_each_layers_interval_within_its_sh
     from hetrl.cosearch.supernet import search_space
 
     space = search_space((4, 10, 10), 3, conv_widths=(8, 16))
-    cost = hardware_cost("fpga-model:zcu102", space)
+    cost = hardware_cost("fpga-model:zcu102", space, fpga_search="fixed")  # the joint search's is test_cosearch_accelerator's
     assert isinstance(cost, fpga.SearchCost) and "modelled, never run" in cost.label and cost.unit == "cycles"
     n = len(space.layers)
     assert cost.share.dsp == 2520 // n and cost.share.bram36 == 912 // n

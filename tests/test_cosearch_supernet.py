@@ -263,6 +263,18 @@ def test_cosearch_writes_an_architecture_dqn_retrains(teacher_run, tmp_path, cap
     assert json.loads((fpga_out / "costs.json").read_text())["unit"] == "cycles"
     assert "derived network on the FPGA:" in (fpga_out / "summary.md").read_text()
     assert "modelled, never run" in (fpga_out / "summary.md").read_text()
+    saved = json.loads((fpga_out / "architecture.json").read_text())  # joint by default: the searched accelerator
+    assert saved["fpga_search"] == "joint" and saved["fpga_design"]["method"] == "joint"
+    assert saved["fpga_design"]["label"] == "FPGA model, modelled, never run" and saved["cost"] == saved["fpga_design"]["interval_cycles"]
+    assert saved["fpga_design"]["dsp"] <= saved["fpga_design"]["budget"]["dsp"]
+    assert json.loads((fpga_out / "costs.json").read_text())["mode"] == "joint"
+    decoupled = tmp_path / "decoupled"  # the agent alone, then allocate's greedy on the part: the decoupled baseline
+    assert main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--hardware", "fpga-model:zcu102",
+                 "--fpga-search", "fixed", "--lambda", "0", "--steps", "10", "--states", "200", "--out", str(decoupled),
+                 "--no-progress"]) == 0
+    saved = json.loads((decoupled / "architecture.json").read_text())
+    assert saved["fpga_search"] == "fixed" and saved["fpga_design"]["method"] == "allocate"
+    assert "allocate's greedy after the search" in (decoupled / "summary.md").read_text()
     capsys.readouterr()
     assert main(["cosearch", "MinAtar/Asterix-v1", "--teacher", str(teacher_run), "--out", str(tmp_path / "x")]) == 2
     assert "was trained on MinAtar/Breakout-v1, not MinAtar/Asterix-v1" in capsys.readouterr().err

@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from hetrl.cosearch.options import DISTILL, MODES, SOURCES
+from hetrl.cosearch.options import DISTILL, FPGA_SEARCH, MODES, SOURCES
 
 
 def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
@@ -18,7 +18,8 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
         "cosearch", help="search a DQN agent's network for the hardware, distilled from a trained teacher",
         description="Agent and accelerator co-search (A3C-S): train a supernet of candidate layers on a trained "
                     "DQN teacher's states (distillation of its Q-values), its architecture pushed towards "
-                    "candidates cheap on the hardware; write the derived architecture (architecture.json, which "
+                    "candidates cheap on the hardware (on the FPGA model, the accelerator's parallelism searched with "
+                    "it); write the derived architecture (architecture.json, which "
                     "`hetrl train dqn ENV --set network=PATH` retrains), summary.md and search.png.")
     p.add_argument("env", help="the env the teacher was trained on")
     p.add_argument("--teacher", required=True, metavar="RUN_DIR", help="a dqn or exit-dqn run directory")
@@ -26,6 +27,11 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--hardware", default="cpu",
                    help="the cost: cpu (each candidate's latency measured here, 1 thread, batch 1; default), cuda[:N] "
                         "(measured there), macs (counted operations) or fpga-model[:FILE] (the FPGA model's, modelled)")
+    p.add_argument("--fpga-search", choices=FPGA_SEARCH, default="joint",
+                   help="with --hardware fpga-model: joint (the accelerator's parallelism per layer searched with the "
+                        "agent, within the part's DSP and memory budget; default) or fixed (each layer priced within an "
+                        "equal share of the part; the derived network's accelerator from a greedy after the search: "
+                        "with --lambda 0, the decoupled baseline)")
     p.add_argument("--steps", type=int, default=2000, help="search steps (default 2000)")
     p.add_argument("--lambda", dest="hardware_weight", metavar="X", type=float, default=0.1,
                    help="weight of the hardware cost, relative to its value at the start (default 0.1; 0: none)")
@@ -68,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(task, completed=step, stats=", ".join(f"{k} {v:.3g}" for k, v in parts.items()))
 
         outcome = cosearch(args.env, args.teacher, args.hardware, config, args.out, args.states, args.source,
-                           args.checkpoint, say=say, progress=progress)
+                           args.checkpoint, fpga_search=args.fpga_search, say=say, progress=progress)
     result = outcome.result
     say(f"derived: {' -> '.join(result.architecture.names)}; {result.architecture.macs:,} MACs per decision; "
         f"cost {format_cost(result.cost, result.cost_unit)} ({result.cost_label})")

@@ -32,7 +32,7 @@ from hetrl.errors import HetrlError
 from hetrl.nets.searched import Op
 
 Cost = Callable[[Sequence[torch.Tensor]], torch.Tensor]  # probs per layer -> expected cost (a scalar)
-FPGA_MODULE = "hetrl.cosearch.fpga"
+FPGA_MODULE = "hetrl.cosearch.accelerator"  # the FPGA model as a search cost (hetrl.cosearch.fpga)
 
 
 @dataclass
@@ -101,10 +101,12 @@ def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, 
     return _table(space, seconds, "s", f"latency per decision measured on {where}, batch {batch}, per layer summed")
 
 
-def hardware_cost(hardware: str, space: SearchSpace, batch: int = 1, threads: int | None = 1) -> Cost:
+def hardware_cost(hardware: str, space: SearchSpace, batch: int = 1, threads: int | None = 1,
+                  fpga_search: str = "joint") -> Cost:
     """The cost ``hardware`` names: ``cpu`` or ``cuda[:N]`` (measured latency, :func:`measure_op_latency`),
-    ``macs`` (counted operations), or ``fpga-model[:FILE]`` (the FPGA model's expected latency for
-    the device description FILE, modelled: ``hetrl.cosearch.fpga.search_cost(space, FILE)``)."""
+    ``macs`` (counted operations), or ``fpga-model[:FILE]`` (the FPGA model's expected interval for
+    the device description FILE, modelled: ``hetrl.cosearch.accelerator.search_cost(space, FILE, fpga_search)``,
+    the accelerator searched ``joint``-ly with the agent or each layer in a ``fixed`` equal share)."""
     kind, _, arg = hardware.partition(":")
     if kind == "macs":
         return macs_table(space)
@@ -124,9 +126,9 @@ def hardware_cost(hardware: str, space: SearchSpace, batch: int = 1, threads: in
             raise HetrlError(f"--hardware {hardware}: the FPGA model ({FPGA_MODULE}) is not in this hetrl yet; "
                              "use --hardware cpu") from None
         if not hasattr(fpga, "search_cost"):
-            raise HetrlError(f"--hardware {hardware}: {FPGA_MODULE} has no search_cost(space, device_file), the "
+            raise HetrlError(f"--hardware {hardware}: {FPGA_MODULE} has no search_cost(space, device_file, mode), the "
                              "function the search calls for the model's expected cost")
-        return fpga.search_cost(space, arg or None)
+        return fpga.search_cost(space, arg or None, fpga_search)
     raise HetrlError(f"--hardware {hardware}: expected cpu, cuda[:N], macs or fpga-model[:FILE]")
 
 

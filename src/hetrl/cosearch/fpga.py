@@ -37,9 +37,12 @@ sum_{weights in URAM} B <= URAMs. The network's input and output cross the host 
 model of a whole call (``hetrl.planner.whatif``) adds.
 
 :func:`allocate` chooses the parallelism (a greedy, in its docstring); :func:`evaluate` costs a
-given design. For the search, :func:`cost_tables` and :func:`expected_cost` give the expected
-bottleneck (a smooth maximum) and resources of a network whose layers are softmax mixtures of
-candidate operations, as torch tensors that gradients flow through.
+given design and :func:`repair` halves an over-budget one's parallelism until it fits. For the
+search, :func:`cost_tables` and :func:`expected_cost` give the expected bottleneck (a smooth
+maximum) and resources of a network whose layers are softmax mixtures of candidate operations and
+whose stages are softmax mixtures of parallelism options, as torch tensors that gradients flow
+through; :class:`SearchCost` is the co-search's cost with each layer within an equal share of the
+part (the accelerator searched jointly with the agent is :mod:`hetrl.cosearch.accelerator`'s).
 """
 
 from __future__ import annotations
@@ -414,7 +417,7 @@ def evaluate(layers: Sequence[Layer], parallelism: Sequence[Parallelism], homes:
     return Design(device, precision, budget, tuple(layers), parallelism, tuple(homes), stages)
 
 
-def _place_weights(layers: Sequence[Layer], precision: str, device: FpgaDevice, budget: Budget) -> list[str]:
+def place_weights(layers: Sequence[Layer], precision: str, device: FpgaDevice, budget: Budget) -> list[str]:
     """Each layer's weight home at parallelism 1: largest weights first, URAM where they fit, then
     BRAM (after every line buffer), else off chip. An error where even that cannot work."""
     ones = [stage_cost(layer, Parallelism(), "bram", precision, device) for layer in layers]
@@ -473,7 +476,7 @@ def allocate(layers: Sequence[Layer], device: FpgaDevice, precision: str | None 
     layers = tuple(layers)
     if not layers:
         raise HetrlError("a design needs at least one layer")
-    homes = _place_weights(layers, precision, device, budget)
+    homes = place_weights(layers, precision, device, budget)
     design = evaluate(layers, [Parallelism()] * len(layers), homes, device, precision, budget)
     if design.dsp > budget.dsp:
         raise HetrlError(f"{len(layers)} stages need at least {design.dsp:,} DSPs at {precision} (one MAC each) and the "
@@ -489,6 +492,84 @@ def allocate(layers: Sequence[Layer], device: FpgaDevice, precision: str | None 
         else:
             break
     return design
+
+
+def _halvings(layer: Layer, p: Parallelism) -> list[Parallelism]:
+    """``p`` with p_pos, p_in or p_out halved (where above 1): fewest cycles first, then the widest
+    axis, then in that order."""
+    trials = [(p.p_pos, (p.p_in, p.p_out, p.p_pos // 2)), (p.p_in, (p.p_in // 2, p.p_out, p.p_pos)),
+              (p.p_out, (p.p_in, p.p_out // 2, p.p_pos))]
+    kept = [(i, width, Parallelism(*t)) for i, (width, t) in enumerate(trials) if width > 1]
+    return [t for _, _, t in sorted(kept, key=lambda k: (layer.cycles(k[2]), -k[1], k[0]))]
+
+
+def repair(design: Design) -> tuple[Design, int]:
+    """``design`` made to fit its budget, and how many halvings that took (0: it fitted): while
+    it is over, halve the parallelism of the stage using the most DSPs (of those above one MAC a
+    cycle) along the axis that costs it fewest cycles. Halving shrinks a stage's DSPs and its
+    weights' port blocks; it cannot shrink line buffers or the weights' capacity, so a design still
+    over at parallelism 1 everywhere is a one-line error naming what it exceeds."""
+    halvings = 0
+    while over := design.over():
+        wide = [i for i, p in enumerate(design.parallelism) if p.macs_per_cycle > 1]
+        if not wide:
+            raise HetrlError(f"the design on {design.device.name} does not fit its budget even at one MAC a cycle per "
+                             f"stage ({', '.join(over)}); use a smaller network or precision, or a larger part")
+        i = max(wide, key=lambda i: (design.stages[i].dsp, design.parallelism[i].macs_per_cycle))
+        parallelism = list(design.parallelism)
+        parallelism[i] = _halvings(design.layers[i], parallelism[i])[0]
+        design = evaluate(design.layers, parallelism, design.homes, design.device, design.precision, design.budget)
+        halvings += 1
+    return design, halvings
+
+
+@dataclass(frozen=True)
+class DerivedDesign:
+    """The accelerator a co-search derives for its network, checked exactly (:func:`evaluate`,
+    :meth:`Design.over`): found by ``method`` ("joint": the search's argmax parallelism and
+    precision; "allocate": the greedy, after the search). ``searched``: the argmax parallelism
+    before any repair; ``halvings``: the :func:`repair` steps it took to fit (0: it fitted).
+    Summary.md and architecture.json report it (:meth:`describe`, :meth:`to_dict`)."""
+
+    design: Design
+    method: str
+    searched: tuple[Parallelism, ...] | None = None
+    halvings: int = 0
+    greedy: Design | None = None  # joint: allocate's design for the same network, for comparison
+
+    LABEL = "FPGA model, modelled, never run"
+
+    @property
+    def repaired(self) -> bool:
+        return self.halvings > 0
+
+    def describe(self) -> str:
+        """One line for summary.md."""
+        d, budget = self.design, self.design.budget
+        how = ("accelerator searched jointly with the agent" if self.method == "joint"
+               else "accelerator from allocate's greedy after the search")
+        if self.repaired:
+            how += f"; the argmax design was over its budget and was repaired ({self.halvings} halvings of parallelism)"
+        if self.greedy is not None:
+            how += f"; allocate's greedy on the same network: {self.greedy.samples_per_s:,.0f} decisions/s"
+        stages = ", ".join(f"{layer.kind} {p.p_in}x{p.p_out}x{p.p_pos}" for layer, p in zip(d.layers, d.parallelism))
+        return (f"{d.samples_per_s:,.0f} decisions/s, latency {d.latency_s * 1e6:,.2f} us, {d.dsp:,}/{budget.dsp:,} DSPs, "
+                f"{d.bram36:,}/{budget.bram36:,} BRAM36, {d.uram:,}/{budget.uram:,} URAM at {d.precision}; "
+                f"parallelism p_in x p_out x p_pos per stage: {stages}; {how} ({self.LABEL})")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The design, JSON-able (architecture.json)."""
+        d, budget = self.design, self.design.budget
+        return {"label": self.LABEL, "method": self.method, "device": d.device.name, "part": d.device.part,
+                "precision": d.precision, "clock_mhz": d.device.clock_mhz, "decisions_per_s": d.samples_per_s,
+                "latency_us": d.latency_s * 1e6, "interval_cycles": d.interval_cycles,
+                "dsp": d.dsp, "bram36": d.bram36, "uram": d.uram,
+                "budget": {"dsp": budget.dsp, "bram36": budget.bram36, "uram": budget.uram, "ddr_gb_per_s": budget.ddr_gb_per_s},
+                "stages": [{"kind": layer.kind, "p_in": p.p_in, "p_out": p.p_out, "p_pos": p.p_pos, "cycles": s.cycles,
+                            "dsp": s.dsp, "weights": home} for layer, p, s, home in zip(d.layers, d.parallelism, d.stages, d.homes)],
+                "searched": None if self.searched is None else [[p.p_in, p.p_out, p.p_pos] for p in self.searched],
+                "repaired": self.repaired, "halvings": self.halvings,
+                "greedy_decisions_per_s": None if self.greedy is None else self.greedy.samples_per_s}
 
 
 def layers_of(network: nn.Module, example: torch.Tensor) -> list[Layer]:
@@ -540,20 +621,27 @@ class CostTables:
     onchip_bits: tuple[torch.Tensor, ...]
 
 
-def cost_tables(candidates: Sequence[Sequence[Layer | None]], options: Sequence[Parallelism], device: FpgaDevice,
-                precision: str | None = None) -> CostTables:
-    """The tables :func:`expected_cost` weighs: ``candidates[l]`` are layer l's candidate
-    operations (None: a skip, which costs nothing), ``options`` the parallelism choices offered
-    to every layer (each capped at the layer's sizes)."""
+OpStages = Layer | Sequence[Layer] | None  # one stage, the stages of one operation (a separable conv), or a skip
+
+
+def cost_tables(candidates: Sequence[Sequence[OpStages]], options: Sequence[Parallelism] | Sequence[Sequence[Parallelism]],
+                device: FpgaDevice, precision: str | None = None) -> CostTables:
+    """The tables :func:`expected_cost` weighs: ``candidates[l]`` are layer position l's candidate
+    operations (a :class:`Layer`; the stages of an operation that runs several, whose cycles are
+    its slowest stage's and whose DSPs and bits add up; None or no stages: a skip, which costs
+    nothing), ``options`` the parallelism choices offered to every position, or one sequence per
+    position (each option capped at each stage's sizes)."""
     precision = precision or device.design.precision
     b = bits_of(precision)
-    if not options:
-        raise HetrlError("cost_tables needs at least one parallelism option")
+    shared = bool(options) and isinstance(options[0], Parallelism)
+    per_position = [options] * len(candidates) if shared else list(options)
+    if len(per_position) != len(candidates) or not all(per_position):
+        raise HetrlError("cost_tables needs at least one parallelism option for every layer position")
     cycles, dsp, bits = [], [], []
-    for position, ops in enumerate(candidates):
+    for position, (ops, opts) in enumerate(zip(candidates, per_position)):
         if not ops:
             raise HetrlError(f"layer position {position} has no candidate operation")
-        rows = [[(0, 0, 0) if op is None else _entry(op, p, b, precision, device) for p in options] for op in ops]
+        rows = [[_entry(_stages(op), p, b, precision, device) for p in opts] for op in ops]
         table = torch.tensor(rows, dtype=torch.float64)
         cycles.append(table[..., 0])
         dsp.append(table[..., 1])
@@ -561,9 +649,16 @@ def cost_tables(candidates: Sequence[Sequence[Layer | None]], options: Sequence[
     return CostTables(tuple(cycles), tuple(dsp), tuple(bits))
 
 
-def _entry(layer: Layer, p: Parallelism, b: int, precision: str, device: FpgaDevice) -> tuple[int, int, int]:
-    stage = stage_cost(layer, p, "bram", precision, device)
-    return stage.cycles, stage.dsp, layer.weights * b + stage.line_buffer_bram36 * BRAM_BITS
+def _stages(candidate: OpStages) -> tuple[Layer, ...]:
+    return () if candidate is None else (candidate,) if isinstance(candidate, Layer) else tuple(candidate)
+
+
+def _entry(stages: Sequence[Layer], p: Parallelism, b: int, precision: str, device: FpgaDevice) -> tuple[int, int, int]:
+    """Cycles (the slowest stage's), DSPs and on-chip bits of ``stages`` at ``p``: the BRAM36s
+    their line buffers and weights take with the weights in BRAM, port blocks included, as bits."""
+    costs = [stage_cost(layer, p, "bram", precision, device) for layer in stages]
+    return (max((s.cycles for s in costs), default=0), sum(s.dsp for s in costs),
+            sum(s.line_buffer_bram36 + s.weight_blocks for s in costs) * BRAM_BITS)
 
 
 @dataclass(frozen=True)
@@ -571,9 +666,17 @@ class ExpectedCost:
     """Expected figures under the search's probabilities (tensors, differentiable)."""
 
     bottleneck_cycles: torch.Tensor  # smooth maximum over layers of each layer's expected cycles
-    latency_cycles: torch.Tensor  # sum over layers of expected cycles (the pipeline's fill)
+    latency_cycles: torch.Tensor  # sum over layers of expected cycles (the pipeline's fill; a multi-stage op's slowest stage)
     dsp: torch.Tensor
     onchip_bits: torch.Tensor
+
+    @staticmethod
+    def mix(costs: Sequence["ExpectedCost"], weights: torch.Tensor) -> "ExpectedCost":
+        """The expectation over alternatives (each a whole design, e.g. one per precision) weighed by ``weights``."""
+        def weigh(name: str) -> torch.Tensor:
+            return torch.stack([getattr(c, name) for c in costs]) @ weights.to(torch.float64)
+
+        return ExpectedCost(weigh("bottleneck_cycles"), weigh("latency_cycles"), weigh("dsp"), weigh("onchip_bits"))
 
 
 def smooth_max(x: torch.Tensor, temperature: float = 0.05) -> torch.Tensor:
@@ -606,13 +709,11 @@ def expected_cost(tables: CostTables, op_weights: Sequence[torch.Tensor],
 
 def budget_penalty(cost: ExpectedCost, budget: Budget) -> torch.Tensor:
     """How far the expected design runs over ``budget``, relative: ``relu(dsp / DSPs - 1) +
-    relu(bits / on-chip bits - 1)`` (0 within it). On-chip bits pool BRAM and URAM and leave out
-    the port widths, which :func:`allocate` checks exactly for the network the search derives."""
+    relu(bits / on-chip bits - 1)`` (0 within it). On-chip bits pool BRAM and URAM and count every
+    stage's weights in BRAM36s (port blocks included), so weights that would go to URAM or off chip
+    are approximated; :func:`evaluate` checks the derived network's design exactly."""
     onchip = budget.bram36 * BRAM_BITS + budget.uram * URAM_BITS
     return (torch.relu(cost.dsp / max(budget.dsp, 1) - 1) + torch.relu(cost.onchip_bits / max(onchip, 1) - 1))
-
-
-DEFAULT_PART = "zcu102"  # the part --hardware fpga-model costs on without a file
 
 
 class SearchCost:
@@ -627,7 +728,7 @@ class SearchCost:
     of each position's expected interval, as in :func:`expected_cost`, so the gradient falls on the
     bottleneck position. The equal share is the model's simplification for the search (it keeps
     the tables constant); the derived network gets its own whole-part design from :func:`allocate`
-    (:meth:`derived_design`). A candidate that does not fit its share costs ``UNFIT`` times the
+    (:meth:`derive`). A candidate that does not fit its share costs ``UNFIT`` times the
     dearest one that does. Modelled, never run."""
 
     UNFIT = 10.0
@@ -663,9 +764,11 @@ class SearchCost:
         per_layer = torch.stack([p @ table.to(p) @ qk.to(p) for p, table, qk in zip(probs, self.values, q, strict=True)])
         return smooth_max(per_layer, self.temperature)
 
-    def derived_design(self, layers: Sequence[Layer]) -> "Design":
-        """The whole-part design :func:`allocate` finds for a derived network's ``layers``."""
-        return allocate(layers, self.device, self.precision)
+    def derive(self, choice: Sequence[int]) -> DerivedDesign:
+        """The whole-part design :func:`allocate` finds for the network of ``choice`` (one
+        candidate per layer of the space)."""
+        layers = [layer for stages in position_stages(self.space, choice) for layer in stages]
+        return DerivedDesign(allocate(layers, self.device, self.precision), "allocate")
 
     def to_dict(self) -> dict[str, Any]:
         return {"unit": self.unit, "label": self.label,
@@ -681,12 +784,13 @@ def as_layer(description: Any) -> Layer:
                  description.stride, description.padding, description.height, description.width)
 
 
-def search_cost(space: Any, device_spec: str | Path | None = None) -> SearchCost:
-    """The co-search's FPGA cost for ``space`` on the part ``device_spec`` names (a shipped part's
-    name or a device file; default :data:`DEFAULT_PART`)."""
-    return SearchCost(space, FpgaDevice.load(device_file(device_spec or DEFAULT_PART)))
+def position_stages(space: Any, choice: Sequence[int]) -> list[list[Layer]]:
+    """The model layers of the network ``choice`` picks from ``space``, per layer position (none
+    for a skip, two for a separable convolution), the output layer last."""
+    return [[as_layer(d) for d in layer.describe()] for layer in space.architecture(choice).layers()]
 
 
-__all__ = ["BITS", "Budget", "CostTables", "Design", "DesignOptions", "ExpectedCost", "FpgaDevice", "Layer", "Parallelism",
-           "SearchCost", "StageCost", "allocate", "as_layer", "search_cost", "budget_penalty", "cost_tables", "device_file", "evaluate", "expected_cost", "layers_of",
+__all__ = ["BITS", "Budget", "CostTables", "DerivedDesign", "Design", "DesignOptions", "ExpectedCost", "FpgaDevice", "Layer",
+           "OpStages", "Parallelism", "SearchCost", "StageCost", "allocate", "as_layer", "budget_penalty", "cost_tables",
+           "device_file", "evaluate", "expected_cost", "layers_of", "place_weights", "position_stages", "repair",
            "shipped_devices", "smooth_max", "stage_cost"]

@@ -3,3 +3,4 @@
 MODES = ("one-level", "bi-level")  # weights and architecture on the same batch, or on separate splits (DARTS)
 DISTILL = ("mse", "kl")  # distillation losses (hetrl.cosearch.search.distillation_loss)
 SOURCES = ("auto", "replay", "play")  # where the teacher's states come from (hetrl.cosearch.teacher)
+FPGA_SEARCH = ("joint", "fixed")  # the FPGA model's accelerator: searched with the agent, or an equal share per layer

@@ -34,13 +34,15 @@ def default_out(env: str, hardware: str, seed: int) -> Path:
 
 def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: SearchConfig | None = None,
              out: str | Path | None = None, states: int = STATES, source: str = "auto", checkpoint: str | None = None,
-             space_options: dict[str, Any] | None = None,
+             space_options: dict[str, Any] | None = None, fpga_search: str = "joint",
              say: Callable[[str], None] = lambda _: None,
              progress: Callable[[int, dict[str, float]], None] | None = None) -> Outcome:
     """Search an agent for ``env`` distilled from the DQN run ``teacher_dir`` with the cost
     ``hardware`` names (:func:`hetrl.cosearch.cost.hardware_cost`); write the outputs
     (:mod:`hetrl.cosearch.summary`) to ``out`` (default ``cosearch/ENV_HARDWARE_sSEED_TIME``;
-    refused if it holds files). ``space_options``: :func:`~hetrl.cosearch.supernet.search_space`'s."""
+    refused if it holds files). ``space_options``: :func:`~hetrl.cosearch.supernet.search_space`'s;
+    ``fpga_search``: with the FPGA model, ``joint`` (its accelerator searched with the agent) or
+    ``fixed`` (an equal share per layer; the derived network's design from ``allocate``)."""
     config = config or SearchConfig()
     if problems := config.validate():
         raise HetrlError("cosearch: " + "; ".join(problems))
@@ -58,17 +60,14 @@ def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: S
     except (TypeError, ValueError) as exc:
         raise HetrlError(f"search space: {exc}") from None
     say(f"hardware cost: {hardware} ...")
-    cost = hardware_cost(hardware, space, batch=1)
+    cost = hardware_cost(hardware, space, batch=1, fpga_search=fpga_search)
     with seeded_init(config.seed):
         supernet = SuperNet(space, config.tau_start)
     result = search(supernet, data, config, cost, progress)
-    context = {"env": env, "teacher": str(teacher_dir), "checkpoint": teacher.policy.source.name, "states": data.source,
-               "hardware": hardware}
-    if hasattr(cost, "derived_design"):  # the FPGA model: the derived network's own whole-part design
-        from hetrl.cosearch.fpga import as_layer
-
-        design = cost.derived_design([as_layer(d) for d in result.architecture.describe()])
-        context["derived design"] = (f"{design.samples_per_s:,.0f} decisions/s, latency {design.latency_s * 1e6:,.2f} us, "
-                                     f"{design.dsp:,} DSPs, {design.bram36:,} BRAM36 (FPGA model, modelled, never run)")
+    context: dict[str, Any] = {"env": env, "teacher": str(teacher_dir), "checkpoint": teacher.policy.source.name,
+                               "states": data.source, "hardware": hardware}
+    if hasattr(cost, "derive"):  # the FPGA model: the derived network's accelerator, checked exactly
+        derived = cost.derive(result.choice)
+        context.update({"fpga_search": fpga_search, "derived design": derived.describe(), "fpga_design": derived.to_dict()})
     files = write_outputs(out, result, space, context, cost.to_dict() if hasattr(cost, "to_dict") else None)
     return Outcome(result, out, files)

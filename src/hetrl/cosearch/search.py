@@ -24,7 +24,11 @@ Loss (per batch, the architecture sampled as :class:`~hetrl.cosearch.supernet.Su
   expectation under them (ProxylessNAS, Cai et al. 2019), divided by its value at the start (uniform
   probabilities), so that ``hardware_weight`` (lambda) is unit-free, like the relative MSE: at 0.1,
   cutting the expected cost by a tenth of its starting value is worth 0.01 of the teacher's
-  Q-variance left unexplained. It reaches the logits only.
+  Q-variance left unexplained. It reaches the logits only. A cost with parameters of its own (the
+  FPGA model's accelerator in the joint search, :class:`hetrl.cosearch.accelerator.JointSearchCost`)
+  adds its budget penalty to the term (``penalty(probs)``), and its parameters (``arch_parameters()``)
+  step beside the logits (Adam, ``accelerator_lr``) on the hardware term alone, whatever lambda: the
+  accelerator is searched for the agent the search holds, the agent for that accelerator.
 
 Modes: ``one-level`` (weights and logits stepped on the same batch, one backward pass) and
 ``bi-level`` (DARTS, Liu et al. 2019, first-order: the teacher's data split in two; each step the
@@ -58,6 +62,7 @@ class SearchConfig:
     batch_size: int = 64
     lr: float = 1e-3  # supernet weights (Adam)
     alpha_lr: float = 1e-2  # architecture logits (Adam; FBNet's rate)
+    accelerator_lr: float = 5e-2  # a cost's own logits (the joint FPGA search's accelerator; Adam): a smooth, noise-free loss
     mode: str = "one-level"  # or bi-level
     distill: str = "mse"  # or kl
     distill_temperature: float = 1.0  # kl: T in softmax(Q / T)
@@ -118,6 +123,9 @@ class Searcher:
         self.net, self.config, self.cost, self.q_variance = supernet, config, cost, q_variance
         self.weight_optimizer = adam(supernet.weights(), config.lr)
         self.alpha_optimizer = adam(supernet.arch_parameters(), config.alpha_lr)
+        # a cost with parameters of its own (the FPGA accelerator's, searched jointly): stepped beside the alphas
+        self.hardware_parameters: list[torch.nn.Parameter] = list(cost.arch_parameters()) if hasattr(cost, "arch_parameters") else []
+        self.hardware_optimizer = adam(self.hardware_parameters, config.accelerator_lr) if self.hardware_parameters else None
         with torch.no_grad():
             start = float(cost(supernet.probs())) if cost is not None else 1.0
         if cost is not None and not start > 0:
@@ -139,9 +147,19 @@ class Searcher:
             parts["td"] = td.item()
         return loss, parts
 
-    def hardware_loss(self) -> torch.Tensor:
-        """The expected cost under the current probabilities over its value at the start."""
-        return self.cost(self.net.probs()) / self.cost_scale
+    def hardware_loss(self, parts: dict[str, float] | None = None) -> torch.Tensor:
+        """The expected cost under the current probabilities over its value at the start, plus the
+        cost's own budget penalty where it has one (the joint FPGA search's); recorded in ``parts``."""
+        probs = self.net.probs()
+        hardware = self.cost(probs) / self.cost_scale
+        if hasattr(self.cost, "penalty"):
+            penalty = self.cost.penalty(probs)
+            hardware = hardware + penalty
+            if parts is not None:
+                parts["budget"] = penalty.item()
+        if parts is not None:
+            parts["hardware"] = hardware.item()
+        return hardware
 
     def step(self, batch: dict[str, torch.Tensor], val_batch: dict[str, torch.Tensor] | None = None,
              search: bool = True) -> dict[str, float]:
@@ -152,31 +170,51 @@ class Searcher:
         loss, parts = self.task_loss(batch, net.sample())
         joint = search and cfg.mode == "one-level"  # the logits step on this batch too
         if joint:
-            loss = loss + self._hardware_term(parts)
+            term, accelerator = self._hardware_terms(parts)
+            loss = loss + term
         self.weight_optimizer.zero_grad(set_to_none=True)
         self.alpha_optimizer.zero_grad(set_to_none=True)
+        if joint:
+            self._hardware_gradients(accelerator)
         loss.backward(inputs=net.weights() + (net.arch_parameters() if joint else []))
         if cfg.max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(net.weights(), cfg.max_grad_norm)
         self.weight_optimizer.step()
         if joint:
-            self.alpha_optimizer.step()
+            self._step_architecture()
         elif search:  # bi-level: the logits on held-out data, the weights just stepped (first-order DARTS)
             if val_batch is None:
                 raise ValueError("a bi-level step needs a validation batch")
             val_loss, val_parts = self.task_loss(val_batch, net.sample())
-            val_loss = val_loss + self._hardware_term(val_parts)
-            val_loss.backward(inputs=net.arch_parameters())
-            self.alpha_optimizer.step()
-            parts.update({k if k == "hardware" else f"val_{k}": v for k, v in val_parts.items()})
+            term, accelerator = self._hardware_terms(val_parts)
+            self._hardware_gradients(accelerator)
+            (val_loss + term).backward(inputs=net.arch_parameters())
+            self._step_architecture()
+            parts.update({k if k in ("hardware", "budget") else f"val_{k}": v for k, v in val_parts.items()})
         return parts
 
-    def _hardware_term(self, parts: dict[str, float]) -> torch.Tensor | float:
-        if self.cost is None or self.config.hardware_weight == 0:
-            return 0.0
-        hardware = self.hardware_loss()
-        parts["hardware"] = hardware.item()
-        return self.config.hardware_weight * hardware
+    def _hardware_terms(self, parts: dict[str, float]) -> tuple[torch.Tensor | float, torch.Tensor | None]:
+        """The agent's hardware term (lambda times :meth:`hardware_loss`), and the hardware loss
+        itself where the cost has parameters of its own to learn from it (whatever lambda)."""
+        if self.cost is None or (self.config.hardware_weight == 0 and not self.hardware_parameters):
+            return 0.0, None
+        hardware = self.hardware_loss(parts)
+        term = self.config.hardware_weight * hardware if self.config.hardware_weight > 0 else 0.0
+        return term, hardware if self.hardware_parameters else None
+
+    def _hardware_gradients(self, hardware: torch.Tensor | None) -> None:
+        """The cost's own parameters' gradients, of the hardware loss alone (before the agent's
+        backward pass frees the graph the two share)."""
+        if hardware is None:
+            return
+        grads = torch.autograd.grad(hardware, self.hardware_parameters, retain_graph=True, allow_unused=True)
+        for parameter, grad in zip(self.hardware_parameters, grads, strict=True):
+            parameter.grad = torch.zeros_like(parameter) if grad is None else grad
+
+    def _step_architecture(self) -> None:
+        self.alpha_optimizer.step()
+        if self.hardware_optimizer is not None:
+            self.hardware_optimizer.step()
 
 
 @dataclass
@@ -190,7 +228,7 @@ class SearchResult:
     probs: list[list[float]]
     history: list[dict[str, Any]]
     config: SearchConfig
-    cost: float | None = None  # the derived architecture's (the cost at its one-hot probabilities)
+    cost: float | None = None  # the derived architecture's (at its one-hot probabilities; a joint FPGA search: its accelerator's)
     expected_cost: float | None = None  # under the final probabilities
     cost_label: str = ""
     cost_unit: str = ""
@@ -250,7 +288,12 @@ def _result(supernet: SuperNet, data: TeacherData, cfg: SearchConfig, cost: Cost
         probs = supernet.probs()
         held = data.take(torch.arange(min(len(data), 4096)), cfg.device)
         loss = float(distillation_loss(network(held["obs"]), held["q"], cfg.distill, cfg.distill_temperature, q_variance))
-        chosen = float(cost(supernet.gates(choice))) if cost is not None else None
+        if cost is None:
+            chosen = None
+        elif hasattr(cost, "derived_cost"):  # the joint FPGA search: the derived accelerator's exact interval
+            chosen = float(cost.derived_cost(choice))
+        else:
+            chosen = float(cost(supernet.gates(choice)))
         expected = float(cost(probs)) if cost is not None else None
     return SearchResult(network.architecture, network, choice, [p.tolist() for p in probs], history, cfg, chosen,
                         expected, cost_label(cost), cost_unit(cost), loss)
