@@ -36,18 +36,29 @@ for a measured cost, on the modelled axis for an FPGA model). Means over seeds t
 ``--workdir`` keeps the teachers, searches and retrained runs; a later invocation with the same
 workdir reuses every finished one (a run with summary.json, a search with architecture.json), so a
 run cut short resumes where it stopped and arms can be added (more lambdas, another ``--hardware``).
-Trainings run as ``hetrl train`` subprocesses (``--plan rule``, one torch thread each), ``--jobs``
-at a time; searches run in this process one at a time (a CPU cost is measured during the search,
-so nothing else should run then).
+Trainings run as ``hetrl train`` subprocesses (``--plan rule``, one torch thread each) and searches
+as ``pipeline.cosearch`` in worker processes (a share of the cores' torch threads each), ``--jobs``
+at a time. A CPU cost is measured at the start of its search, under the load of the other jobs
+where ``--jobs`` > 1; the decisions/s in the report are measured alone, after all training.
 
     python bench/cosearch.py --workdir bench_cosearch                          # the full default run (long)
     python bench/cosearch.py --workdir bench_cosearch --hardware cpu fpga-model:u250 --jobs 14
     python bench/cosearch.py --quick --workdir /tmp/cosearch_quick             # smoke test (minutes)
 
 How long: the retrainings dominate. The default run is 2 games x 3 seeds x 7 arms (hand, 4
-co-search lambdas, decoupled, TD-only; arms that derive the same network share one run) = up to 42
-DQN runs of 250k env steps, 2 teachers of 500k, and 36 searches of 2,000 steps.
-ESTIMATE
+co-search lambdas, decoupled, TD-only; arms that derive the same network share one run): up to 42
+DQN runs of 250k env steps, 2 teachers of 500k and 36 searches of 2,000 steps. Rates taken on a
+2-core machine shared with other jobs (load average 4-6), one run at a time, from the ``--quick``
+run and short runs beside it: DQN learns at about 430 env steps/s with the MinAtar network
+(168k MACs), and at 50-250 with searched ones, from the space's largest network (3.7M MACs) to
+small ones (a searched network flattens a 10x10 map, the MinAtar network an 8x8 one); a search
+step takes about 60 ms. So, on that machine with ``--jobs 1``: teachers about 50 min, searches
+about 1.5 h, retraining 15-25 h (by the networks the searches derive: cheap ones, which high
+lambdas give, train fastest), measurement about 10 min: about a day. Two jobs at a time there
+made each run 2-3x slower, so ``--jobs 2`` gains nothing under such load. On an idle 16-core
+machine with ``--jobs 14``: teachers about 25 min side by side, searches about 10 min, retraining
+1.5-2 h (no shorter than its slowest run, up to about 1.5 h for the largest network), measurement
+about 10 min: some 2.5-3 hours. Both are estimates from short runs, not measured full runs.
 """
 
 from __future__ import annotations
@@ -62,8 +73,9 @@ import shutil
 import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -128,8 +140,10 @@ def trained(env: str, seed: int, steps: int, run_dir: Path, args: argparse.Names
 
 
 def searched(env: str, teacher: Path, arm: Arm, seed: int, out: Path, args: argparse.Namespace) -> Path:
-    """The architecture file of ``arm``'s search for ``seed`` (reused where an earlier invocation wrote it)."""
+    """The architecture file of ``arm``'s search for ``seed`` (reused where an earlier invocation
+    wrote it); run in a worker process, with a share of the cores' torch threads."""
     from hetrl.cosearch.pipeline import cosearch
+    from hetrl.profile import torch_threads
 
     path = out / "architecture.json"
     if path.exists():
@@ -139,7 +153,8 @@ def searched(env: str, teacher: Path, arm: Arm, seed: int, out: Path, args: argp
     say(f"search {out.relative_to(args.workdir)}")
     # lambda 0 gives the same search whatever the cost (it never enters the loss): the cheap counted one
     hardware = "macs" if arm.kind == "decoupled" else arm.hardware
-    cosearch(env, teacher, hardware, arm.search_config(seed, args.search_steps), out, args.states)
+    with torch_threads(max(1, (os.cpu_count() or 1) // args.jobs)):
+        cosearch(env, teacher, hardware, arm.search_config(seed, args.search_steps), out, args.states)
     return path
 
 
@@ -449,15 +464,17 @@ def main() -> int:
             envs)))
     phases["teachers"] = time.perf_counter() - start
 
-    start, runs = time.perf_counter(), []  # (game, seed, arm, architecture name, run dir, network setting)
-    for g, env in envs.items():
-        for seed in range(args.seeds):
-            for arm in arms:
-                folder = args.workdir / games[g] / "search" / f"{arm.key}_s{seed}"
-                architecture = None if arm.kind == "hand" else searched(env, teachers[g], arm, seed, folder, args)
-                name, network = retrain_setting(architecture)
-                runs.append((g, seed, arm, name, args.workdir / games[g] / "train" / f"{name}_s{seed}", network))
+    start, plan = time.perf_counter(), [(g, seed, arm) for g in envs for seed in range(args.seeds) for arm in arms]
+    searches = {(g, seed, arm): args.workdir / games[g] / "search" / f"{arm.key}_s{seed}"
+                for g, seed, arm in plan if arm.kind != "hand"}
+    with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:  # torch in fresh processes
+        architectures = dict(zip(searches, pool.map(searched, *zip(*((envs[g], teachers[g], arm, seed, folder, args)
+                                                                      for (g, seed, arm), folder in searches.items())))))
     phases["searches"] = time.perf_counter() - start
+    runs = []  # (game, seed, arm, architecture name, run dir, network setting)
+    for g, seed, arm in plan:
+        name, network = retrain_setting(architectures.get((g, seed, arm)))
+        runs.append((g, seed, arm, name, args.workdir / games[g] / "train" / f"{name}_s{seed}", network))
 
     start = time.perf_counter()
     unique = {run: (g, seed, network) for g, seed, _, _, run, network in runs}
