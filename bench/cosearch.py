@@ -36,6 +36,8 @@ for a measured cost, on the modelled axis for an FPGA model). Means over seeds t
 ``--workdir`` keeps the teachers, searches and retrained runs; a later invocation with the same
 workdir reuses every finished one (a run with summary.json, a search with architecture.json), so a
 run cut short resumes where it stopped and arms can be added (more lambdas, another ``--hardware``).
+A workdir holds one set of budgets and settings: a finished run or search of other ``--steps``,
+``--teacher-steps`` or ``--search-steps`` is refused (other ``--set`` values are not checked).
 Trainings run as ``hetrl train`` subprocesses (``--plan rule``, one torch thread each) and searches
 as ``pipeline.cosearch`` in worker processes (a share of the cores' torch threads each), ``--jobs``
 at a time. A CPU cost is measured at the start of its search, under the load of the other jobs
@@ -128,9 +130,16 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
 
 
+def check_reused(folder: Path, done: int, wanted: int, what: str) -> None:
+    """Refuse a finished run or search of another budget than this invocation's."""
+    if done != wanted:
+        raise SystemExit(f"{folder} ran {done:,} {what}, not {wanted:,}: give another --workdir for another budget")
+
+
 def trained(env: str, seed: int, steps: int, run_dir: Path, args: argparse.Namespace, settings: list[str]) -> Path:
     """``run_dir`` trained by `hetrl train dqn` (reused where an earlier invocation finished it)."""
     if (run_dir / "summary.json").exists():
+        check_reused(run_dir, json.loads((run_dir / "config.json").read_text())["steps"], steps, "env steps")
         return run_dir
     if run_dir.exists():  # a run cut short: trained again from the start
         shutil.rmtree(run_dir)
@@ -147,6 +156,7 @@ def searched(env: str, teacher: Path, arm: Arm, seed: int, out: Path, args: argp
 
     path = out / "architecture.json"
     if path.exists():
+        check_reused(out, json.loads(path.read_text())["search"]["steps"], args.search_steps, "search steps")
         return path
     if out.exists():  # a search cut short
         shutil.rmtree(out)
