@@ -222,7 +222,8 @@ def decisions_per_s(policy: Any, backend: str, states: Any) -> float:
 
 def fpga_devices(hardware: list[str]) -> dict[str, Any]:
     """The FPGA model's device of each ``fpga-model[:FILE]`` among ``hardware``."""
-    from hetrl.cosearch.fpga import DEFAULT_PART, FpgaDevice, device_file
+    from hetrl.cosearch.accelerator import DEFAULT_PART
+    from hetrl.cosearch.fpga import FpgaDevice, device_file
 
     return {h: FpgaDevice.load(device_file(h.partition(":")[2] or DEFAULT_PART))
             for h in hardware if h.startswith("fpga-model")}
