@@ -18,7 +18,7 @@ from hetrl.algos import make_algorithm
 from hetrl.config import TrainConfig, apply_values, defaults_origin, make_config, save_config
 from hetrl.envs import env_source, env_spec
 from hetrl.envs.source import EnvFactory, Wrapper
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, check_int, check_path, check_seed
 from hetrl.evaluation import evaluate_policy, record_video
 from hetrl.importable import name_of
 from hetrl.run.callbacks import Callback, Callbacks
@@ -66,6 +66,8 @@ def train(
     first checkpoint (one with checkpoints is refused: resume it).
     """
     hooks = Callbacks(callbacks)  # checked before anything is written
+    if run_dir is not None:
+        check_path("run_dir", run_dir)
     name = env if isinstance(env, str) else name_of(env)
     given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
     cfg = apply_values(make_config(algo, name, config), {**given, **settings})
@@ -89,7 +91,11 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     elsewhere they restart from a seeded reset, unless ``trust_env_state`` (the env state is a
     pickle, which can run code: only for a file whose origin you trust). hetrl.run.safe_state."""
     hooks = Callbacks(callbacks)
-    run = RunDir.open(run_dir)
+    if steps is not None:
+        check_int("steps", steps, 1)
+    if checkpoint is not None:
+        check_path("checkpoint", checkpoint)
+    run = RunDir.open(check_path("run_dir", run_dir))
     if checkpoint is None and not run.checkpoints():
         cfg = run.load_config()
         raise HetrlError(f"{run.path} has no checkpoint (the run stopped before its first one), so there is nothing to "
@@ -155,10 +161,11 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
     the final where the run has no best.pt (it was never evaluated, or predates best.pt).
     Episodes are seeded from the run's seed (``seed`` to change it) apart from training's envs.
     """
-    run = RunDir.open(run_dir)
+    check_int("episodes", episodes, 1)
+    run = RunDir.open(check_path("run_dir", run_dir))
     cfg = run.load_config()
     if seed is not None:
-        cfg.seed = seed
+        cfg.seed = check_seed("seed", seed)
     which, note = "given", ""
     if checkpoint is None or checkpoint == "best":
         which = "best"
@@ -169,6 +176,8 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
             which, note = "final", "the run has no best.pt, so its final policy is evaluated"
     elif checkpoint == "final":
         which = "final"
+    else:
+        check_path("checkpoint", checkpoint)
     path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint, replay=False,
                                       env_state="never")
     spec = env_spec(cfg.env_source(), cfg.atari)

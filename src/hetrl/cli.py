@@ -163,8 +163,6 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from hetrl.api import evaluate
 
-    if args.episodes <= 0:
-        raise HetrlError(f"--episodes must be > 0 (got {args.episodes})")
     res = evaluate(args.run_dir, args.episodes, checkpoint=args.checkpoint, render_video=args.render_video, seed=args.seed)
     if res.note:
         print(f"note: {res.note}")

@@ -23,7 +23,7 @@ from torch import nn
 
 from hetrl.algos import Algorithm, make_algorithm
 from hetrl.envs import env_spec
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, check_path, check_seed
 from hetrl.nets.exits import ExitQNetwork
 from hetrl.run.rundir import RunDir
 from hetrl.training import host_forward
@@ -56,7 +56,14 @@ class Policy:
         """Actions for one observation (returns one action) or a batch (returns a batch).
         ``deterministic=False`` explores as training did at its end (DQN: epsilon at its floor;
         DDPG/TD3: Gaussian noise at its scale)."""
-        x = np.asarray(obs, dtype=self.spec.obs_dtype)
+        try:
+            x = np.asarray(obs, dtype=self.spec.obs_dtype)
+        except (TypeError, ValueError) as exc:
+            raise HetrlError(f"predict: observations must be numbers ({self.spec.obs_dtype}, shape {self.spec.obs_shape} "
+                             f"or a batch of them), not {type(obs).__name__} ({exc})") from None
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            raise HetrlError("predict: the observations hold NaN or infinite values; a network's actions from them mean "
+                             "nothing, so check what produced them")
         single = x.shape == self.spec.obs_shape
         if single:
             x = x[None]
@@ -122,7 +129,10 @@ def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -
     (checkpoints/best.pt, the best evaluation during training), ``"final"`` (the newest periodic
     checkpoint) or a file; by default the best where the run has one, else the final, as
     ``hetrl eval`` picks."""
-    path = Path(run)
+    path = check_path("run", run)
+    check_seed("seed", seed)
+    if checkpoint not in (None, "best", "final"):
+        check_path("checkpoint", checkpoint)
     if path.is_file():
         run_dir, checkpoint = RunDir.open(path.parent.parent), path
     else:

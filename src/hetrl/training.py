@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
-from hetrl.config import TrainConfig, check_machine
+from hetrl.config import TrainConfig, check_machine, check_replay_memory
 from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import ActorsFailed, HetrlError, StopRequested
@@ -86,6 +86,7 @@ class Session:
                 bar.update(shown[0], completed=done + 1, total=total, stats=label)
             self.run_plan = resolve(config, self.algo, self.console.print, plan, profiling)
         self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
+        check_replay_memory(config, self.spec, self.placement.replay)  # before the executor allocates it
         self.executor_kind, self.actors = self.run_plan.executor, self.run_plan.actors
         self.inference, self.num_envs = self.run_plan.inference, self.run_plan.num_envs
         if self.placement.learn.threads:
