@@ -294,7 +294,8 @@ def test_an_inline_checkpoint_is_refused_with_the_fix(tmp_path):
     from hetrl.errors import HetrlError
 
     ex = executor()
-    with pytest.raises(HetrlError, match="executor=inline"):
+    with pytest.raises(HetrlError, match="written by the inline executor, not the local one; resume it with "
+                                         "\"executor\": \"inline\" in the run's config.json$"):  # resume takes no --set
         ex.load_state_dict({"executor": "inline"})
     ex.close()
 

@@ -24,6 +24,7 @@ from hetrl.importable import name_of
 from hetrl.run.callbacks import Callback, Callbacks
 from hetrl.exits import ExitCounter, ExitStats
 from hetrl.nets.exits import ExitQNetwork
+from hetrl.policy import load_policy_network
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session, TrainResult, greedy_policy
 
@@ -184,8 +185,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
     if state.get("kind") == "best":  # the policy only: no executor to build
         which = "best" if path.resolve() == run.best.resolve() else which
         algo = make_algorithm(cfg.algo, spec, cfg.agent)
-        network = algo.make_policy_network()
-        network.load_state_dict(state["policy"])
+        network = load_policy_network(algo, state, path, cfg, run.config)
         policy, env_steps = _greedy(algo, network), int(state["env_steps"])
     else:
         cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run

@@ -445,3 +445,35 @@ def load_config(path: str | Path, invalid_hint: str = "fix it or pass another --
 def save_config(config: TrainConfig, path: Path) -> None:
     write_json(path, config.to_dict())
 
+
+# The settings a checkpoint's networks and replay are shaped by (with the agent's and the Atari
+# preprocessing's): where config.json and the checkpoint disagree on them, the state cannot load.
+SHAPING = ("algo", "env", "env_kwargs", "wrappers", "num_envs")
+
+
+def shaping_changes(saved: Any, config: TrainConfig) -> list[str]:
+    """``key: <saved> -> <now>`` for each shaping setting (:data:`SHAPING`, the agent's, Atari's) of
+    ``config`` that differs from ``saved``, the config a checkpoint holds."""
+    if not isinstance(saved, dict):
+        return []
+    now = config.to_dict()
+    pairs = [(key, saved.get(key), now[key]) for key in SHAPING]
+    for group in ("agent", "atari") if saved.get("algo") == now["algo"] else ():  # another algorithm's: that says it
+        old = saved.get(group) if isinstance(saved.get(group), dict) else {}
+        pairs += [(key, old.get(key), value) for key, value in now[group].items() if key in old]
+    text = lambda value: json.dumps(value, default=str)  # noqa: E731 (tuples and lists alike)
+    return [f"{key}: {text(old)} -> {text(new)}" for key, old, new in pairs if text(old) != text(new)]
+
+
+def checkpoint_misfit(path: str | Path, saved: Any, config: TrainConfig, config_file: str | Path,
+                      exc: Exception) -> HetrlError:
+    """The error for a checkpoint whose state does not load into what ``config`` (read from
+    ``config_file``) builds: the settings that changed since it was written, or else the cause."""
+    changes = shaping_changes(saved, config)
+    cause = " ".join(str(exc).split())[:160] or type(exc).__name__
+    if changes:
+        return HetrlError(f"checkpoint {path} was written with other settings than {config_file} now has "
+                          f"({'; '.join(changes)}), so its state does not load ({cause}); put the checkpoint's values "
+                          f"back in {config_file}, or pass a checkpoint made with these settings")
+    return HetrlError(f"checkpoint {path} does not load into the run {config_file} describes ({type(exc).__name__}: "
+                      f"{cause}); pass a checkpoint of this run")

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from hetrl.algos import Algorithm, make_algorithm
+from hetrl.config import TrainConfig, checkpoint_misfit
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError, check_path, check_seed
 from hetrl.nets.exits import ExitQNetwork
@@ -149,7 +150,18 @@ def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -
     config = run_dir.load_config()
     source, state = run_dir.load_checkpoint(checkpoint, replay=False, env_state="never")  # tensors only: nothing unpickled
     algo = make_algorithm(config.algo, env_spec(config.env_source(), config.atari), config.agent)
+    return Policy(algo, load_policy_network(algo, state, source, config, run_dir.config), source, seed)
+
+
+def load_policy_network(algo: Algorithm, state: dict[str, Any], path: Path, config: TrainConfig,
+                        config_file: Path) -> nn.Module:
+    """``algo``'s acting network with the weights of the checkpoint ``state`` (a best.pt's policy, or a
+    periodic checkpoint's learner) read from ``path``; one that does not fit is a HetrlError naming
+    the settings changed in ``config_file`` since."""
     network = algo.make_policy_network()
-    weights = state["policy"] if state.get("kind") == "best" else state["executor"]["learner"][algo.policy_key]
-    network.load_state_dict(weights)
-    return Policy(algo, network, source, seed)
+    try:
+        weights = state["policy"] if state.get("kind") == "best" else state["executor"]["learner"][algo.policy_key]
+        network.load_state_dict(weights)
+    except (RuntimeError, KeyError, TypeError) as exc:  # another algorithm's, or other layer sizes
+        raise checkpoint_misfit(path, state.get("config"), config, config_file, exc) from None
+    return network

@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
-from hetrl.config import TrainConfig, check_machine, check_replay_memory
+from hetrl.config import TrainConfig, check_machine, check_replay_memory, checkpoint_misfit
 from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import ActorsFailed, HetrlError, StopRequested
@@ -138,7 +138,12 @@ class Session:
             raise HetrlError(f"{path.name} cannot be resumed: {state['replay_missing']}; {self._resume_fix(path)}; "
                              f"{path.name} itself can be evaluated (`hetrl eval {self.run.path} --checkpoint {path}`); "
                              f"checkpoint_replay=all keeps every checkpoint resumable")
-        self.executor.load_state_dict(state["executor"])
+        try:
+            self.executor.load_state_dict(state["executor"])
+        except HetrlError:
+            raise
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:  # shapes or layout of another config
+            raise checkpoint_misfit(path, state.get("config"), self.config, self.run.config, exc) from None
         self.resumed_from = self.saved_at = self.executor.env_steps
         if replay and env_state != "never" and "env_state_dropped" in state:
             self.console.print(f"note: the env state in {path.name} is not restored ({state['env_state_dropped']}): the envs "

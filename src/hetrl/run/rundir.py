@@ -212,13 +212,28 @@ class RunDir:
         except HetrlError:
             raise
         except Exception as exc:  # truncated zip, bad pickle, wrong file type, malformed record: all mean "corrupt"
-            older = [p.name for p in self.checkpoints() if p != path]
-            hint = f"use an earlier one with --checkpoint ({', '.join(older)})" if older else "no earlier checkpoint exists"
-            raise HetrlError(f"checkpoint {path} is corrupt or truncated ({type(exc).__name__}); {hint}") from None
+            raise HetrlError(f"checkpoint {path} is corrupt or truncated ({type(exc).__name__}); "
+                             f"{self._other_checkpoints(path)}") from None
         if dropped:
             state["env_state_dropped"] = (dropped[0] if state["format"] == CHECKPOINT_FORMAT else
                                           "it was written by an older hetrl, which did not sign env states")
         return state
+
+    def _other_checkpoints(self, path: Path, shown: int = 3) -> str:
+        """Where to go instead of the unreadable ``path``: the newest other step files that read
+        whole, as paths ``--checkpoint`` takes."""
+        readable = []
+        for other in reversed(self.checkpoints()):
+            if len(readable) == shown:
+                break
+            try:
+                if other.resolve() != path.resolve() and _decoded(other, "never"):
+                    readable.append(str(other))
+            except Exception:  # noqa: BLE001 (corrupt too: not offered)
+                continue
+        if not readable:
+            return "no other checkpoint of this run reads whole"
+        return f"pass another with --checkpoint: {', '.join(readable)}"
 
     def _read_replay(self, path: Path, state: dict[str, Any]) -> tuple[Any, str]:
         """(the replay state, "") or (None, why not) for the step file ``path``."""
