@@ -300,6 +300,32 @@ def test_an_inline_checkpoint_is_refused_with_the_fix(tmp_path):
     ex.close()
 
 
+def _dying_actor(exitcode, traceback=""):
+    """What LocalExecutor._watch_actors reads, for one actor on its third quick death."""
+    from types import SimpleNamespace
+
+    logged = []
+    fake = SimpleNamespace(should_stop=lambda: False, _messages=lambda: ({0: traceback} if traceback else {}),
+                           _procs=[SimpleNamespace(exitcode=exitcode, join=lambda: None)], _started_at=[time.perf_counter()],
+                           _quick_deaths=[2], log=logged.append, restarts=0, _incarnations=[0], _spawn=lambda i: None)
+    return fake, logged
+
+
+def test_a_third_quick_death_points_to_a_traceback_only_when_there_is_one():
+    """Issue 24 item 10: "see its traceback above" after a SIGKILL that left none."""
+    from hetrl.errors import ActorsFailed
+
+    fake, logged = _dying_actor(-signal.SIGKILL)
+    with pytest.raises(ActorsFailed) as failed:
+        LocalExecutor._watch_actors(fake)
+    assert "failed three times right after starting (killed by SIGKILL); it left no traceback" in str(failed.value)
+    assert "traceback above" not in str(failed.value) and logged == []
+    fake, logged = _dying_actor(1, "Traceback (most recent call last):\n  ...\nValueError: no such env")
+    with pytest.raises(ActorsFailed, match=r"\(ValueError: no such env\); see its traceback above"):
+        LocalExecutor._watch_actors(fake)
+    assert logged == ["actor 0 crashed:\nTraceback (most recent call last):\n  ...\nValueError: no such env"]  # above it
+
+
 # --- the command line ---------------------------------------------------------------------------
 def children(pid):
     out = []

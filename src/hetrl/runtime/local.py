@@ -59,6 +59,16 @@ WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
 IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
 
 
+def exit_reason(exitcode: int | None) -> str:
+    """How a process ended, from its exit code: a signal's name for a negative one."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -209,14 +219,16 @@ class LocalExecutor(ParallelBookkeeping):
             if proc is None or proc.exitcode is None:
                 continue
             proc.join()
-            why = errors.get(i, "").strip().splitlines()[-1:] or [f"exit code {proc.exitcode}"]
+            why = errors.get(i, "").strip().splitlines()[-1:] or [exit_reason(proc.exitcode)]
+            if i in errors:
+                self.log(f"actor {i} crashed:\n{errors[i]}")
             quick = time.perf_counter() - self._started_at[i] < QUICK_DEATH_S
             self._quick_deaths[i] = self._quick_deaths[i] + 1 if quick else 0
             if self._quick_deaths[i] >= 3:
-                raise ActorsFailed(f"actor {i} failed three times right after starting ({why[0]}); "
-                                   f"see its traceback above and fix the environment or config")
-            if i in errors:
-                self.log(f"actor {i} crashed:\n{errors[i]}")
+                look = ("see its traceback above and fix the environment or config" if i in errors else
+                        "it left no traceback: something outside it ended it (the out-of-memory killer, a signal to "
+                        "its process); check the system log (dmesg) and the memory the run takes")
+                raise ActorsFailed(f"actor {i} failed three times right after starting ({why[0]}); {look}")
             self.restarts += 1
             self._incarnations[i] += 1
             self.log(f"actor {i} stopped ({why[0]}); restarted it (restart {self.restarts} of this run)")
