@@ -326,6 +326,33 @@ def test_a_third_quick_death_points_to_a_traceback_only_when_there_is_one():
     assert logged == ["actor 0 crashed:\nTraceback (most recent call last):\n  ...\nValueError: no such env"]  # above it
 
 
+@pytest.mark.parametrize("machine, refused", [("x86_64", False), ("AMD64", False), ("aarch64", True), ("arm64", True),
+                                              ("ppc64le", True), ("riscv64", True)])
+def test_the_rings_are_refused_where_stores_may_be_reordered(monkeypatch, machine, refused):
+    """The rings publish data with plain stores, then a counter: safe under x86's total store order
+    only. Elsewhere the local executor is refused before anything is built (and the plan never
+    picks it), naming the executors that need no shared memory."""
+    import platform
+
+    from hetrl.planner.choice import search_space
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    auto = make_config("dqn", "CartPole-v1", None, ["executor=auto"])
+    assert search_space(auto)[0] == (("inline",) if refused else ("inline", "local"))
+    if not refused:
+        SharedArrays({"x": ((2,), "int64")}).close()
+        return
+    message = (f"the local executor shares memory between processes through rings that rely on x86's store ordering, "
+               f"which this {machine} machine does not give; use executor=inline (one process) or executor=ray")
+    with pytest.raises(HetrlError) as info:
+        executor()
+    assert str(info.value) == message
+    with pytest.raises(HetrlError, match="store ordering"):
+        SharedArrays({"x": ((2,), "int64")})
+    with pytest.raises(HetrlError, match="store ordering"):
+        Session(make_config("dqn", "CartPole-v1", None, ["executor=local", "actors=1", "plan=rule", "hidden=8,8"]))
+
+
 # --- the command line ---------------------------------------------------------------------------
 def children(pid):
     out = []

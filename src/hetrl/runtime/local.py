@@ -40,7 +40,7 @@ from hetrl.runtime.processes import actor_context, without_main
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
-    SharedWeights, TransitionRing, control_layout, pid_alive, ring_layout, sweep_stale_segments,
+    SharedWeights, TransitionRing, check_store_order, control_layout, pid_alive, ring_layout, sweep_stale_segments,
 )
 from hetrl.runtime.timers import Timers, merge_timers
 
@@ -83,6 +83,7 @@ class LocalExecutor(ParallelBookkeeping):
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr,
                  inference: str = "actor", should_stop: Callable[[], bool] = _never) -> None:
+        check_store_order()  # before anything is built: a run on ARM is refused before its run directory is made
         check_placement(placement, algo)
         if actors < 1:
             raise HetrlError(f"the local executor needs at least 1 actor (got {actors})")
