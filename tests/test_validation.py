@@ -232,3 +232,40 @@ def test_check_int_takes_numpy_integers_and_refuses_bools():
     with pytest.raises(HetrlError, match="n must be a whole number, not bool True"):
         check_int("n", True)
     json.dumps(check_int("n", np.int32(2)))  # a plain int comes back
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["steps=-5"], r"invalid run config: steps must be > 0 \(got -5\)$"),  # not also "num_envs must not exceed steps"
+    (["buffer_size=-5"], r"invalid dqn config: buffer_size must be > 0 \(got -5\)$"),  # nor "batch_size must not exceed"
+])
+def test_a_bad_value_is_one_problem_not_also_every_rule_it_takes_part_in(overrides, message):
+    cfg = make_config("dqn", "CartPole-v1", None, overrides)
+    with pytest.raises(HetrlError, match=message):
+        cfg.validate()
+        make_algorithm("dqn", env_spec("CartPole-v1"), cfg.agent)
+
+
+def test_hetrl_plan_checks_the_settings_before_reading_a_profile(tmp_path, capsys):
+    from hetrl.cli import main
+
+    (tmp_path / "p.json").write_text("{}")
+    assert main(["plan", "dqn", "CartPole-v1", "--set", "lr=nan", "--profile", str(tmp_path / "p.json")]) == 2
+    assert capsys.readouterr().err.strip() == "hetrl: error: invalid dqn config: lr must be a finite number (got nan)"
+
+
+def test_a_toml_config_is_refused_with_the_formats_read(tmp_path):
+    (tmp_path / "c.toml").write_text("steps = 200\n")
+    with pytest.raises(HetrlError, match=r"c.toml: TOML is not read; write the settings as YAML \(.yaml\) or JSON"):
+        make_config("dqn", "CartPole-v1", tmp_path / "c.toml")
+
+
+def test_paths_that_are_not_what_they_should_be_say_what_they_are(run, tmp_path, monkeypatch):
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(HetrlError, match="f.txt is a file, not a run directory$"):
+        hetrl.evaluate(tmp_path / "f.txt")
+    with pytest.raises(HetrlError, match="is a directory; pass a checkpoint file"):
+        hetrl.evaluate(run, 2, checkpoint=tmp_path)
+    monkeypatch.chdir(tmp_path)  # a bare name is not looked up in the run, but the run's own file is named
+    step = next((run / "checkpoints").glob("step_*.pt"))
+    with pytest.raises(HetrlError, match=f"checkpoint {step.name} does not exist \\(the run's own is {step}\\)$"):
+        hetrl.evaluate(run, 2, checkpoint=step.name)

@@ -256,6 +256,8 @@ def _plan(args: argparse.Namespace) -> int:
     cfg = make_config(args.algo, args.env, args.config,
                       args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else [])
                       + ([f"steps={args.steps}"] if args.steps else []))
+    cfg.validate()  # the settings are checked before any profile is read, as a run checks them
+    algorithm = make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent)
     console = Console(stderr=True)
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
@@ -265,7 +267,7 @@ def _plan(args: argparse.Namespace) -> int:
                          inference=inference)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
-        plan = plan_for_run(cfg, make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent), console.print, args.objective)
+        plan = plan_for_run(cfg, algorithm, console.print, args.objective)
     for table in plan_tables(plan):
         console.print(table)
     console.print(f"plan written to {plan.save(args.out)}; train with it: "

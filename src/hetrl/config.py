@@ -88,7 +88,7 @@ class TrainConfig:
             problems.append(seed)
         if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
             problems.append(f"stop_at_return must be a finite number, or none to run every step (got {self.stop_at_return})")
-        if self.num_envs > self.steps:
+        if 0 < self.steps < self.num_envs:
             problems.append(f"num_envs ({self.num_envs}) must not exceed steps ({self.steps}): every env steps at least once "
                             f"per iteration; lower num_envs or raise steps")
         for name in ("steps", "log_every", "eval_episodes", "checkpoint_every"):

@@ -86,7 +86,7 @@ class AgentConfig:
                             f"{self.priority_eps})")
         if not self.hidden or min(self.hidden) <= 0:
             problems.append(f"hidden must list positive layer widths (got {self.hidden})")
-        if self.batch_size > self.buffer_size:
+        if 0 < self.buffer_size < self.batch_size:
             problems.append(f"batch_size ({self.batch_size}) must not exceed buffer_size ({self.buffer_size})")
         return problems
 

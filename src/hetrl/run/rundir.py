@@ -90,7 +90,8 @@ class RunDir:
     def open(cls, path: str | Path) -> "RunDir":
         run = cls(Path(path))
         if not run.path.is_dir():
-            raise HetrlError(f"run directory {run.path} does not exist")
+            found = "is a file, not a run directory" if run.path.exists() else "does not exist"
+            raise HetrlError(f"run directory {run.path} {found}")
         if not run.config.exists():
             raise HetrlError(f"{run.path} is not a hetrl run directory (no config.json); pass the folder `hetrl train` created")
         return run
@@ -202,8 +203,11 @@ class RunDir:
         return path, state
 
     def _read(self, path: Path, env_state: str) -> dict[str, Any]:
-        if not path.exists():
-            raise HetrlError(f"checkpoint {path} does not exist")
+        if not path.is_file():
+            own = self.checkpoint_dir / path.name
+            hint = f" (the run's own is {own})" if own.is_file() and not path.is_absolute() else ""
+            found = "is a directory; pass a checkpoint file (checkpoints/step_N.pt)" if path.is_dir() else f"does not exist{hint}"
+            raise HetrlError(f"checkpoint {path} {found}")
         try:
             state, dropped = _decoded(path, env_state)
         except safe_state.UnsafeCheckpoint as exc:

@@ -237,7 +237,8 @@ def load(path: str | os.PathLike[str]) -> TabularDataset:
     path = Path(path)
     collect_cmd = f"`hetrl tabular collect ENV --transitions N --out {path}`"
     if not path.is_file():
-        raise HetrlError(f"dataset {path} does not exist; create it with {collect_cmd}")
+        found = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise HetrlError(f"dataset {path} {found}; create it with {collect_cmd}")
 
     def malformed(problem: str) -> HetrlError:
         return HetrlError(f"dataset {path} is malformed: {problem}; re-create it with {collect_cmd}")
