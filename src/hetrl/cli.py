@@ -244,20 +244,18 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from hetrl.algos import make_algorithm
     from hetrl.config import make_config
     from hetrl.devices import resolve_device
-    from hetrl.envs import env_spec
     from hetrl.planner.search import make_plan
     from hetrl.planner.tables import plan_tables
     from hetrl.planner.choice import plan_for_run, search_space
     from hetrl.profile import Profile
+    from hetrl.training import checked_algorithm
 
     cfg = make_config(args.algo, args.env, args.config,
                       args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else [])
                       + ([f"steps={args.steps}"] if args.steps else []))
-    cfg.validate()  # the settings are checked before any profile is read, as a run checks them
-    algorithm = make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent)
+    algorithm = checked_algorithm(cfg)  # the settings are checked before any profile is read, as a run checks them
     console = Console(stderr=True)
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))

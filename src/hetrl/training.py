@@ -57,6 +57,19 @@ def greedy_policy(algo: Algorithm, network: Any):
     return lambda obs: algo.greedy_rule(forward(obs))
 
 
+def checked_algorithm(config: TrainConfig, source: EnvSource | None = None) -> Algorithm:
+    """The algorithm of ``config`` on its env, once every check that needs no plan passed: the run's
+    settings, the extras they name, the env, the algorithm's settings on it, the device. Each
+    problem is a one-line HetrlError. ``source``: the envs as hetrl.train was given them, else
+    found again by config.json's names."""
+    config.validate()
+    if config.wandb_project:
+        require_wandb()  # a missing extra stops the run before anything is written
+    algo = make_algorithm(config.algo, env_spec(source or config.env_source(), config.atari), config.agent)
+    resolve_device(config.device)  # a missing device is refused before anything is printed
+    return algo
+
+
 class Session:
     """Build with :meth:`create` (a new run) or :meth:`open` (an existing one). Everything is
     validated before anything is written, so a bad config leaves no half-made run directory."""
@@ -65,16 +78,11 @@ class Session:
 
     def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None,
                  defaults: str = "", source: EnvSource | None = None, progress: bool = True) -> None:
-        config.validate()
-        if config.wandb_project:
-            require_wandb()  # a missing extra stops the run before anything is written
+        self.algo = checked_algorithm(config, source)
+        self.spec = self.algo.spec
         self.config = config
         self.console = console or Console(stderr=True)
         self.defaults = defaults
-        # the envs: as given (``source``: hetrl.train's objects), or found again by config.json's names
-        self.spec = env_spec(source or config.env_source(), config.atari)
-        self.algo = make_algorithm(config.algo, self.spec, config.agent)
-        resolve_device(config.device)  # a missing device is refused before anything is printed
         if defaults:  # the first line a run prints (once the env and settings are known good): where its settings came from
             self.console.print(f"defaults: {defaults}", highlight=False, soft_wrap=True)
         with progress_bar(self.console, progress) as bar:  # shown only while a profile is measured
