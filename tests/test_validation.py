@@ -80,6 +80,14 @@ def test_values_of_the_wrong_type_are_refused_by_key(data, message):
     assert one_line(info).startswith("c.json")
 
 
+def test_a_control_character_in_a_value_cannot_break_the_one_line():
+    """Found by tests/test_fuzz_settings.py: U+0085 (a line break to str.splitlines) was echoed as it was."""
+    with pytest.raises(HetrlError) as info:
+        config_from_dict({"algo": "dqn", "env": "CartPole-v1", "agent": {"alpha": "\x85"}}, "c.json")
+    assert str(info.value) == "c.json (dqn's agent settings): alpha='\\x85': expected a number"
+    assert len(str(info.value).splitlines()) == 1
+
+
 def test_values_people_write_are_read_as_the_setting_takes_them():
     cfg = config_from_dict({"algo": "sac", "env": "Pendulum-v1", "steps": "20k", "seed": 3.0,
                             "agent": {"lr": 1, "ent_coef": 0.1, "hidden": [8, 8.0]}})

@@ -301,7 +301,8 @@ def _parse(text: str, kind: Any, key: str, where: str = "") -> Any:
                 return value
     except ValueError:  # json's JSONDecodeError included
         pass
-    raise HetrlError(f"{f'{where}: {key}' if where else f'--set {key}'}={text}: expected {type_name(kind)}")
+    shown = text if text.isprintable() else repr(text)  # a control character would break the one line
+    raise HetrlError(f"{f'{where}: {key}' if where else f'--set {key}'}={shown}: expected {type_name(kind)}")
 
 
 def _field_types(obj: Any) -> dict[str, Any]:
