@@ -462,8 +462,8 @@ def shaping_changes(saved: Any, config: TrainConfig) -> list[str]:
     for group in ("agent", "atari") if saved.get("algo") == now["algo"] else ():  # another algorithm's: that says it
         old = saved.get(group) if isinstance(saved.get(group), dict) else {}
         pairs += [(key, old.get(key), value) for key, value in now[group].items() if key in old]
-    text = lambda value: json.dumps(value, default=str)  # noqa: E731 (tuples and lists alike)
-    return [f"{key}: {text(old)} -> {text(new)}" for key, old, new in pairs if text(old) != text(new)]
+    shown = [(key, json.dumps(old, default=str), json.dumps(new, default=str)) for key, old, new in pairs]  # tuples as lists
+    return [f"{key}: {old} -> {new}" for key, old, new in shown if old != new]
 
 
 def checkpoint_misfit(path: str | Path, saved: Any, config: TrainConfig, config_file: str | Path,

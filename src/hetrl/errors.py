@@ -3,6 +3,11 @@
 A :class:`HetrlError` is a problem with the user's input or files (unknown algorithm, missing
 device, corrupt checkpoint...). Its message is one line that names the problem and the fix; the
 CLI prints it without a traceback and exits with code 2. Anything else is a bug in hetrl.
+
+The checks every layer shares are here too (this module imports nothing of hetrl's, so the
+tabular workers can use them without torch): a dataclass's field types
+(:func:`field_type_problems`), whole numbers in a range (:func:`check_int`), seeds, paths, and the
+user's own code failing (:func:`user_code_failed`).
 """
 
 from __future__ import annotations
@@ -48,13 +53,9 @@ def int_problem(name: str, value: object, minimum: int | None = None, maximum: i
     return ""
 
 
+@functools.cache
 def field_types(cls: type) -> dict[str, Any]:
     """A dataclass's fields and their annotated types (resolved)."""
-    return _field_types(cls)
-
-
-@functools.cache
-def _field_types(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 
