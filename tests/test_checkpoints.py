@@ -3,6 +3,7 @@ one just written), the replay lives in replay_step_N.pt beside step_N.pt and, by
 newest checkpoint keeps it; resume from it is bit-exact, from an older one it is refused with the
 fix; a crash between write and prune leaves extra files, never fewer."""
 
+import json
 import shutil
 from pathlib import Path
 
@@ -211,3 +212,59 @@ def test_old_runs_keep_every_checkpoint_with_its_replay(tmp_path):
     hetrl.resume(run, steps=700, progress=False)
     assert _names(run) == _steps(500, 700, replay=(700,))
     assert "replay" in _raw(run / "checkpoints" / "step_0000000500.pt")["executor"]  # the old file as it was
+
+
+def test_a_corrupt_checkpoint_points_to_the_others_that_load(tmp_path, pruned):
+    """Issue 24 item 10: the hint listed bare names, which --checkpoint cannot resolve, and listed
+    checkpoints that were corrupt too."""
+    run = tmp_path / "copy"
+    shutil.copytree(pruned, run)
+    ckpts = run / "checkpoints"
+    (ckpts / "step_0000000700.pt").write_bytes((ckpts / "step_0000000700.pt").read_bytes()[:200])
+    (ckpts / "step_0000000600.pt").write_bytes(b"junk")
+    with pytest.raises(HetrlError) as refused:
+        hetrl.resume(run, steps=900, progress=False)
+    message = str(refused.value)
+    assert message.startswith(f"checkpoint {ckpts / 'step_0000000700.pt'} is corrupt or truncated")
+    assert message.endswith(f"pass another with --checkpoint: {ckpts / 'step_0000000500.pt'}") and "\n" not in message
+    assert hetrl.evaluate(run, episodes=2, checkpoint=ckpts / "step_0000000500.pt").env_steps == 500  # the path it names works
+    (ckpts / "step_0000000500.pt").write_bytes(b"")
+    with pytest.raises(HetrlError, match="no other checkpoint of this run reads whole$"):
+        hetrl.evaluate(run, episodes=2, checkpoint="final")
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"hidden": [32, 32]}, "hidden: [16, 16] -> [32, 32]"),
+    ({"dueling": True}, "dueling: false -> true"),
+    ({"buffer_size": 400}, "buffer_size: 500 -> 400"),
+])
+def test_a_checkpoint_written_with_other_settings_names_them(tmp_path, pruned, change, named):
+    """A config.json edited since (its networks or replay no longer fit) is refused naming the
+    settings, on resume, evaluate and load alike, not with torch's size mismatch."""
+    run = tmp_path / "copy"
+    shutil.copytree(pruned, run)
+    config = json.loads((run / "config.json").read_text())
+    config["agent"].update(change)
+    (run / "config.json").write_text(json.dumps(config))
+    calls = [lambda: hetrl.resume(run, steps=900, progress=False)]
+    if "buffer_size" not in change:  # the policy alone does not depend on the replay
+        calls += [lambda: hetrl.evaluate(run, episodes=2, checkpoint="final"), lambda: hetrl.load(run)]
+    for call in calls:
+        with pytest.raises(HetrlError) as refused:
+            call()
+        message = str(refused.value)
+        assert f"was written with other settings than {run / 'config.json'} now has ({named})" in message, message
+        assert "put the checkpoint's values back" in message and "\n" not in message
+
+
+def test_another_algorithms_checkpoint_is_refused_by_name(tmp_path, pruned):
+    other = tmp_path / "ddpg"
+    hetrl.train("ddpg", "Pendulum-v1", steps=100, run_dir=other, eval_every=0, progress=False, plan="rule",
+                eval_episodes=1, **SMALL["ddpg"])
+    run = tmp_path / "copy"
+    shutil.copytree(pruned, run)
+    for call in (lambda ckpt: hetrl.resume(run, steps=900, checkpoint=ckpt, progress=False),
+                 lambda ckpt: hetrl.evaluate(run, episodes=2, checkpoint=ckpt)):
+        with pytest.raises(HetrlError, match=r'was written with other settings .*\(algo: "ddpg" -> "dqn"; env: '
+                                             r'"Pendulum-v1" -> "CartPole-v1"\)'):
+            call(other / "checkpoints" / "step_0000000100.pt")

@@ -294,9 +294,63 @@ def test_an_inline_checkpoint_is_refused_with_the_fix(tmp_path):
     from hetrl.errors import HetrlError
 
     ex = executor()
-    with pytest.raises(HetrlError, match="executor=inline"):
+    with pytest.raises(HetrlError, match="written by the inline executor, not the local one; resume it with "
+                                         "\"executor\": \"inline\" in the run's config.json$"):  # resume takes no --set
         ex.load_state_dict({"executor": "inline"})
     ex.close()
+
+
+def _dying_actor(exitcode, traceback=""):
+    """What LocalExecutor._watch_actors reads, for one actor on its third quick death."""
+    from types import SimpleNamespace
+
+    logged = []
+    fake = SimpleNamespace(should_stop=lambda: False, _messages=lambda: ({0: traceback} if traceback else {}),
+                           _procs=[SimpleNamespace(exitcode=exitcode, join=lambda: None)], _started_at=[time.perf_counter()],
+                           _quick_deaths=[2], log=logged.append, restarts=0, _incarnations=[0], _spawn=lambda i: None)
+    return fake, logged
+
+
+def test_a_third_quick_death_points_to_a_traceback_only_when_there_is_one():
+    """Issue 24 item 10: "see its traceback above" after a SIGKILL that left none."""
+    from hetrl.errors import ActorsFailed
+
+    fake, logged = _dying_actor(-signal.SIGKILL)
+    with pytest.raises(ActorsFailed) as failed:
+        LocalExecutor._watch_actors(fake)
+    assert "failed three times right after starting (killed by SIGKILL); it left no traceback" in str(failed.value)
+    assert "traceback above" not in str(failed.value) and logged == []
+    fake, logged = _dying_actor(1, "Traceback (most recent call last):\n  ...\nValueError: no such env")
+    with pytest.raises(ActorsFailed, match=r"\(ValueError: no such env\); see its traceback above"):
+        LocalExecutor._watch_actors(fake)
+    assert logged == ["actor 0 crashed:\nTraceback (most recent call last):\n  ...\nValueError: no such env"]  # above it
+
+
+@pytest.mark.parametrize("machine, refused", [("x86_64", False), ("AMD64", False), ("aarch64", True), ("arm64", True),
+                                              ("ppc64le", True), ("riscv64", True)])
+def test_the_rings_are_refused_where_stores_may_be_reordered(monkeypatch, machine, refused):
+    """The rings publish data with plain stores, then a counter: safe under x86's total store order
+    only. Elsewhere the local executor is refused before anything is built (and the plan never
+    picks it), naming the executors that need no shared memory."""
+    import platform
+
+    from hetrl.planner.choice import search_space
+
+    monkeypatch.setattr(platform, "machine", lambda: machine)
+    auto = make_config("dqn", "CartPole-v1", None, ["executor=auto"])
+    assert search_space(auto)[0] == (("inline",) if refused else ("inline", "local"))
+    if not refused:
+        SharedArrays({"x": ((2,), "int64")}).close()
+        return
+    message = (f"the local executor shares memory between processes through rings that rely on x86's store ordering, "
+               f"which this {machine} machine does not give; use executor=inline (one process) or executor=ray")
+    with pytest.raises(HetrlError) as info:
+        executor()
+    assert str(info.value) == message
+    with pytest.raises(HetrlError, match="store ordering"):
+        SharedArrays({"x": ((2,), "int64")})
+    with pytest.raises(HetrlError, match="store ordering"):
+        Session(make_config("dqn", "CartPole-v1", None, ["executor=local", "actors=1", "plan=rule", "hidden=8,8"]))
 
 
 # --- the command line ---------------------------------------------------------------------------

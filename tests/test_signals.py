@@ -286,6 +286,7 @@ def test_three_quick_deaths_save_the_learners_checkpoint_first(tmp_path):
                     callbacks=[KillActors()])
     message = str(raised.value)
     assert "the learner's state was saved first, in " in message, message
+    assert "(killed by SIGKILL); it left no traceback" in message and "traceback above" not in message  # issue 24 item 10
     path = Path(message.split("saved first, in ")[1].split(" (env step")[0])
     steps = int(path.stem.split("_")[1])
     assert path.exists() and steps >= 600

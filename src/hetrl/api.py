@@ -18,12 +18,13 @@ from hetrl.algos import make_algorithm
 from hetrl.config import TrainConfig, apply_values, defaults_origin, make_config, save_config
 from hetrl.envs import env_source, env_spec
 from hetrl.envs.source import EnvFactory, Wrapper
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, check_int, check_path, check_seed
 from hetrl.evaluation import evaluate_policy, record_video
 from hetrl.importable import name_of
 from hetrl.run.callbacks import Callback, Callbacks
 from hetrl.exits import ExitCounter, ExitStats
 from hetrl.nets.exits import ExitQNetwork
+from hetrl.policy import load_policy_network
 from hetrl.run.rundir import RunDir
 from hetrl.training import Session, TrainResult, greedy_policy
 
@@ -66,6 +67,8 @@ def train(
     first checkpoint (one with checkpoints is refused: resume it).
     """
     hooks = Callbacks(callbacks)  # checked before anything is written
+    if run_dir is not None:
+        check_path("run_dir", run_dir)
     name = env if isinstance(env, str) else name_of(env)
     given = {k: v for k, v in {"steps": steps, "seed": seed, "device": device}.items() if v is not None}
     cfg = apply_values(make_config(algo, name, config), {**given, **settings})
@@ -93,7 +96,11 @@ def resume(run_dir: str | Path, steps: int | None = None, *, checkpoint: str | P
     from a checkpoint older than the newest, what lies past it moves into ``RUN/branches/<time>/``
     first (:meth:`hetrl.run.rundir.RunDir.branch_off`)."""
     hooks = Callbacks(callbacks)
-    run = RunDir.open(run_dir, lock=True)
+    if steps is not None:
+        check_int("steps", steps, 1)
+    if checkpoint is not None:
+        check_path("checkpoint", checkpoint)
+    run = RunDir.open(check_path("run_dir", run_dir), lock=True)
     try:
         if checkpoint is None and not run.checkpoints():
             cfg = run.load_config()
@@ -167,10 +174,11 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
     the final where the run has no best.pt (it was never evaluated, or predates best.pt).
     Episodes are seeded from the run's seed (``seed`` to change it) apart from training's envs.
     """
-    run = RunDir.open(run_dir)
+    check_int("episodes", episodes, 1)
+    run = RunDir.open(check_path("run_dir", run_dir))
     cfg = run.load_config()
     if seed is not None:
-        cfg.seed = seed
+        cfg.seed = check_seed("seed", seed)
     which, note = "given", ""
     if checkpoint is None or checkpoint == "best":
         which = "best"
@@ -181,14 +189,15 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
             which, note = "final", "the run has no best.pt, so its final policy is evaluated"
     elif checkpoint == "final":
         which = "final"
+    else:
+        check_path("checkpoint", checkpoint)
     path, state = run.load_checkpoint(run.best if which == "best" else None if which == "final" else checkpoint, replay=False,
                                       env_state="never")
     spec = env_spec(cfg.env_source(), cfg.atari)
     if state.get("kind") == "best":  # the policy only: no executor to build
         which = "best" if path.resolve() == run.best.resolve() else which
         algo = make_algorithm(cfg.algo, spec, cfg.agent)
-        network = algo.make_policy_network()
-        network.load_state_dict(state["policy"])
+        network = load_policy_network(algo, state, path, cfg, run.config)
         policy, env_steps = _greedy(algo, network), int(state["env_steps"])
     else:
         cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run

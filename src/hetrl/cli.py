@@ -166,8 +166,6 @@ def _add_eval(sub: argparse._SubParsersAction) -> None:
 def _eval(args: argparse.Namespace) -> int:
     from hetrl.api import evaluate
 
-    if args.episodes <= 0:
-        raise HetrlError(f"--episodes must be > 0 (got {args.episodes})")
     res = evaluate(args.run_dir, args.episodes, checkpoint=args.checkpoint, render_video=args.render_video, seed=args.seed)
     if res.note:
         print(f"note: {res.note}")
@@ -255,23 +253,22 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from hetrl.algos import make_algorithm
     from hetrl.config import make_config
     from hetrl.devices import resolve_device
-    from hetrl.envs import env_spec
     from hetrl.planner.search import make_plan
     from hetrl.planner.tables import plan_tables
     from hetrl.planner.choice import plan_for_run, search_space
     from hetrl.planner.whatif import LABEL, load_what_if, what_if_slots, with_what_if
     from hetrl.profile import Profile
+    from hetrl.training import checked_algorithm
 
     cfg = make_config(args.algo, args.env, args.config,
                       args.overrides + [f"executor={args.executor}"] + ([f"actors={args.actors}"] if args.actors else [])
                       + ([f"steps={args.steps}"] if args.steps else []))
     check_writable(args.out, "--out")  # before planning
+    algorithm = checked_algorithm(cfg)  # the settings are checked before any profile is read, as a run checks them
     console = Console(stderr=True)
     what_if = [load_what_if(spec) for spec in args.what_if]
-    algorithm = make_algorithm(cfg.algo, env_spec(cfg.env_source(), cfg.atari), cfg.agent) if what_if or not args.profile else None
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
         executors, inference = search_space(cfg)

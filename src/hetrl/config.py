@@ -11,20 +11,29 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import numbers
 import os
 import types
 import typing
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from hetrl.algos import AgentConfig, algorithm_class
 from hetrl.envs.pixels import AtariOptions
 from hetrl.envs.source import EnvSource, env_source
-from hetrl.errors import HetrlError, did_you_mean
+from hetrl.errors import MAX_SEED, HetrlError, did_you_mean, field_type_problems, field_types, int_problem, type_name
 from hetrl.files import read_config_file, read_json, write_json
+from hetrl.hardware import free_memory_bytes, gib
 from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
 from hetrl.tuned import lookup as lookup_tuned
+
+if TYPE_CHECKING:
+    from hetrl.envs.spec import EnvSpec
+    from hetrl.protocol import Slot
 
 
 EXECUTORS = ("inline", "local", "ray", "auto")
@@ -69,7 +78,19 @@ class TrainConfig:
     atari: AtariOptions = field(default_factory=AtariOptions)  # the preprocessing of ALE ids (hetrl.envs.pixels)
 
     def validate(self) -> None:
+        """Refuse, in one line naming every problem and its fix, a value no run can use; the agent's
+        settings are the algorithm's to check (``make_algorithm``)."""
+        problems = field_type_problems(self)
+        if problems:  # every check below compares values of the right type
+            raise HetrlError("invalid run config: " + "; ".join(problems))
         problems = [*self.atari.validate()]
+        if seed := int_problem("seed", self.seed, 0, MAX_SEED):
+            problems.append(seed)
+        if self.stop_at_return is not None and not math.isfinite(self.stop_at_return):
+            problems.append(f"stop_at_return must be a finite number, or none to run every step (got {self.stop_at_return})")
+        if 0 < self.steps < self.num_envs:
+            problems.append(f"num_envs ({self.num_envs}) must not exceed steps ({self.steps}): every env steps at least once "
+                            f"per iteration; lower num_envs or raise steps")
         for name in ("steps", "log_every", "eval_episodes", "checkpoint_every"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
@@ -140,6 +161,28 @@ def check_machine(config: TrainConfig, executor: str | None = None, actors: int 
                          f"(0: the plan decides), or --force (force=true) to use them anyway")
 
 
+def check_replay_memory(config: TrainConfig, spec: EnvSpec, replay: Slot, free: int | None = None) -> None:
+    """Refuse, unless ``config.force``, a replay that cannot fit where the plan puts it (``replay``:
+    its slot): the replay is allocated whole at the start, so a buffer_size far beyond the memory
+    would fail there, or later, when the kernel kills the run. The need is a lower bound (each
+    stored field of every transition; a frame replay stores each frame once), set against the
+    memory free now on that device (``free``: measured when None; unknown: not checked)."""
+    if config.force:
+        return
+    obs = int(math.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
+    per_transition = ((obs // spec.obs_shape[0] if replay.backend.startswith("frames") else 2 * obs)
+                      + int(math.prod(spec.action_shape)) * np.dtype(spec.action_dtype).itemsize
+                      + 8  # reward and discount (float32)
+                      + (16 if config.agent.prioritized else 0))  # the sum tree: 2 float64 nodes per leaf at least
+    need = config.agent.buffer_size * per_transition
+    free = free_memory_bytes(replay.device) if free is None else free
+    if free is not None and need > free:
+        raise HetrlError(f"buffer_size={config.agent.buffer_size:,} needs at least {gib(need)} of replay on {replay.device} "
+                         f"({per_transition} bytes per transition, allocated at the start), more than the {gib(free)} free "
+                         f"there; set buffer_size={max(1, free // per_transition // 2):,} or less, or --force (force=true) "
+                         f"to try anyway")
+
+
 def default_config(algo: str, env: str, tuned: bool = True) -> TrainConfig:
     """The algorithm's generic defaults, then (``tuned``) the tuned row for ``env`` where there is one."""
     cls = algorithm_class(algo)
@@ -179,6 +222,9 @@ def make_config(algo: str, env: str, base: str | Path | dict[str, Any] | TrainCo
             data = base.to_dict()
         elif isinstance(base, dict):
             data = {**base, "algo": algo}
+        elif not isinstance(base, (str, os.PathLike)):
+            raise HetrlError(f"config must be a YAML or JSON file, a dict of settings or a TrainConfig, not "
+                             f"{type(base).__name__} {base!r}")
         else:  # a file: a whole config (a run's config.json) or only the settings it changes
             data = read_config_file(base, "config file", "fix it or pass another --config")
             if not isinstance(data, dict):
@@ -226,13 +272,14 @@ def parse_count(text: str) -> int:
     return int(number)
 
 
-def _parse(text: str, kind: Any, key: str) -> Any:
-    """``text`` as a value of the annotated type ``kind`` (int, float, bool, str, X | None, tuple[int, ...])."""
+def _parse(text: str, kind: Any, key: str, where: str = "") -> Any:
+    """``text`` as a value of the annotated type ``kind`` (int, float, bool, str, X | None, tuple[int, ...]).
+    ``where``: the file or call the text came from (none: ``--set``), named by the error."""
     origin, args = typing.get_origin(kind), typing.get_args(kind)
     if origin in (typing.Union, types.UnionType):
         if text.lower() in ("none", "null"):
             return None
-        return _parse(text, next(a for a in args if a is not type(None)), key)
+        return _parse(text, next(a for a in args if a is not type(None)), key, where)
     try:
         if kind is bool:
             if text.lower() in _TRUE | _FALSE:
@@ -254,24 +301,12 @@ def _parse(text: str, kind: Any, key: str) -> Any:
                 return value
     except ValueError:  # json's JSONDecodeError included
         pass
-    raise HetrlError(f"--set {key}={text}: expected {_type_name(kind)}")
-
-
-def _type_name(kind: Any) -> str:
-    if typing.get_origin(kind) is tuple:
-        if typing.get_args(kind)[0] is str:
-            return "a comma-separated list of names, e.g. mymodule:MyWrapper,mymodule:Other"
-        return "a comma-separated list of integers, e.g. 64,64"
-    if typing.get_origin(kind) is dict:
-        return 'a JSON object, e.g. {"size": 8}'
-    if typing.get_origin(kind) in (typing.Union, types.UnionType):
-        return _type_name(next(a for a in typing.get_args(kind) if a is not type(None))) + " or none"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(kind, str(kind))
+    shown = text if text.isprintable() else repr(text)  # a control character would break the one line
+    raise HetrlError(f"{f'{where}: {key}' if where else f'--set {key}'}={shown}: expected {type_name(kind)}")
 
 
 def _field_types(obj: Any) -> dict[str, Any]:
-    hints = typing.get_type_hints(type(obj))
-    return {f.name: hints[f.name] for f in fields(obj)}
+    return field_types(type(obj))
 
 
 def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
@@ -335,37 +370,59 @@ def apply_values(config: TrainConfig, values: dict[str, Any], where: str = "hetr
 
 # --- files -------------------------------------------------------------------------------------
 def _from_mapping(obj: Any, data: dict[str, Any], where: str) -> None:
+    """Set ``obj``'s fields from ``data`` (a config file's, a dict's or the API's values), each
+    checked against its annotated type: a number's text ("20k") is read as ``--set`` reads it, a
+    list for a tuple; a null only where the setting takes none."""
     kinds = _field_types(obj)
     for key, value in data.items():
         if key not in kinds:
             raise HetrlError(f"{where}: unknown setting {key!r}{suggestion(key, list(kinds))}")
-        kind = kinds[key]
-        if key in ("agent", "atari"):
-            continue
-        if typing.get_origin(kind) is tuple and isinstance(value, (list, tuple)):
-            item = typing.get_args(kind)[0]
-            value = tuple(v if item is str and isinstance(v, str) else _parse(json.dumps(v), item, key) for v in value)
-        elif typing.get_origin(kind) is dict and isinstance(value, dict):
-            value = dict(value)
-        elif kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        elif value is not None and not isinstance(value, str):
-            value = _parse(json.dumps(value), kind, key)  # type-checks bools, ints, optionals alike
-        elif isinstance(value, str) and kind is not str:
-            value = _parse(value, kind, key)
-        setattr(obj, key, value)
+        if key not in ("agent", "atari"):
+            setattr(obj, key, _typed(value, kinds[key], key, where))
+
+
+def _typed(value: Any, kind: Any, key: str, where: str) -> Any:
+    """``value`` as a value of the annotated type ``kind`` (see :func:`_from_mapping`)."""
+    optional = typing.get_origin(kind) in (typing.Union, types.UnionType)
+    base = next(a for a in typing.get_args(kind) if a is not type(None)) if optional else kind
+    if value is None:
+        if optional:
+            return None
+        raise HetrlError(f"{where}: {key} is null; expected {type_name(kind)} (leave {key} out for its default)")
+    if isinstance(value, str):
+        return _parse(value, kind, key, where)
+    wrong = HetrlError(f"{where}: {key}={value!r}: expected {type_name(kind)}")
+    if typing.get_origin(base) is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise wrong
+        return tuple(_typed(v, typing.get_args(base)[0], key, where) for v in value)
+    if typing.get_origin(base) is dict:
+        if not isinstance(value, dict):
+            raise wrong
+        return dict(value)
+    if base is bool and isinstance(value, (bool, numbers.Integral)) and value in (0, 1):
+        return bool(value)
+    if base is int and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        if not math.isfinite(value) or value != int(value):
+            raise wrong
+        return int(value)
+    if base in (float, str) and isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value) if base is float else str(value)  # a YAML number for a text setting (ent_coef: 0.1)
+    raise wrong
 
 
 def config_from_dict(data: dict[str, Any], where: str = "config", tuned: bool = False) -> TrainConfig:
     """``data`` over the generic defaults, or over the tuned ones for its env (``tuned``: a new run)."""
     if not isinstance(data, dict) or "algo" not in data or "env" not in data:
         raise HetrlError(f"{where}: a config needs at least 'algo' and 'env' keys")
+    if not isinstance(data["env"], str):
+        raise HetrlError(f"{where}: env must be a Gymnasium id or 'module:name', not {type(data['env']).__name__} {data['env']!r}")
     config = default_config(data["algo"], data["env"], tuned)
     agent = data.get("agent", {})
     if not isinstance(agent, dict):
         raise HetrlError(f"{where}: 'agent' must be a mapping of {config.algo} settings")
     _from_mapping(config, {k: v for k, v in data.items() if k not in ("algo", "env")}, where)
-    _from_mapping(config.agent, agent, f"{where} (agent)")
+    _from_mapping(config.agent, agent, f"{where} ({config.algo}'s agent settings)")
     atari = data.get("atari", {})
     if not isinstance(atari, dict):
         raise HetrlError(f"{where}: 'atari' must be a mapping of Atari settings")
@@ -388,3 +445,36 @@ def load_config(path: str | Path, invalid_hint: str = "fix it or pass another --
 
 def save_config(config: TrainConfig, path: Path) -> None:
     write_json(path, config.to_dict())
+
+
+# The settings a checkpoint's networks and replay are shaped by (with the agent's and the Atari
+# preprocessing's): where config.json and the checkpoint disagree on them, the state cannot load.
+SHAPING = ("algo", "env", "env_kwargs", "wrappers", "num_envs")
+
+
+def shaping_changes(saved: Any, config: TrainConfig) -> list[str]:
+    """``key: <saved> -> <now>`` for each shaping setting (:data:`SHAPING`, the agent's, Atari's) of
+    ``config`` that differs from ``saved``, the config a checkpoint holds."""
+    if not isinstance(saved, dict):
+        return []
+    now = config.to_dict()
+    pairs = [(key, saved.get(key), now[key]) for key in SHAPING]
+    for group in ("agent", "atari") if saved.get("algo") == now["algo"] else ():  # another algorithm's: that says it
+        old = saved.get(group) if isinstance(saved.get(group), dict) else {}
+        pairs += [(key, old.get(key), value) for key, value in now[group].items() if key in old]
+    shown = [(key, json.dumps(old, default=str), json.dumps(new, default=str)) for key, old, new in pairs]  # tuples as lists
+    return [f"{key}: {old} -> {new}" for key, old, new in shown if old != new]
+
+
+def checkpoint_misfit(path: str | Path, saved: Any, config: TrainConfig, config_file: str | Path,
+                      exc: Exception) -> HetrlError:
+    """The error for a checkpoint whose state does not load into what ``config`` (read from
+    ``config_file``) builds: the settings that changed since it was written, or else the cause."""
+    changes = shaping_changes(saved, config)
+    cause = " ".join(str(exc).split())[:160] or type(exc).__name__
+    if changes:
+        return HetrlError(f"checkpoint {path} was written with other settings than {config_file} now has "
+                          f"({'; '.join(changes)}), so its state does not load ({cause}); put the checkpoint's values "
+                          f"back in {config_file}, or pass a checkpoint made with these settings")
+    return HetrlError(f"checkpoint {path} does not load into the run {config_file} describes ({type(exc).__name__}: "
+                      f"{cause}); pass a checkpoint of this run")

@@ -9,11 +9,7 @@ from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 
-from hetrl.hardware import Machine, describe_machine
-
-
-def _bytes(n: int | None) -> str:
-    return "unknown" if n is None else f"{n / 2**30:.1f} GiB"
+from hetrl.hardware import Machine, describe_machine, gib
 
 
 def render_machine(machine: Machine) -> Group:
@@ -25,8 +21,8 @@ def render_machine(machine: Machine) -> Group:
     physical = "unknown" if cpu.physical_cores is None else str(cpu.physical_cores)
     host.add_row("CPU", escape(cpu.model))
     host.add_row("cores", f"{physical} physical, {cpu.logical_cores} logical")
-    host.add_row("memory", _bytes(machine.memory_bytes))
-    numa = "; ".join(f"node{n.index}: cpus {n.cpus or '?'}, {_bytes(n.memory_bytes)}" for n in machine.numa_nodes)
+    host.add_row("memory", gib(machine.memory_bytes))
+    numa = "; ".join(f"node{n.index}: cpus {n.cpus or '?'}, {gib(n.memory_bytes)}" for n in machine.numa_nodes)
     host.add_row("NUMA nodes", f"{len(machine.numa_nodes)} ({numa})" if machine.numa_nodes else "not reported")
     host.add_row("versions", ", ".join(f"{k} {v}" for k, v in machine.versions.items()))
 
@@ -34,7 +30,7 @@ def render_machine(machine: Machine) -> Group:
     for column in ("device", "name", "memory", "compute capability"):
         accelerators.add_column(column)
     for a in machine.accelerators:
-        accelerators.add_row(a.torch_device, escape(a.name), _bytes(a.memory_bytes), a.compute_capability or "-")
+        accelerators.add_row(a.torch_device, escape(a.name), gib(a.memory_bytes), a.compute_capability or "-")
     if not machine.accelerators:
         accelerators.add_row("-", "none: torch sees only the CPU", "-", "-")
 

@@ -168,6 +168,8 @@ def check_writable(path: str | Path, what: str, directory: bool = False, make_pa
 def read_config_file(path: str | Path, what: str, invalid_hint: str = "") -> Any:
     """A config the user wrote: YAML for a .yaml/.yml file, JSON otherwise (JSON is YAML, too)."""
     path = Path(path)
+    if path.suffix.lower() == ".toml":
+        raise HetrlError(f"{what} {path}: TOML is not read; write the settings as YAML (.yaml) or JSON (.json)")
     if path.suffix.lower() not in (".yaml", ".yml"):
         return read_json(path, what, invalid_hint=invalid_hint)
     import yaml

@@ -110,6 +110,22 @@ def read_memory_bytes(root: str | Path = "/") -> int | None:
     return _meminfo_bytes(_read(Path(root) / "proc/meminfo"), "MemTotal")
 
 
+def free_memory_bytes(device: str, root: str | Path = "/") -> int | None:
+    """Memory a new allocation on ``device`` can take now: the host's MemAvailable, a CUDA GPU's
+    free bytes; None where it is not known (not Linux, other devices)."""
+    where = torch.device(device)
+    if where.type == "cpu":
+        return _meminfo_bytes(_read(Path(root) / "proc/meminfo"), "MemAvailable")
+    if where.type == "cuda" and cuda_available():
+        return int(torch.cuda.mem_get_info(where)[0])
+    return None
+
+
+def gib(n: int | None) -> str:
+    """Bytes in GiB, for people."""
+    return "unknown" if n is None else f"{n / 2**30:,.1f} GiB"
+
+
 def read_numa_nodes(root: str | Path = "/") -> tuple[NumaNode, ...]:
     nodes = []
     for path in (Path(root) / "sys/devices/system/node").glob("node[0-9]*"):

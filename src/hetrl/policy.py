@@ -22,8 +22,9 @@ import torch
 from torch import nn
 
 from hetrl.algos import Algorithm, make_algorithm
+from hetrl.config import TrainConfig, checkpoint_misfit
 from hetrl.envs import env_spec
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, check_path, check_seed
 from hetrl.files import atomic_path, write_file
 from hetrl.nets.exits import ExitQNetwork
 from hetrl.run.rundir import RunDir
@@ -57,7 +58,14 @@ class Policy:
         """Actions for one observation (returns one action) or a batch (returns a batch).
         ``deterministic=False`` explores as training did at its end (DQN: epsilon at its floor;
         DDPG/TD3: Gaussian noise at its scale)."""
-        x = np.asarray(obs, dtype=self.spec.obs_dtype)
+        try:
+            x = np.asarray(obs, dtype=self.spec.obs_dtype)
+        except (TypeError, ValueError) as exc:
+            raise HetrlError(f"predict: observations must be numbers ({self.spec.obs_dtype}, shape {self.spec.obs_shape} "
+                             f"or a batch of them), not {type(obs).__name__} ({exc})") from None
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            raise HetrlError("predict: the observations hold NaN or infinite values; a network's actions from them mean "
+                             "nothing, so check what produced them")
         single = x.shape == self.spec.obs_shape
         if single:
             x = x[None]
@@ -123,7 +131,10 @@ def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -
     (checkpoints/best.pt, the best evaluation during training), ``"final"`` (the newest periodic
     checkpoint) or a file; by default the best where the run has one, else the final, as
     ``hetrl eval`` picks."""
-    path = Path(run)
+    path = check_path("run", run)
+    check_seed("seed", seed)
+    if checkpoint not in (None, "best", "final"):
+        check_path("checkpoint", checkpoint)
     if path.is_file():
         run_dir, checkpoint = RunDir.open(path.parent.parent), path
     else:
@@ -140,7 +151,18 @@ def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -
     config = run_dir.load_config()
     source, state = run_dir.load_checkpoint(checkpoint, replay=False, env_state="never")  # tensors only: nothing unpickled
     algo = make_algorithm(config.algo, env_spec(config.env_source(), config.atari), config.agent)
+    return Policy(algo, load_policy_network(algo, state, source, config, run_dir.config), source, seed)
+
+
+def load_policy_network(algo: Algorithm, state: dict[str, Any], path: Path, config: TrainConfig,
+                        config_file: Path) -> nn.Module:
+    """``algo``'s acting network with the weights of the checkpoint ``state`` (a best.pt's policy, or a
+    periodic checkpoint's learner) read from ``path``; one that does not fit is a HetrlError naming
+    the settings changed in ``config_file`` since."""
     network = algo.make_policy_network()
-    weights = state["policy"] if state.get("kind") == "best" else state["executor"]["learner"][algo.policy_key]
-    network.load_state_dict(weights)
-    return Policy(algo, network, source, seed)
+    try:
+        weights = state["policy"] if state.get("kind") == "best" else state["executor"]["learner"][algo.policy_key]
+        network.load_state_dict(weights)
+    except (RuntimeError, KeyError, TypeError) as exc:  # another algorithm's, or other layer sizes
+        raise checkpoint_misfit(path, state.get("config"), config, config_file, exc) from None
+    return network

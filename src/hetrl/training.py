@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
-from hetrl.config import TrainConfig, check_machine
+from hetrl.config import TrainConfig, check_machine, check_replay_memory, checkpoint_misfit
 from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import ActorsFailed, HetrlError, StopRequested
@@ -58,6 +58,19 @@ def greedy_policy(algo: Algorithm, network: Any):
     return lambda obs: algo.greedy_rule(forward(obs))
 
 
+def checked_algorithm(config: TrainConfig, source: EnvSource | None = None) -> Algorithm:
+    """The algorithm of ``config`` on its env, once every check that needs no plan passed: the run's
+    settings, the extras they name, the env, the algorithm's settings on it, the device. Each
+    problem is a one-line HetrlError. ``source``: the envs as hetrl.train was given them, else
+    found again by config.json's names."""
+    config.validate()
+    if config.wandb_project:
+        require_wandb()  # a missing extra stops the run before anything is written
+    algo = make_algorithm(config.algo, env_spec(source or config.env_source(), config.atari), config.agent)
+    resolve_device(config.device)  # a missing device is refused before anything is printed
+    return algo
+
+
 class Session:
     """Build with :meth:`create` (a new run) or :meth:`open` (an existing one). Everything is
     validated before anything is written, so a bad config leaves no half-made run directory."""
@@ -66,16 +79,11 @@ class Session:
 
     def __init__(self, config: TrainConfig, console: Console | None = None, plan: Plan | None = None,
                  defaults: str = "", source: EnvSource | None = None, progress: bool = True) -> None:
-        config.validate()
-        if config.wandb_project:
-            require_wandb()  # a missing extra stops the run before anything is written
+        self.algo = checked_algorithm(config, source)
+        self.spec = self.algo.spec
         self.config = config
         self.console = console or Console(stderr=True)
         self.defaults = defaults
-        # the envs: as given (``source``: hetrl.train's objects), or found again by config.json's names
-        self.spec = env_spec(source or config.env_source(), config.atari)
-        self.algo = make_algorithm(config.algo, self.spec, config.agent)
-        resolve_device(config.device)  # a missing device is refused before anything is printed
         if defaults:  # the first line a run prints (once the env and settings are known good): where its settings came from
             self.console.print(f"defaults: {defaults}", highlight=False, soft_wrap=True)
         with progress_bar(self.console, progress) as bar:  # shown only while a profile is measured
@@ -87,6 +95,7 @@ class Session:
                 bar.update(shown[0], completed=done + 1, total=total, stats=label)
             self.run_plan = resolve(config, self.algo, self.console.print, plan, profiling)
         self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
+        check_replay_memory(config, self.spec, self.placement.replay)  # before the executor allocates it
         self.executor_kind, self.actors = self.run_plan.executor, self.run_plan.actors
         self.inference, self.num_envs = self.run_plan.inference, self.run_plan.num_envs
         if self.placement.learn.threads:
@@ -149,7 +158,12 @@ class Session:
             raise HetrlError(f"{path.name} cannot be resumed: {state['replay_missing']}; {self._resume_fix(path)}; "
                              f"{path.name} itself can be evaluated (`hetrl eval {self.run.path} --checkpoint {path}`); "
                              f"checkpoint_replay=all keeps every checkpoint resumable")
-        self.executor.load_state_dict(state["executor"])
+        try:
+            self.executor.load_state_dict(state["executor"])
+        except HetrlError:
+            raise
+        except (RuntimeError, KeyError, ValueError, TypeError, IndexError) as exc:  # shapes or layout of another config
+            raise checkpoint_misfit(path, state.get("config"), self.config, self.run.config, exc) from None
         self.resumed_from = self.saved_at = self.executor.env_steps
         if replay and env_state != "never" and "env_state_dropped" in state:
             self.console.print(f"note: the env state in {path.name} is not restored ({state['env_state_dropped']}): the envs "

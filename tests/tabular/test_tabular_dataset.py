@@ -141,3 +141,8 @@ def test_a_dataset_built_in_python_is_checked_too(frozenlake_small):
 
     with pytest.raises(HetrlError, match=r"next_obs has values outside \[0, 16\)"):
         replace(frozenlake_small, next_obs=np.full(len(frozenlake_small), 16, dtype=np.int32))
+
+
+def test_a_directory_given_as_the_dataset_is_named_so(tmp_path):
+    with pytest.raises(HetrlError, match="dataset .* is a directory, not a file; create it with"):
+        load(tmp_path)

@@ -14,6 +14,8 @@ ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (DQN, ExitDQN
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
+    if not isinstance(name, str):
+        raise HetrlError(f"algo must be an algorithm's name ({', '.join(ALGORITHMS)}), not {type(name).__name__} {name!r}")
     key = name.lower()
     if key not in ALGORITHMS:
         raise HetrlError(f"unknown algorithm {name!r}{did_you_mean(key, ALGORITHMS)}; choose one of: {', '.join(ALGORITHMS)}")

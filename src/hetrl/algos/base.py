@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from hetrl.envs.spec import EnvSpec
+from hetrl.errors import field_type_problems
 
 
 @dataclass
@@ -58,6 +59,9 @@ class AgentConfig:
     def validate(self) -> list[str]:
         """Problems with the values, one message each. Every setting means one thing on every
         backend: a value a backend would read otherwise (a negative clipping norm, a NaN) is refused."""
+        problems = field_type_problems(self)
+        if problems:
+            return problems  # every check below compares values of the right type
         problems = [f"{f.name} must be a finite number (got {getattr(self, f.name)})" for f in fields(self)
                     if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))]
         if problems:
@@ -82,7 +86,7 @@ class AgentConfig:
                             f"{self.priority_eps})")
         if not self.hidden or min(self.hidden) <= 0:
             problems.append(f"hidden must list positive layer widths (got {self.hidden})")
-        if self.batch_size > self.buffer_size:
+        if 0 < self.buffer_size < self.batch_size:
             problems.append(f"batch_size ({self.batch_size}) must not exceed buffer_size ({self.buffer_size})")
         return problems
 

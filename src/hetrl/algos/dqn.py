@@ -31,7 +31,7 @@ from torch import nn
 
 from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, polyak_, seeded_init
 from hetrl.envs.spec import EnvSpec
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, user_code_failed
 from hetrl.importable import load, name_of
 from hetrl.nets import QNetwork
 from hetrl.nets.conv import MinAtarNet, NatureCNN
@@ -264,7 +264,10 @@ def searched_q_network(path: str, spec: EnvSpec) -> nn.Module:
 def checked_q_network(factory: Callable[..., nn.Module], spec: EnvSpec, name: str) -> nn.Module:
     """``factory(obs_shape, n_actions)``, checked to be a module mapping a batch of observations (of
     the env's dtype) to (batch, n_actions) Q-values."""
-    net = factory(tuple(spec.obs_shape), spec.n_actions)
+    try:
+        net = factory(tuple(spec.obs_shape), spec.n_actions)
+    except Exception as exc:  # the user's code (or a name that is no factory: math:sqrt)
+        raise user_code_failed(f"network factory {name}", exc) from None
     if not isinstance(net, nn.Module):
         raise HetrlError(f"network factory {name} returned {type(net).__name__}, not a torch.nn.Module")
     dummy = torch.zeros((2, *spec.obs_shape), dtype=getattr(torch, spec.obs_dtype))

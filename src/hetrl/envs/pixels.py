@@ -35,7 +35,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hetrl.errors import HetrlError
+from hetrl.errors import HetrlError, field_type_problems
 
 PIXELS_EXTRA = "pip install 'hetrl[pixels]'"
 MINATAR_PREFIX = "MinAtar/"
@@ -58,7 +58,9 @@ class AtariOptions:
     max_episode_frames: int = 108_000  # a game is truncated after 30 minutes of play (60 Hz): Machado et al. 2018, ALE v5
 
     def validate(self) -> list[str]:
-        problems = []
+        problems = field_type_problems(self)
+        if problems:
+            return problems
         if not 0 <= self.repeat_action_probability < 1:
             problems.append(f"repeat_action_probability must be in [0, 1) (got {self.repeat_action_probability})")
         for name in ("frame_skip", "screen_size", "frame_stack", "max_episode_frames"):

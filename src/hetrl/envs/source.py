@@ -26,7 +26,7 @@ from typing import Any
 import gymnasium as gym
 
 from hetrl.envs.pixels import is_ale, is_minatar
-from hetrl.errors import HetrlError, did_you_mean
+from hetrl.errors import HetrlError, did_you_mean, user_code_failed
 from hetrl.importable import MAIN, load, name_of, not_importable
 
 EnvFactory = Callable[..., gym.Env]
@@ -68,7 +68,13 @@ class EnvSource:
                              f"fix env_kwargs or the factory's parameters") from None
         except ValueError:  # no signature to read (a builtin): let the call say
             pass
-        return _checked(self.factory(**asked), f"env factory {self.name}")
+        try:
+            made = self.factory(**asked)
+        except HetrlError:
+            raise
+        except Exception as exc:  # the user's code: one line saying where
+            raise user_code_failed(f"env factory {self.name}", exc) from None
+        return _checked(made, f"env factory {self.name}")
 
     def import_module(self) -> None:
         """Register a ``"module:Id"`` id in this process (a no-op once imported, or for other sources)."""
@@ -77,7 +83,13 @@ class EnvSource:
 
     def wrap(self, env: gym.Env) -> gym.Env:
         for name, wrapper in zip(self.wrappers, self.wrapper_fns):
-            env = _checked(wrapper(env), f"wrapper {name}")
+            try:
+                wrapped = wrapper(env)
+            except HetrlError:
+                raise
+            except Exception as exc:  # the user's code (or a name that is not a wrapper: math:sqrt)
+                raise user_code_failed(f"wrapper {name}", exc) from None
+            env = _checked(wrapped, f"wrapper {name}")
         return env
 
     @cached_property
@@ -118,6 +130,11 @@ def env_source(env: str | EnvFactory | EnvSource, env_kwargs: dict[str, Any] | N
     ``wrappers`` (callables ``env -> env``, or their ``"module:qualname"``) wrap each env."""
     if isinstance(env, EnvSource):
         return env
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise HetrlError(f"env_kwargs must be a dict of keyword arguments, not {type(env_kwargs).__name__} {env_kwargs!r}")
+    if not isinstance(wrappers, (list, tuple)):
+        raise HetrlError(f"wrappers must be a list of callables env -> env (or their 'module:name'), not "
+                         f"{type(wrappers).__name__} {wrappers!r}")
     kwargs = dict(env_kwargs or {})
     try:
         json.dumps(kwargs)

@@ -23,6 +23,7 @@ from hetrl.protocol import Placement
 from hetrl.planner.calibration import Measure, calibrate, cpu_share
 from hetrl.profile import Profile, default_path, measure, profile_workload
 from hetrl.runtime.inference import INFERENCE
+from hetrl.runtime.shared import stores_ordered
 
 
 def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
@@ -63,7 +64,8 @@ def _keep(profile: Profile, path: Path, announce: Callable[[str], None]) -> None
 def search_space(config: TrainConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The executors and inference ways a plan for ``config`` chooses among (the ray executor is
     placed by the inline model; central inference, asked for by name, exists in the local executor only)."""
-    executors = {"auto": ("inline", "local"), "ray": ("inline",)}.get(config.executor, (config.executor,))
+    local = ("local",) if stores_ordered() else ()  # the local executor's rings need x86 (runtime/shared.py)
+    executors = {"auto": ("inline", *local), "ray": ("inline",)}.get(config.executor, (config.executor,))
     if config.inference == "auto":
         return executors, INFERENCE
     return (("local",) if config.inference == "central" else executors), (config.inference,)

@@ -62,6 +62,8 @@ class Callbacks:
 
     def __init__(self, callbacks: Sequence[Callback] = ()) -> None:
         self._methods: dict[str, list[Callable[[CallbackInfo], bool | None]]] = {hook: [] for hook in HOOKS}
+        if not isinstance(callbacks, (list, tuple)):
+            raise HetrlError(f"callbacks must be a list of hetrl.Callback objects, not {type(callbacks).__name__} {callbacks!r}")
         for callback in callbacks:
             found = {hook: getattr(callback, hook, None) for hook in HOOKS}
             if not any(callable(method) for method in found.values()):

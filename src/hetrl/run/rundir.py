@@ -129,7 +129,8 @@ class RunDir:
         evaluation does, needs none)."""
         run = cls(Path(path))
         if not run.path.is_dir():
-            raise HetrlError(f"run directory {run.path} does not exist")
+            found = "is a file, not a run directory" if run.path.exists() else "does not exist"
+            raise HetrlError(f"run directory {run.path} {found}")
         if not run.config.exists():
             if run.checkpoints() or run.best.exists():
                 raise HetrlError(run.no_config())
@@ -347,8 +348,11 @@ class RunDir:
         return path, state
 
     def _read(self, path: Path, env_state: str) -> dict[str, Any]:
-        if not path.exists():
-            raise HetrlError(f"checkpoint {path} does not exist")
+        if not path.is_file():
+            own = self.checkpoint_dir / path.name
+            hint = f" (the run's own is {own})" if own.is_file() and not path.is_absolute() else ""
+            found = "is a directory; pass a checkpoint file (checkpoints/step_N.pt)" if path.is_dir() else f"does not exist{hint}"
+            raise HetrlError(f"checkpoint {path} {found}")
         try:
             state, dropped = _decoded(path, env_state)
         except safe_state.UnsafeCheckpoint as exc:
@@ -357,13 +361,28 @@ class RunDir:
         except HetrlError:
             raise
         except Exception as exc:  # truncated zip, bad pickle, wrong file type, malformed record: all mean "corrupt"
-            older = [p.name for p in self.checkpoints() if p != path]
-            hint = f"use an earlier one with --checkpoint ({', '.join(older)})" if older else "no earlier checkpoint exists"
-            raise HetrlError(f"checkpoint {path} is corrupt or truncated ({type(exc).__name__}); {hint}") from None
+            raise HetrlError(f"checkpoint {path} is corrupt or truncated ({type(exc).__name__}); "
+                             f"{self._other_checkpoints(path)}") from None
         if dropped:
             state["env_state_dropped"] = (dropped[0] if state["format"] == CHECKPOINT_FORMAT else
                                           "it was written by an older hetrl, which did not sign env states")
         return state
+
+    def _other_checkpoints(self, path: Path, shown: int = 3) -> str:
+        """Where to go instead of the unreadable ``path``: the newest other step files that read
+        whole, as paths ``--checkpoint`` takes."""
+        readable = []
+        for other in reversed(self.checkpoints()):
+            if len(readable) == shown:
+                break
+            try:
+                if other.resolve() != path.resolve() and _decoded(other, "never"):
+                    readable.append(str(other))
+            except Exception:  # noqa: BLE001 (corrupt too: not offered)
+                continue
+        if not readable:
+            return "no other checkpoint of this run reads whole"
+        return f"pass another with --checkpoint: {', '.join(readable)}"
 
     def _read_replay(self, path: Path, state: dict[str, Any]) -> tuple[Any, str]:
         """(the replay state, "") or (None, why not) for the step file ``path``."""

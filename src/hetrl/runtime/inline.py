@@ -15,10 +15,10 @@ import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.errors import HetrlError
 from hetrl.primitives import check_placement
 from hetrl.protocol import Placement
 from hetrl.runtime.acting_role import ActingRole
+from hetrl.runtime import check_written_by
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.timers import Timers, merge_timers
@@ -139,8 +139,7 @@ class InlineExecutor:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("executor", self.name) != self.name:
-            raise HetrlError(f"this checkpoint was written by the {state['executor']} executor; resume it with --set executor={state['executor']}")
+        check_written_by(state.get("executor", self.name), self.name)
         self.env_steps = state["env_steps"]
         self.iterations = state["iterations"]
         self.updates_due = state["updates_due"]

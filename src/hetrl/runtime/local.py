@@ -40,7 +40,7 @@ from hetrl.runtime.processes import actor_context, without_main
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.shared import (
     ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
-    SharedWeights, TransitionRing, control_layout, pid_alive, ring_layout, sweep_stale_segments,
+    SharedWeights, TransitionRing, check_store_order, control_layout, pid_alive, ring_layout, sweep_stale_segments,
 )
 from hetrl.runtime.timers import Timers, merge_timers
 
@@ -59,6 +59,16 @@ WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
 IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
 
 
+def exit_reason(exitcode: int | None) -> str:
+    """How a process ended, from its exit code: a signal's name for a negative one."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -73,6 +83,7 @@ class LocalExecutor(ParallelBookkeeping):
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr,
                  inference: str = "actor", should_stop: Callable[[], bool] = _never) -> None:
+        check_store_order()  # before anything is built: a run on ARM is refused before its run directory is made
         check_placement(placement, algo)
         if actors < 1:
             raise HetrlError(f"the local executor needs at least 1 actor (got {actors})")
@@ -209,14 +220,16 @@ class LocalExecutor(ParallelBookkeeping):
             if proc is None or proc.exitcode is None:
                 continue
             proc.join()
-            why = errors.get(i, "").strip().splitlines()[-1:] or [f"exit code {proc.exitcode}"]
+            why = errors.get(i, "").strip().splitlines()[-1:] or [exit_reason(proc.exitcode)]
+            if i in errors:
+                self.log(f"actor {i} crashed:\n{errors[i]}")
             quick = time.perf_counter() - self._started_at[i] < QUICK_DEATH_S
             self._quick_deaths[i] = self._quick_deaths[i] + 1 if quick else 0
             if self._quick_deaths[i] >= 3:
-                raise ActorsFailed(f"actor {i} failed three times right after starting ({why[0]}); "
-                                   f"see its traceback above and fix the environment or config")
-            if i in errors:
-                self.log(f"actor {i} crashed:\n{errors[i]}")
+                look = ("see its traceback above and fix the environment or config" if i in errors else
+                        "it left no traceback: something outside it ended it (the out-of-memory killer, a signal to "
+                        "its process); check the system log (dmesg) and the memory the run takes")
+                raise ActorsFailed(f"actor {i} failed three times right after starting ({why[0]}); {look}")
             self.restarts += 1
             self._incarnations[i] += 1
             self.log(f"actor {i} stopped ({why[0]}); restarted it (restart {self.restarts} of this run)")

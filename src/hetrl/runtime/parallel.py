@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from hetrl.algos import Algorithm
-from hetrl.errors import HetrlError
+from hetrl.runtime import check_written_by
 from hetrl.runtime.schedule import worst_window_error
 
 
@@ -50,9 +50,7 @@ class ParallelBookkeeping:
         return worst_window_error(self.trace, cfg.replay_ratio, cfg.learning_starts)
 
     def _check_checkpoint(self, state: dict[str, Any], started: bool) -> None:
-        written_by = state.get("executor", "inline")
-        if written_by != self.name:
-            raise HetrlError(f"this checkpoint was written by the {written_by} executor; resume it with --set executor={written_by}")
+        check_written_by(state.get("executor", "inline"), self.name)
         if started:
             raise RuntimeError("load a checkpoint before the first iteration")
 

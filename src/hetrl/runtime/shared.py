@@ -3,14 +3,19 @@ actor, and the acting weights behind a sequence lock.
 
 No locks and no pickling on the data path: a ring has one writer (its actor) and one reader (the
 learner), each owning its own counter; the weights have one writer (the learner). Counters are
-written after the data they publish. On x86-64 stores become visible in program order, which is
-what these protocols rely on.
+written after the data they publish. On x86 (x86-64 and 32-bit x86) stores become visible to other
+cores in program order and loads are not reordered with older loads (total store order), which is
+what these protocols rely on; numpy's plain stores carry no fences. Other architectures (ARM,
+POWER, RISC-V) may reorder them, so a reader could see a counter before the data it publishes:
+there :func:`check_store_order` refuses the shared-memory blocks, naming the executors that need
+none (inline, ray).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import platform
 import re
 import sys
 import time
@@ -21,12 +26,29 @@ from typing import Any
 
 import numpy as np
 
+from hetrl.errors import HetrlError
+
 SHM_PREFIX = "hetrl_"  # segment names: hetrl_<owner pid>_<random>, so leftovers are easy to find
 SHM_DIR = "/dev/shm"  # where Linux keeps POSIX shared memory (and named semaphores, as sem.NAME)
 _SEGMENT = re.compile(rf"(?:sem\.)?{SHM_PREFIX}(\d+)_\w+")
 _ALIGN = 64
 
 Layout = dict[str, tuple[tuple[int, ...], str]]  # name -> (shape, dtype)
+# platform.machine() of the architectures with total store order (Linux, macOS, Windows spellings)
+ORDERED_STORES = frozenset({"x86_64", "amd64", "x64", "i386", "i486", "i586", "i686", "x86"})
+
+
+def stores_ordered() -> bool:
+    """Whether this machine's architecture keeps stores in program order (x86), as the rings need."""
+    return platform.machine().lower() in ORDERED_STORES
+
+
+def check_store_order() -> None:
+    """Refuse shared-memory rings where stores may be reordered (see the module docstring)."""
+    if not stores_ordered():
+        raise HetrlError(f"the local executor shares memory between processes through rings that rely on x86's store ordering, "
+                         f"which this {platform.machine() or 'unknown'} machine does not give; use executor=inline "
+                         f"(one process) or executor=ray")
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,7 @@ class SharedArrays:
     def __init__(self, layout: Layout | None = None, handle: SharedHandle | None = None) -> None:
         if handle is None:
             assert layout is not None
+            check_store_order()
             spec = tuple((k, tuple(shape), np.dtype(dtype).str) for k, (shape, dtype) in layout.items())
             size = max(1, sum(_padded(shape, dtype) for _, shape, dtype in spec))
             name = f"{SHM_PREFIX}{os.getpid()}_{uuid.uuid4().hex[:12]}"

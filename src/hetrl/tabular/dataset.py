@@ -29,7 +29,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from hetrl.errors import HetrlError, did_you_mean
+from hetrl.errors import HetrlError, check_int, check_seed, did_you_mean
 from hetrl.files import write_file
 
 from hetrl.tabular.options import POLICIES
@@ -119,6 +119,8 @@ def problems(arrays: dict[str, np.ndarray], n_states: int, n_actions: int) -> st
 
 def make_env(env_id: str, env_kwargs: dict[str, Any] | None = None) -> gym.Env:
     """``gym.make`` for tabular learning: the env must have Discrete spaces starting at 0."""
+    if env_kwargs is not None and not isinstance(env_kwargs, dict):
+        raise HetrlError(f"env_kwargs must be a dict of keyword arguments, not {type(env_kwargs).__name__} {env_kwargs!r}")
     try:
         env = gym.make(env_id, **(env_kwargs or {}))
     except (gym.error.Error, TypeError, ValueError, ModuleNotFoundError) as exc:
@@ -170,8 +172,8 @@ def collect(
     Q-table it learns online by Q-learning (alpha 0.1, gamma 0.99), randomly with probability
     ``epsilon``. ``progress`` is called with the number of transitions so far.
     """
-    if transitions < 1:
-        raise HetrlError(f"--transitions must be >= 1 (got {transitions})")
+    check_int("transitions", transitions, 1)
+    check_seed("seed", seed)
     if policy not in POLICIES:
         raise HetrlError(f"unknown policy {policy!r}{did_you_mean(policy, POLICIES)}; choose one of {', '.join(POLICIES)}")
     if not 0.0 <= epsilon <= 1.0:
@@ -233,7 +235,8 @@ def load(path: str | os.PathLike[str]) -> TabularDataset:
     path = Path(path)
     collect_cmd = f"`hetrl tabular collect ENV --transitions N --out {path}`"
     if not path.is_file():
-        raise HetrlError(f"dataset {path} does not exist; create it with {collect_cmd}")
+        found = "is a directory, not a file" if path.is_dir() else "does not exist"
+        raise HetrlError(f"dataset {path} {found}; create it with {collect_cmd}")
 
     def malformed(problem: str) -> HetrlError:
         return HetrlError(f"dataset {path} is malformed: {problem}; re-create it with {collect_cmd}")

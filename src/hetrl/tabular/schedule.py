@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hetrl.errors import HetrlError, did_you_mean
+from hetrl.errors import HetrlError, check_int, check_seed, did_you_mean
 from hetrl.tabular.kernels import permutation
 from hetrl.tabular.options import ORDERS
 
@@ -36,6 +36,8 @@ class Order:
             raise HetrlError(
                 f"unknown sampling order {self.kind!r}{did_you_mean(self.kind, ORDERS)}; choose one of {', '.join(ORDERS)}"
             )
+        check_int("stride", self.stride)
+        check_seed("seed", self.seed)
         if self.stride < 1:
             raise HetrlError(f"stride must be >= 1 (got {self.stride}); pass e.g. --stride 64")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hetrl.errors import HetrlError, did_you_mean
+from hetrl.errors import HetrlError, check_int, did_you_mean, field_type_problems
 from hetrl.primitives import build, implementations
 from hetrl.protocol import Slot
 from hetrl.tabular.dataset import TabularDataset
@@ -48,9 +48,14 @@ class TabularConfig:
     device: str | None = None  # torch backend only
 
     def __post_init__(self) -> None:
+        problems = field_type_problems(self)
+        if problems:
+            raise HetrlError("invalid tabular config: " + "; ".join(problems))
         for name, value, choices in (("algo", self.algo, ALGOS), ("format", self.number_format, FORMATS)):
             if value not in choices:
                 raise HetrlError(f"unknown {name} {value!r}{did_you_mean(value, choices)}; choose one of {', '.join(choices)}")
+        check_int("units", self.units, 1)
+        FixedPoint(self.scale)  # validates the scale, used or not (int32 only), so a bad one never passes silently
         if self.epochs < 1:
             raise HetrlError(f"epochs must be >= 1 (got {self.epochs})")
         if not 0.0 < self.alpha <= 1.0:
@@ -60,7 +65,6 @@ class TabularConfig:
         if self.merge_every is not None and self.merge_every < 1:
             raise HetrlError(f"merge_every must be >= 1 update (got {self.merge_every}); omit it to merge at the end")
         if self.number_format == "int32":
-            FixedPoint(self.scale)  # validates the scale
             if coefficient(self.alpha, "alpha") == 0:
                 raise HetrlError(f"alpha {self.alpha} rounds to 0 in 16-bit fixed point; use alpha >= 2**-17")
 
@@ -103,6 +107,10 @@ def train_tabular(
     progress: Callable[[int, int], None] | None = None,
 ) -> TabularResult:
     """Learn a Q-table from ``dataset``; ``progress(done, total)`` counts updates over all units."""
+    if not isinstance(dataset, TabularDataset):
+        raise HetrlError(f"train_tabular takes a TabularDataset (hetrl.tabular.collect or load), not {type(dataset).__name__}")
+    if config is not None and not isinstance(config, TabularConfig):
+        raise HetrlError(f"train_tabular's config must be a TabularConfig, not {type(config).__name__}")
     config = config or TabularConfig()
     int32 = config.number_format == "int32"
     fixed = FixedPoint(config.scale) if int32 else None
