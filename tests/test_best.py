@@ -1,6 +1,7 @@
 """checkpoints/best.pt: written on improvement only, atomically, never resumed from; `hetrl eval`
 evaluates the best by default and the final policy when told."""
 
+import errno
 import json
 from pathlib import Path
 
@@ -80,15 +81,15 @@ def test_a_failed_write_leaves_the_previous_best_whole(tmp_path, monkeypatch):
     scripted_evaluations(monkeypatch, [5, 7])
     real_save, calls = torch.save, []
 
-    def save(obj, path, *a, **k):
-        calls.append(Path(path).name)
+    def save(obj, f, *a, **k):  # RunDir writes through a temp file of its own (hetrl.files.write_file)
+        calls.append(Path(getattr(f, "name", f)).name)
         if obj.get("kind") == "best" and obj["env_steps"] == 200:
-            Path(path).write_bytes(b"half a file")  # a write cut short, then the failure
-            raise OSError("disk full")
-        return real_save(obj, path, *a, **k)
+            f.write(b"half a file")  # a write cut short, then the failure
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, f, *a, **k)
 
     monkeypatch.setattr(safe_state.torch, "save", save)  # what RunDir writes through
-    with pytest.raises(OSError, match="disk full"):
+    with pytest.raises(HetrlError, match="no space left on device writing .*best.pt"):
         hetrl.train("dqn", "CartPole-v1", steps=600, run_dir=tmp_path / "r", **SMALL)
     monkeypatch.setattr(safe_state.torch, "save", real_save)
     _, state = RunDir.open(tmp_path / "r").load_checkpoint(tmp_path / "r" / "checkpoints" / "best.pt")
