@@ -16,7 +16,7 @@ from hetrl.cosearch.summary import write_outputs
 from hetrl.cosearch.supernet import SuperNet, search_space
 from hetrl.cosearch.teacher import Teacher
 from hetrl.errors import HetrlError
-from hetrl.files import file_part
+from hetrl.files import check_writable, file_part
 
 STATES = 20_000  # teacher transitions searched on
 
@@ -47,6 +47,7 @@ def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: S
     if problems := config.validate():
         raise HetrlError("cosearch: " + "; ".join(problems))
     out = Path(out) if out is not None else default_out(env, hardware, config.seed)
+    check_writable(out, "--out", directory=True)  # a file, a read-only place: one line before the search
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise HetrlError(f"--out {out} holds files already; give a new or empty folder")
     teacher = Teacher(teacher_dir, checkpoint)

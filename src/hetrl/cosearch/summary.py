@@ -13,7 +13,7 @@ import torch
 
 from hetrl.cosearch.search import SearchResult
 from hetrl.cosearch.supernet import SearchSpace
-from hetrl.files import write_json
+from hetrl.files import ensure_dir, write_file, write_json, write_text
 
 
 def format_cost(value: float | None, unit: str) -> str:
@@ -30,13 +30,13 @@ def write_outputs(out: Path, result: SearchResult, space: SearchSpace, context: 
                   cost_table: dict[str, Any] | None = None) -> list[Path]:
     """Write every output file into ``out`` (made if missing); ``context``: the env, teacher,
     data and hardware, saved beside the architecture. Returns the files written."""
-    out.mkdir(parents=True, exist_ok=True)
+    ensure_dir(out)
     written = [result.architecture.save(out / "architecture.json", **context, **result.metadata())]
-    torch.save(result.network.state_dict(), out / "derived.pt")
+    write_file(out / "derived.pt", lambda f: torch.save(result.network.state_dict(), f))
     written.append(out / "derived.pt")
     if cost_table is not None:
         written.append(write_json(out / "costs.json", cost_table))
-    (out / "summary.md").write_text(markdown(result, space, context, written[0]))
+    write_text(out / "summary.md", markdown(result, space, context, written[0]))
     written.append(out / "summary.md")
     plot(result, space, out / "search.png", f"co-search on {context.get('env', '?')}")
     written.append(out / "search.png")
@@ -103,5 +103,5 @@ def plot(result: SearchResult, space: SearchSpace, path: Path, title: str) -> No
         ax.grid(alpha=0.3)
         ax.legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    write_file(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)
