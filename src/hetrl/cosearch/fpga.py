@@ -59,6 +59,7 @@ from torch import nn
 
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_json
+from hetrl.nets.conv import conv_out
 
 KINDS = ("conv", "dwconv", "linear")
 BITS = {"int8": 8, "int16": 16, "fp32": 32}  # data width of each precision
@@ -130,11 +131,11 @@ class Layer:
 
     @property
     def out_height(self) -> int:
-        return (self.height + 2 * self.padding - self.kernel) // self.stride + 1
+        return conv_out(self.height, self.kernel, self.stride, self.padding)
 
     @property
     def out_width(self) -> int:
-        return (self.width + 2 * self.padding - self.kernel) // self.stride + 1
+        return conv_out(self.width, self.kernel, self.stride, self.padding)
 
     @property
     def reduction(self) -> int:

@@ -31,6 +31,11 @@ from torch import nn
 from hetrl.nets.mlp import numpy_sequential
 
 
+
+def conv_out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
+    """A convolution's output size along one axis of ``size`` inputs (torch's Conv2d, no dilation)."""
+    return (size + 2 * padding - kernel) // stride + 1
+
 @dataclass(frozen=True)
 class ConvShape:
     """One Conv2d (no padding, no dilation, one group) on a (channels, height, width) input."""
@@ -44,11 +49,11 @@ class ConvShape:
 
     @property
     def out_height(self) -> int:
-        return (self.height - self.kernel) // self.stride + 1
+        return conv_out(self.height, self.kernel, self.stride)
 
     @property
     def out_width(self) -> int:
-        return (self.width - self.kernel) // self.stride + 1
+        return conv_out(self.width, self.kernel, self.stride)
 
     @property
     def positions(self) -> int:
@@ -87,7 +92,7 @@ class ConvQNetwork(nn.Module):
                                  f"{height}x{width} input (observation shape {tuple(obs_shape)})")
             layers += [nn.Conv2d(channels, filters, kernel, stride), nn.ReLU()]
             self.geometry.append(ConvShape(channels, height, width, filters, kernel, stride))
-            channels, height, width = filters, (height - kernel) // stride + 1, (width - kernel) // stride + 1
+            channels, height, width = filters, conv_out(height, kernel, stride), conv_out(width, kernel, stride)
         self._patch_index = [shape.patch_index() for shape in self.geometry]
         layers.append(nn.Flatten())
         self.features = nn.Sequential(*layers)

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from hetrl.files import read_json, write_json
+from hetrl.nets.conv import conv_out
 
 ARCHITECTURE_FORMAT = "hetrl-architecture-v1"
 KINDS = ("conv", "sepconv", "dense", "skip")
@@ -54,11 +55,11 @@ class LayerDescription:
 
     @property
     def out_height(self) -> int:
-        return (self.height + 2 * self.padding - self.kernel) // self.stride + 1
+        return conv_out(self.height, self.kernel, self.stride, self.padding)
 
     @property
     def out_width(self) -> int:
-        return (self.width + 2 * self.padding - self.kernel) // self.stride + 1
+        return conv_out(self.width, self.kernel, self.stride, self.padding)
 
     @property
     def macs(self) -> int:
