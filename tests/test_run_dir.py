@@ -178,3 +178,19 @@ def test_a_directory_with_checkpoints_but_no_config_is_never_taken_for_empty(tmp
         message = one_line_error(capsys)
         assert f"{run} holds checkpoints but no config.json" in message and "put its config.json back" in message
     assert snapshot(run) == before
+
+
+def test_a_config_folder_or_a_checkpoints_file_is_named_as_such(tmp_path, capsys):
+    """Not read as 'a run stopped before its first checkpoint' or 'has no checkpoint'."""
+    run = tmp_path / "run"
+    (run / "config.json").mkdir(parents=True)
+    assert main(["train", "dqn", "CartPole-v1", "--steps", "300", "--run-dir", str(run), *FLAGS]) == 2
+    assert f"{run / 'config.json'} is a folder, not the file a run directory keeps there" in one_line_error(capsys)
+    other = tmp_path / "other"
+    hetrl.train("dqn", "CartPole-v1", steps=200, run_dir=other, **RUN)
+    for path in (other / "checkpoints").iterdir():
+        path.unlink()
+    (other / "checkpoints").rmdir()
+    (other / "checkpoints").write_text("")
+    assert main(["resume", str(other)]) == 2
+    assert f"{other / 'checkpoints'} is a file, not the folder a run directory keeps there" in one_line_error(capsys)

@@ -104,6 +104,7 @@ class RunDir:
         run = cls(Path(path) if path is not None else _new_path(root, config))
         run.lock()
         try:
+            run.check_layout()
             if run.config.exists():
                 if run.checkpoints():
                     refused = "--overwrite replaces only a run stopped before its first checkpoint; " if overwrite else ""
@@ -131,6 +132,7 @@ class RunDir:
         if not run.path.is_dir():
             found = "is a file, not a run directory" if run.path.exists() else "does not exist"
             raise HetrlError(f"run directory {run.path} {found}")
+        run.check_layout()
         if not run.config.exists():
             if run.checkpoints() or run.best.exists():
                 raise HetrlError(run.no_config())
@@ -138,6 +140,15 @@ class RunDir:
         if lock:
             run.lock()
         return run
+
+    def check_layout(self) -> None:
+        """Refuse, in one line, a run directory whose config.json is not a file or whose
+        checkpoints is not a folder (read as an unstarted run, or one without checkpoints)."""
+        for path, want in ((self.config, "file"), (self.checkpoint_dir, "folder")):
+            if path.exists() and path.is_dir() != (want == "folder"):
+                found = "a folder" if path.is_dir() else "a file"
+                raise HetrlError(f"{path} is {found}, not the {want} a run directory keeps there; move it away, or "
+                                 f"choose another --run-dir")
 
     def no_config(self) -> str:
         """The refusal of a directory that holds checkpoints but lost its config.json."""
