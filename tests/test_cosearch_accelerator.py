@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from hetrl.algos.base import seeded_init
-from hetrl.cosearch.accelerator import JointSearchCost, axis_values, search_cost
+from hetrl.cosearch.accelerator import JointSearchCost, SearchCost, axis_values, search_cost
 from hetrl.cosearch.cost import hardware_cost
-from hetrl.cosearch.fpga import (BRAM_BITS, Budget, Parallelism, SearchCost, allocate, evaluate, position_stages,
+from hetrl.cosearch.fpga import (BRAM_BITS, Budget, Parallelism, allocate, evaluate, position_stages,
                                  stage_cost)
 from hetrl.cosearch.search import SearchConfig, Searcher, search
 from hetrl.cosearch.supernet import SuperNet

@@ -248,12 +248,13 @@ def test_the_budget_penalty_pushes_back_below_the_budget():
 
 # --- the model as the co-search's cost ------------------------------------------------------------
 def test_the_search_cost_is_the_bottleneck_of_each_layers_interval_within_its_share():
+    from hetrl.cosearch.accelerator import SearchCost
     from hetrl.cosearch.cost import hardware_cost
     from hetrl.cosearch.supernet import search_space
 
     space = search_space((4, 10, 10), 3, conv_widths=(8, 16))
     cost = hardware_cost("fpga-model:zcu102", space, fpga_search="fixed")  # the joint search's is test_cosearch_accelerator's
-    assert isinstance(cost, fpga.SearchCost) and "modelled, never run" in cost.label and cost.unit == "cycles"
+    assert isinstance(cost, SearchCost) and "modelled, never run" in cost.label and cost.unit == "cycles"
     n = len(space.layers)
     assert cost.share.dsp == 2520 // n and cost.share.bram36 == 912 // n
     # one-hot choices: the first candidate everywhere; each layer's interval is its stages' design within the share

@@ -1,6 +1,6 @@
 """The FPGA accelerator's parameters searched jointly with the agent (A3C-S): the hardware cost of
 ``hetrl cosearch --hardware fpga-model[:FILE]`` in its default ``--fpga-search joint`` mode
-(:func:`search_cost` gives it, or the ``fixed`` mode's :class:`~hetrl.cosearch.fpga.SearchCost`).
+(:func:`search_cost` gives it, or the ``fixed`` mode's :class:`SearchCost`).
 
 A3C-S (Fu et al., DAC 2021, arXiv 2106.06577) searches the agent's network and its accelerator
 together, with the differentiable accelerator search of its companion Auto-NBA (Fu et al., ICML
@@ -46,6 +46,7 @@ argmax agent, its weights placed as ``allocate`` places them, checked exactly
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -53,9 +54,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from hetrl.cosearch.fpga import (Budget, DerivedDesign, ExpectedCost, FpgaDevice, Layer, Parallelism, SearchCost, allocate,
+from hetrl.cosearch.fpga import (Budget, DerivedDesign, ExpectedCost, FpgaDevice, Layer, Parallelism, allocate,
                                  as_layer, bits_of, budget_penalty, cost_tables, device_file, evaluate, expected_cost,
-                                 place_weights, position_stages, repair)
+                                 place_weights, position_stages, repair, smooth_max)
+from hetrl.cosearch.cost import CostTable
 from hetrl.cosearch.options import FPGA_SEARCH
 from hetrl.errors import HetrlError
 
@@ -179,15 +181,72 @@ class JointSearchCost(nn.Module):
                               for grid, axes in zip(self.grids, self.option_probs())]}
 
 
+class SearchCost:
+    """The FPGA model as the co-search's hardware cost (``cost(probs) -> scalar``, see
+    :mod:`hetrl.cosearch.cost`): the expected pipeline interval, in cycles per sample, of a network
+    whose layer ``k`` takes candidate ``i`` with probability ``probs[k][i]``.
+
+    Each position of the search space gets an equal share (1/L) of the part's DSPs, BRAM, URAM and
+    off-chip bandwidth; a candidate (at each input width it can get) costs the interval of its own
+    stages at the parallelism :func:`allocate` finds within that share (a separable convolution is
+    two stages). The network's interval is the smooth maximum (:func:`~hetrl.cosearch.fpga.smooth_max`)
+    over positions of each position's expected interval, as in :func:`~hetrl.cosearch.fpga.expected_cost`,
+    so the gradient falls on the bottleneck position (the per-position expectation is :class:`~hetrl.cosearch.cost.CostTable`'s,
+    which sums them instead). The equal share is the model's simplification for the search (it keeps
+    the tables constant); the derived network gets its own whole-part design from :func:`allocate`
+    (:meth:`derive`). A candidate that does not fit its share costs ``UNFIT`` times the
+    dearest one that does. Modelled, never run."""
+
+    UNFIT = 10.0
+
+    def __init__(self, space: Any, device: FpgaDevice, precision: str | None = None, temperature: float = 0.05) -> None:
+        self.space, self.device, self.temperature = space, device, temperature
+        self.precision = precision or device.design.precision
+        whole = Budget.of(device)
+        n = len(space.layers)
+        self.share = Budget(whole.dsp // n, whole.bram36 // n, whole.uram // n, whole.ddr_gb_per_s / n)
+        label = (f"FPGA model of {device.name} ({device.part}, {self.precision}, {device.clock_mhz:g} MHz): expected "
+                 f"pipeline interval per sample, each layer within 1/{n} of the part (modelled, never run)")
+        self.table = CostTable(space, [self._table(layer) for layer in space.layers], "cycles", label)
+        self.unit, self.label, self.values = self.table.unit, self.table.label, self.table.values
+
+    def _table(self, layer: Any) -> torch.Tensor:
+        rows = []
+        for op in layer.candidates:
+            row = []
+            for w in layer.in_widths:
+                stages = [as_layer(d) for d in op.describe(w, layer.height, layer.width)]
+                try:
+                    row.append(allocate(stages, self.device, self.precision, self.share).interval_cycles if stages else 0.0)
+                except HetrlError:
+                    row.append(math.nan)  # does not fit the share: priced below
+            rows.append(row)
+        table = torch.tensor(rows, dtype=torch.float64)
+        worst = table[~table.isnan()].max() if (~table.isnan()).any() else torch.tensor(1.0, dtype=torch.float64)
+        return torch.where(table.isnan(), self.UNFIT * worst, table)
+
+    def __call__(self, probs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return smooth_max(self.table.per_layer(probs), self.temperature)
+
+    def derive(self, choice: Sequence[int]) -> DerivedDesign:
+        """The whole-part design :func:`allocate` finds for the network of ``choice`` (one
+        candidate per layer of the space)."""
+        layers = [layer for stages in position_stages(self.space, choice) for layer in stages]
+        return DerivedDesign(allocate(layers, self.device, self.precision), "allocate")
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.table.to_dict()
+
+
 def search_cost(space: Any, device_spec: str | Path | None = None, mode: str = "joint") -> JointSearchCost | SearchCost:
     """The co-search's FPGA cost for ``space`` on the part ``device_spec`` names (a shipped part's
     name or a device file; default :data:`DEFAULT_PART`): ``joint`` (default), the accelerator's
     parallelism searched with the agent (:class:`JointSearchCost`), or ``fixed``, each position
-    priced within an equal share of the part (:class:`~hetrl.cosearch.fpga.SearchCost`)."""
+    priced within an equal share of the part (:class:`SearchCost`)."""
     if mode not in FPGA_SEARCH:
         raise HetrlError(f"--fpga-search {mode}: one of {', '.join(FPGA_SEARCH)}")
     device = FpgaDevice.load(device_file(device_spec or DEFAULT_PART))
     return JointSearchCost(space, device) if mode == "joint" else SearchCost(space, device)
 
 
-__all__ = ["AXES", "DEFAULT_PART", "JointSearchCost", "axis_values", "search_cost"]
+__all__ = ["AXES", "DEFAULT_PART", "JointSearchCost", "SearchCost", "axis_values", "search_cost"]

@@ -53,8 +53,12 @@ class CostTable:
                                  f"{(len(layer.candidates), len(layer.in_widths))}")
 
     def __call__(self, probs: Sequence[torch.Tensor]) -> torch.Tensor:
+        return self.per_layer(probs).sum()
+
+    def per_layer(self, probs: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Each layer's expected cost under ``probs`` (the candidates') and the input widths they give."""
         q = self.space.input_width_probs(probs)
-        return sum(p @ table.to(p) @ qk for p, table, qk in zip(probs, self.values, q, strict=True))
+        return torch.stack([p @ table.to(p) @ qk.to(p) for p, table, qk in zip(probs, self.values, q, strict=True)])
 
     def to_dict(self) -> dict[str, Any]:
         """Per layer, per candidate name, per input width: the cost."""

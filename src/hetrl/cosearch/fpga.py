@@ -41,8 +41,7 @@ given design and :func:`repair` halves an over-budget one's parallelism until it
 search, :func:`cost_tables` and :func:`expected_cost` give the expected bottleneck (a smooth
 maximum) and resources of a network whose layers are softmax mixtures of candidate operations and
 whose stages are softmax mixtures of parallelism options, as torch tensors that gradients flow
-through; :class:`SearchCost` is the co-search's cost with each layer within an equal share of the
-part (the accelerator searched jointly with the agent is :mod:`hetrl.cosearch.accelerator`'s).
+through; :mod:`hetrl.cosearch.accelerator` turns them into the co-search's hardware cost.
 """
 
 from __future__ import annotations
@@ -717,67 +716,6 @@ def budget_penalty(cost: ExpectedCost, budget: Budget) -> torch.Tensor:
     return (torch.relu(cost.dsp / max(budget.dsp, 1) - 1) + torch.relu(cost.onchip_bits / max(onchip, 1) - 1))
 
 
-class SearchCost:
-    """The FPGA model as the co-search's hardware cost (``cost(probs) -> scalar``, see
-    :mod:`hetrl.cosearch.cost`): the expected pipeline interval, in cycles per sample, of a network
-    whose layer ``k`` takes candidate ``i`` with probability ``probs[k][i]``.
-
-    Each position of the search space gets an equal share (1/L) of the part's DSPs, BRAM, URAM and
-    off-chip bandwidth; a candidate (at each input width it can get) costs the interval of its own
-    stages at the parallelism :func:`allocate` finds within that share (a separable convolution is
-    two stages). The network's interval is the smooth maximum (:func:`smooth_max`) over positions
-    of each position's expected interval, as in :func:`expected_cost`, so the gradient falls on the
-    bottleneck position. The equal share is the model's simplification for the search (it keeps
-    the tables constant); the derived network gets its own whole-part design from :func:`allocate`
-    (:meth:`derive`). A candidate that does not fit its share costs ``UNFIT`` times the
-    dearest one that does. Modelled, never run."""
-
-    UNFIT = 10.0
-
-    def __init__(self, space: Any, device: FpgaDevice, precision: str | None = None, temperature: float = 0.05) -> None:
-        self.space, self.device, self.temperature = space, device, temperature
-        self.precision = precision or device.design.precision
-        whole = Budget.of(device)
-        n = len(space.layers)
-        self.share = Budget(whole.dsp // n, whole.bram36 // n, whole.uram // n, whole.ddr_gb_per_s / n)
-        self.values = [self._table(layer) for layer in space.layers]
-        self.unit = "cycles"
-        self.label = (f"FPGA model of {device.name} ({device.part}, {self.precision}, {device.clock_mhz:g} MHz): expected "
-                      f"pipeline interval per sample, each layer within 1/{n} of the part (modelled, never run)")
-
-    def _table(self, layer: Any) -> torch.Tensor:
-        rows = []
-        for op in layer.candidates:
-            row = []
-            for w in layer.in_widths:
-                stages = [as_layer(d) for d in op.describe(w, layer.height, layer.width)]
-                try:
-                    row.append(allocate(stages, self.device, self.precision, self.share).interval_cycles if stages else 0.0)
-                except HetrlError:
-                    row.append(math.nan)  # does not fit the share: priced below
-            rows.append(row)
-        table = torch.tensor(rows, dtype=torch.float64)
-        worst = table[~table.isnan()].max() if (~table.isnan()).any() else torch.tensor(1.0, dtype=torch.float64)
-        return torch.where(table.isnan(), self.UNFIT * worst, table)
-
-    def __call__(self, probs: Sequence[torch.Tensor]) -> torch.Tensor:
-        q = self.space.input_width_probs(probs)
-        per_layer = torch.stack([p @ table.to(p) @ qk.to(p) for p, table, qk in zip(probs, self.values, q, strict=True)])
-        return smooth_max(per_layer, self.temperature)
-
-    def derive(self, choice: Sequence[int]) -> DerivedDesign:
-        """The whole-part design :func:`allocate` finds for the network of ``choice`` (one
-        candidate per layer of the space)."""
-        layers = [layer for stages in position_stages(self.space, choice) for layer in stages]
-        return DerivedDesign(allocate(layers, self.device, self.precision), "allocate")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"unit": self.unit, "label": self.label,
-                "layers": [{op.name: dict(zip(map(str, layer.in_widths), table[i].tolist()))
-                            for i, op in enumerate(layer.candidates)}
-                           for layer, table in zip(self.space.layers, self.values)]}
-
-
 def as_layer(description: Any) -> Layer:
     """A model :class:`Layer` of a network's layer description (``hetrl.nets.searched.LayerDescription``:
     kind, channels, kernel, stride, padding, input map)."""
@@ -792,6 +730,6 @@ def position_stages(space: Any, choice: Sequence[int]) -> list[list[Layer]]:
 
 
 __all__ = ["BITS", "Budget", "CostTables", "DerivedDesign", "Design", "DesignOptions", "ExpectedCost", "FpgaDevice", "Layer",
-           "OpStages", "Parallelism", "SearchCost", "StageCost", "allocate", "as_layer", "budget_penalty", "cost_tables",
+           "OpStages", "Parallelism", "StageCost", "allocate", "as_layer", "budget_penalty", "cost_tables",
            "device_file", "evaluate", "expected_cost", "layers_of", "place_weights", "position_stages", "repair",
            "shipped_devices", "smooth_max", "stage_cost"]
