@@ -1,5 +1,6 @@
-"""DDPG in the style of CleanRL's ``ddpg_continuous_action.py``: one file, a plain torch loop, a
-numpy replay buffer.
+"""DDPG in the style of CleanRL's ``ddpg_continuous_action.py`` (and, with ``--td3``, TD3 as its
+``td3_continuous_action.py``: twin critics, target policy smoothing, the delayed actor): one file, a
+plain torch loop, a numpy replay buffer.
 
 Written for ``bench/peers.py`` (not CleanRL's own file): it trains the benchmark's DDPG settings
 (uniform random actions before ``learning_starts``, Gaussian exploration noise in units of half the
@@ -38,6 +39,11 @@ class Args:
     exploration_noise: float = 0.1  # std, as a fraction of half the action range
     learning_starts: int = 1_000
     policy_frequency: int = 1  # critic updates per actor (and target) update
+    train_frequency: int = 1  # env steps between bursts of updates
+    gradient_steps: int = 1  # critic updates per burst
+    td3: bool = False  # twin critics (the smaller target), target policy smoothing
+    policy_noise: float = 0.2  # TD3's target smoothing std, as a fraction of half the action range
+    noise_clip: float = 0.5  # ... clipped to this fraction of half the range
     device: str = "cpu"  # where the networks live and learn ("cuda" as CleanRL's --cuda)
 
 
@@ -104,12 +110,13 @@ def train(args: Args) -> tuple[Actor, dict[str, Any]]:
     obs_dim, act_dim = int(np.prod(env.observation_space.shape)), int(np.prod(env.action_space.shape))
     device = torch.device(args.device)
     actor = Actor(obs_dim, act_dim, args.hidden, low, high).to(device)
-    qf1 = QNetwork(obs_dim, act_dim, args.hidden).to(device)
+    critics = [QNetwork(obs_dim, act_dim, args.hidden).to(device) for _ in range(2 if args.td3 else 1)]
     target_actor = Actor(obs_dim, act_dim, args.hidden, low, high).to(device)
-    qf1_target = QNetwork(obs_dim, act_dim, args.hidden).to(device)
+    critic_targets = [QNetwork(obs_dim, act_dim, args.hidden).to(device) for _ in critics]
     target_actor.load_state_dict(actor.state_dict())
-    qf1_target.load_state_dict(qf1.state_dict())
-    q_optimizer = torch.optim.Adam(qf1.parameters(), lr=args.learning_rate)
+    for critic, target in zip(critics, critic_targets):
+        target.load_state_dict(critic.state_dict())
+    q_optimizer = torch.optim.Adam([p for c in critics for p in c.parameters()], lr=args.learning_rate)
     actor_optimizer = torch.optim.Adam(actor.parameters(), lr=args.learning_rate)
     rb = ReplayBuffer(args.buffer_size, obs_dim, act_dim, rng)
 
@@ -129,29 +136,32 @@ def train(args: Args) -> tuple[Actor, dict[str, Any]]:
         rb.add(obs, next_obs, action, float(reward), bool(terminated))  # truncation still bootstraps
         obs = np.asarray(env.reset()[0], dtype=np.float32) if terminated or truncated else next_obs
 
-        if global_step > args.learning_starts:
-            b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size, device)
-            with torch.no_grad():
-                next_state_actions = target_actor(b_next_obs)
-                qf1_next_target = qf1_target(b_next_obs, next_state_actions).view(-1)
-                next_q_value = b_rewards + (1 - b_dones) * args.gamma * qf1_next_target
-            qf1_a_values = qf1(b_obs, b_actions).view(-1)
-            qf1_loss = F.mse_loss(qf1_a_values, next_q_value)
-            q_optimizer.zero_grad()
-            qf1_loss.backward()
-            q_optimizer.step()
-            updates += 1
-
-            if updates % args.policy_frequency == 0:
-                actor_loss = -qf1(b_obs, actor(b_obs)).mean()
-                actor_optimizer.zero_grad()
-                actor_loss.backward()
-                actor_optimizer.step()
+        if global_step > args.learning_starts and global_step % args.train_frequency == 0:
+            for _ in range(args.gradient_steps):
+                b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size, device)
                 with torch.no_grad():
-                    for param, target_param in zip(actor.parameters(), target_actor.parameters()):
-                        target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
-                    for param, target_param in zip(qf1.parameters(), qf1_target.parameters()):
-                        target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
+                    next_state_actions = target_actor(b_next_obs)
+                    if args.td3:
+                        noise = (torch.randn_like(next_state_actions) * args.policy_noise).clamp(-args.noise_clip, args.noise_clip)
+                        next_state_actions = (next_state_actions + noise * actor.action_scale).clamp(
+                            actor.action_bias - actor.action_scale, actor.action_bias + actor.action_scale)
+                    q_next_target = torch.stack([t(b_next_obs, next_state_actions).view(-1) for t in critic_targets]).min(0).values
+                    next_q_value = b_rewards + (1 - b_dones) * args.gamma * q_next_target
+                q_loss = sum(F.mse_loss(c(b_obs, b_actions).view(-1), next_q_value) for c in critics)
+                q_optimizer.zero_grad()
+                q_loss.backward()
+                q_optimizer.step()
+                updates += 1
+
+                if updates % args.policy_frequency == 0:
+                    actor_loss = -critics[0](b_obs, actor(b_obs)).mean()
+                    actor_optimizer.zero_grad()
+                    actor_loss.backward()
+                    actor_optimizer.step()
+                    with torch.no_grad():
+                        for net, target in ((actor, target_actor), *zip(critics, critic_targets)):
+                            for param, target_param in zip(net.parameters(), target.parameters()):
+                                target_param.data.copy_(args.tau * param.data + (1 - args.tau) * target_param.data)
     env.close()
     return actor, {"env_steps": args.total_timesteps, "updates": updates}
 
@@ -159,7 +169,9 @@ def train(args: Args) -> tuple[Actor, dict[str, Any]]:
 def parse_args() -> Args:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in dataclasses.fields(Args):
-        if f.name != "hidden":
+        if isinstance(f.default, bool):
+            parser.add_argument(f"--{f.name.replace('_', '-')}", action="store_true")
+        elif f.name != "hidden":
             parser.add_argument(f"--{f.name.replace('_', '-')}", type=type(f.default), default=f.default)
     return Args(**vars(parser.parse_args()))
 

@@ -38,7 +38,8 @@ class Args:
     end_e: float = 0.05
     exploration_fraction: float = 0.2
     learning_starts: int = 1_000
-    train_frequency: int = 1  # env steps between updates
+    train_frequency: int = 1  # env steps between bursts of updates
+    gradient_steps: int = 1  # updates per burst (rl-baselines3-zoo's bursts: e.g. 128 every 256 env steps)
     max_grad_norm: float = 10.0
     device: str = "cpu"  # where the networks live and learn ("cuda" as CleanRL's --cuda)
 
@@ -116,17 +117,18 @@ def train(args: Args) -> tuple[QNetwork, dict[str, Any]]:
         obs = np.asarray(env.reset()[0], dtype=np.float32) if terminated or truncated else next_obs
 
         if global_step > args.learning_starts and global_step % args.train_frequency == 0:
-            b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size, device)
-            with torch.no_grad():
-                target_max = target_network(b_next_obs).max(dim=1).values
-                td_target = b_rewards + args.gamma * target_max * (1 - b_dones)
-            old_val = q_network(b_obs).gather(1, b_actions.unsqueeze(1)).squeeze(1)
-            loss = F.smooth_l1_loss(old_val, td_target)
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
-            optimizer.step()
-            updates += 1
+            for _ in range(args.gradient_steps):
+                b_obs, b_actions, b_next_obs, b_rewards, b_dones = rb.sample(args.batch_size, device)
+                with torch.no_grad():
+                    target_max = target_network(b_next_obs).max(dim=1).values
+                    td_target = b_rewards + args.gamma * target_max * (1 - b_dones)
+                old_val = q_network(b_obs).gather(1, b_actions.unsqueeze(1)).squeeze(1)
+                loss = F.smooth_l1_loss(old_val, td_target)
+                optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(q_network.parameters(), args.max_grad_norm)
+                optimizer.step()
+                updates += 1
 
         if global_step % args.target_network_frequency == 0:
             target_network.load_state_dict(q_network.state_dict())

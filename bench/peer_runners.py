@@ -40,7 +40,8 @@ class DQNSettings:
     lr: float = 5e-4  # Adam
     gamma: float = 0.99
     learning_starts: int = 1_000  # env steps of uniformly random actions before the first update
-    train_every: int = 1  # env steps between updates; one gradient update each time
+    train_every: int = 1  # env steps between bursts of gradient updates
+    gradient_steps: int = 1  # updates per burst (rl-baselines3-zoo's bursts: e.g. 128 every 256 env steps)
     target_every: int = 500  # env steps between hard copies of the Q-network into the target network
     eps_start: float = 1.0
     eps_end: float = 0.05
@@ -49,12 +50,12 @@ class DQNSettings:
 
     @property
     def updates_per_env_step(self) -> float:
-        return 1.0 / self.train_every
+        return self.gradient_steps / self.train_every
 
     @property
     def target_every_updates(self) -> int:
         """The target period in gradient updates, for libraries that count it in updates."""
-        return max(1, round(self.target_every / self.train_every))
+        return max(1, round(self.target_every * self.updates_per_env_step))
 
     def eps_decay_steps(self, steps: int) -> int:
         return max(1, int(self.eps_fraction * steps))
@@ -66,7 +67,9 @@ class DQNSettings:
 
 @dataclass(frozen=True)
 class DDPGSettings:
-    """DDPG (Lillicrap et al. 2016) on Pendulum-v1, as every library runs it."""
+    """DDPG (Lillicrap et al. 2016) on Pendulum-v1, as every library runs it; TD3 (Fujimoto et al. 2018:
+    twin critics, target smoothing 0.2 clipped at 0.5, the actor every second update) and SAC (Haarnoja
+    et al. 2018: twin critics, tuned temperature towards -dim(A), starting at 1) share these settings."""
 
     env_id: str = "Pendulum-v1"
     hidden: tuple[int, ...] = (256, 256)  # actor and critic alike; the critic takes concat(obs, action)
@@ -76,18 +79,19 @@ class DDPGSettings:
     gamma: float = 0.98
     tau: float = 0.005  # Polyak target updates after every update
     learning_starts: int = 1_000
-    train_every: int = 1  # one critic and one actor update per env step
-    action_noise: float = 0.1  # Gaussian std, as a fraction of half the action range (SB3's units)
+    train_every: int = 1  # env steps between bursts of updates
+    gradient_steps: int = 1  # critic updates per burst
+    action_noise: float = 0.1  # Gaussian std, as a fraction of half the action range (SB3's units; not SAC)
 
     @property
     def updates_per_env_step(self) -> float:
-        return 1.0 / self.train_every
+        return self.gradient_steps / self.train_every
 
 
 @dataclass(frozen=True)
 class Workload:
     name: str
-    algo: str  # "dqn" or "ddpg"
+    algo: str  # "dqn", "ddpg", "td3" or "sac"
     title: str
     settings: DQNSettings | DDPGSettings
 
@@ -136,6 +140,25 @@ def evaluate(act: Act, env_id: str, episodes: int = 10, seed: int = EVAL_SEED) -
 def mlp_forward_flops(sizes: list[int], batch: int) -> int:
     """Multiply-add FLOPs (2 per MAC) of the linear layers of an MLP with layer ``sizes``."""
     return 2 * batch * sum(a * b for a, b in itertools.pairwise(sizes))
+
+
+# Forward passes' worth of each network per update, backward counted as 2x forward (the usual count):
+# (policy or Q-network, critic). DQN: the Q-network on obs with its backward (3) and the target on
+# next_obs (1). DDPG: target actor and critic (1 + 1), the critic's loss (3), the actor's loss through
+# the critic (3 + 3). TD3: two critics and two target critics, the actor's step every second update.
+# SAC: the actor on next_obs (1), two target critics (2), two critics (6), the actor's step through
+# both critics every update (3 + 6).
+PASSES = {"dqn": (4.0, 0.0), "ddpg": (4.0, 7.0), "td3": (1 + 3 / 2, 2 + 6 + 3 / 2), "sac": (4.0, 14.0)}
+
+
+def update_flops(algo: str, obs_dim: int, out_dim: int, hidden: tuple[int, ...], batch: int) -> int:
+    """FLOPs of one update of ``algo``'s linear layers (:data:`PASSES`); ``out_dim``: DQN's action
+    count, else the action's dimension. Adam, activations and the temperature are left out."""
+    policy_out = 2 * out_dim if algo == "sac" else out_dim  # SAC's actor: a mean and a log std per dimension
+    policy = mlp_forward_flops([obs_dim, *hidden, policy_out], batch)
+    critic = mlp_forward_flops([obs_dim + out_dim, *hidden, 1], batch)
+    p, c = PASSES[algo]
+    return int(p * policy + c * critic)
 
 
 def ddpg_update_flops(obs_dim: int, act_dim: int, settings: DDPGSettings) -> int:
@@ -216,6 +239,12 @@ def _cpu_only(lib: str, device: str) -> None:
         raise RuntimeError(f"this benchmark runs {lib} on the CPU only (its {device} wiring is not written)")
 
 
+def _dqn_or_ddpg(lib: str, w: Workload) -> None:
+    """Refuse what this benchmark has not wired ``lib`` to: TD3, SAC, bursts of several updates."""
+    if w.algo not in ("dqn", "ddpg") or w.settings.gradient_steps != 1:
+        raise RuntimeError(f"this benchmark runs {lib} on DQN and DDPG with one update per burst only")
+
+
 def _parameters(cls: type) -> set[str]:
     return set(inspect.signature(cls.__init__).parameters)
 
@@ -254,15 +283,18 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, exe
         "device": device if executor == "inline" else "auto",
         "hidden": s.hidden, "batch_size": s.batch_size, "buffer_size": s.buffer_size, "lr": s.lr,
         "gamma": s.gamma, "learning_starts": s.learning_starts, "train_every": s.train_every,
-        "replay_ratio": s.updates_per_env_step,  # a burst of train_every * replay_ratio = 1 update
+        "replay_ratio": s.updates_per_env_step,  # a burst of train_every * replay_ratio = gradient_steps updates
     }
     if isinstance(s, DQNSettings):
         common.update(double=False, dueling=False, tau=1.0, target_update_every=s.target_every_updates,
                       eps_start=s.eps_start, eps_end=s.eps_end, eps_decay_steps=s.eps_decay_steps(steps),
                       max_grad_norm=s.max_grad_norm)
+    elif w.algo == "sac":
+        common.update(tau=s.tau, max_grad_norm=None, ent_coef="auto", policy_delay=1)
     else:
-        common.update(tau=s.tau, action_noise=s.action_noise, max_grad_norm=None, twin_critics=False,
-                      target_noise=0.0, policy_delay=1)
+        td3 = w.algo == "td3"
+        common.update(tau=s.tau, action_noise=s.action_noise, max_grad_norm=None, twin_critics=td3,
+                      target_noise=0.2 if td3 else 0.0, target_noise_clip=0.5, policy_delay=2 if td3 else 1)
     overrides = [f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in common.items()]
     with tempfile.TemporaryDirectory(prefix="hetrl_peers_") as tmp:
         plan = "auto"
@@ -271,14 +303,16 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, exe
         except HetrlError as exc:  # e.g. no profile of this thread count: fall back to the fixed rule
             plan = f"rule ({exc})"
             session = Session.create(make_config(w.algo, s.env_id, None, [*overrides, "plan=rule"]), f"{tmp}/run2")
-        torch.set_num_threads(threads)  # the plan may pick its own count; the benchmark holds it equal
+        if threads:  # the plan may pick its own count; the benchmark holds it equal (0: the plan's own, bench/grid.py)
+            torch.set_num_threads(threads)
         result, seconds = _timed(lambda: session.train(progress=False))
     policy = greedy_policy(session.algo, session.executor.policy_network)
     how = result.executor + (f", {result.actors} actor{'s' if result.actors != 1 else ''}" if result.actors else "")
     learn = next(((calls, us) for name, calls, us, _ in result.timers if name == "Learn"), (0, 0.0))
     return Trained(result.env_steps, result.updates, seconds, policy, hetrl.__version__,
                    {"loop_seconds": result.wall_s, "plan": f"{plan}; {how}", "placement": result.placement,
-                    "learn_seconds": learn[0] * learn[1] / 1e6, "learn_backend": session.placement.learn.backend})
+                    "learn_seconds": learn[0] * learn[1] / 1e6, "learn_backend": session.placement.learn.backend,
+                    "learn_threads": torch.get_num_threads()})
 
 
 def run_hetrl_auto(w: Workload, steps: int, seed: int, threads: int, device: str) -> Trained:
@@ -296,7 +330,7 @@ def run_sb3(w: Workload, steps: int, seed: int, threads: int, device: str) -> Tr
     if isinstance(s, DQNSettings):
         model = sb3.DQN(
             "MlpPolicy", env, learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
-            batch_size=s.batch_size, tau=1.0, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
+            batch_size=s.batch_size, tau=1.0, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=s.gradient_steps,
             target_update_interval=s.target_every, exploration_fraction=s.eps_fraction,
             exploration_initial_eps=s.eps_start, exploration_final_eps=s.eps_end, max_grad_norm=s.max_grad_norm,
             policy_kwargs=arch, seed=seed, device=device, verbose=0,
@@ -305,12 +339,15 @@ def run_sb3(w: Workload, steps: int, seed: int, threads: int, device: str) -> Tr
         from stable_baselines3.common.noise import NormalActionNoise
 
         dim = env.action_space.shape[0]
-        model = sb3.DDPG(
-            "MlpPolicy", env, learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
-            batch_size=s.batch_size, tau=s.tau, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
-            action_noise=NormalActionNoise(np.zeros(dim), s.action_noise * np.ones(dim)),
-            policy_kwargs=arch, seed=seed, device=device, verbose=0,
-        )
+        common = dict(learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
+                      batch_size=s.batch_size, tau=s.tau, gamma=s.gamma, train_freq=(s.train_every, "step"),
+                      gradient_steps=s.gradient_steps, policy_kwargs=arch, seed=seed, device=device, verbose=0)
+        if w.algo == "sac":
+            model = sb3.SAC("MlpPolicy", env, ent_coef="auto", **common)
+        else:
+            noise = NormalActionNoise(np.zeros(dim), s.action_noise * np.ones(dim))  # SB3 adds it to the action scaled to [-1, 1]
+            cls = {"ddpg": sb3.DDPG, "td3": sb3.TD3}[w.algo]
+            model = cls("MlpPolicy", env, action_noise=noise, **common)
     _, seconds = _timed(lambda: model.learn(total_timesteps=steps))
 
     def act(obs: np.ndarray) -> np.ndarray:
@@ -329,18 +366,22 @@ def run_cleanrl(w: Workload, steps: int, seed: int, threads: int, device: str) -
             env_id=s.env_id, seed=seed, total_timesteps=steps, hidden=s.hidden, learning_rate=s.lr,
             buffer_size=s.buffer_size, gamma=s.gamma, target_network_frequency=s.target_every,
             batch_size=s.batch_size, start_e=s.eps_start, end_e=s.eps_end, exploration_fraction=s.eps_fraction,
-            learning_starts=s.learning_starts, train_frequency=s.train_every, max_grad_norm=s.max_grad_norm,
-            device=device,
+            learning_starts=s.learning_starts, train_frequency=s.train_every, gradient_steps=s.gradient_steps,
+            max_grad_norm=s.max_grad_norm, device=device,
         )
         (net, stats), seconds = _timed(lambda: script.train(args))
         act = _torch_act(lambda x: net(x).argmax(dim=1), device)
     else:
+        if w.algo == "sac":
+            raise RuntimeError("the CleanRL-style scripts of this benchmark have no SAC (bench/cleanrl_ddpg.py: DDPG and TD3)")
         import cleanrl_ddpg as script
 
+        td3 = w.algo == "td3"
         args = script.Args(
             env_id=s.env_id, seed=seed, total_timesteps=steps, hidden=s.hidden, learning_rate=s.lr,
             buffer_size=s.buffer_size, gamma=s.gamma, tau=s.tau, batch_size=s.batch_size,
-            exploration_noise=s.action_noise, learning_starts=s.learning_starts, policy_frequency=1, device=device,
+            exploration_noise=s.action_noise, learning_starts=s.learning_starts, policy_frequency=2 if td3 else 1,
+            train_frequency=s.train_every, gradient_steps=s.gradient_steps, td3=td3, device=device,
         )
         (net, stats), seconds = _timed(lambda: script.train(args))
         act = _torch_act(net, device)
@@ -352,6 +393,7 @@ def run_tianshou(w: Workload, steps: int, seed: int, threads: int, device: str) 
     """Tianshou's off-policy trainer (no test collector), after ``learning_starts`` random steps
     collected by its collector: the trainer itself has no warm-up setting."""
     _cpu_only("Tianshou", device)
+    _dqn_or_ddpg("Tianshou", w)
     import tianshou
     from tianshou.algorithm.optim import AdamOptimizerFactory
     from tianshou.data import Collector, VectorReplayBuffer
@@ -431,6 +473,7 @@ def run_torchrl(w: Workload, steps: int, seed: int, threads: int, device: str) -
     """TorchRL's collector, replay buffer, loss module and target updater, in the loop of its own
     examples (sota-implementations), with ``train_every`` frames per collector batch."""
     _cpu_only("TorchRL", device)
+    _dqn_or_ddpg("TorchRL", w)
     import torchrl
     from tensordict import TensorDict
     from torchrl.collectors import Collector

@@ -328,14 +328,15 @@ def report(results: list[dict[str, Any]], failures: list[Failure], matmul: dict[
     return "\n".join(lines) + "\n"
 
 
-def write_section(out: Path, section: str) -> None:
-    """Replace the peers section of ``out`` (between the markers), append it, or create the file."""
+def write_section(out: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the section of ``out`` between ``begin`` and ``end`` (the peers' markers unless named),
+    append it, or create the file."""
     header = ("# Benchmarks\n\nMeasured numbers, each section written by the script it names; "
               "rerun the script to refresh its section.\n\n")
     text = out.read_text() if out.exists() else header
-    if BEGIN in text and END in text:
-        before, rest = text.split(BEGIN, 1)
-        text = before + section.rstrip("\n") + rest.split(END, 1)[1]
+    if begin in text and end in text:
+        before, rest = text.split(begin, 1)
+        text = before + section.rstrip("\n") + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + section
     out.parent.mkdir(parents=True, exist_ok=True)
