@@ -64,6 +64,7 @@ class TrainConfig:
     prefetch: bool = False  # local: sample the next batch in a thread during Learn (pays off when Learn leaves the CPU idle, e.g. on a GPU)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
     force: bool = False  # start more than OVERSUBSCRIPTION x this machine's cores of actors or learner threads (refused otherwise)
+    cpu_watts: float | None = None  # the host CPU's power in W where no RAPL meter measures it: energy figures count it, labelled the user's figure, not measured
     log_every: int = 1_000  # env steps between metric rows
     wandb_project: str | None = None  # also log the metric rows to this Weights & Biases project (the wandb extra)
     wandb_entity: str | None = None  # the W&B entity (user or team); none: wandb's default
@@ -101,6 +102,9 @@ class TrainConfig:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
         if self.keep_checkpoints is not None and self.keep_checkpoints < 0:
             problems.append(f"keep_checkpoints must be >= 0 (got {self.keep_checkpoints}; 0 or none keeps every checkpoint)")
+        if self.cpu_watts is not None and not (math.isfinite(self.cpu_watts) and 0 < self.cpu_watts <= MAX_CPU_WATTS):
+            problems.append(f"cpu_watts must be the host CPU's power in watts, above 0 and at most {MAX_CPU_WATTS:,} "
+                            f"(got {self.cpu_watts}); e.g. its TDP, or none where a RAPL meter measures it")
         if self.wandb_project is not None and not self.wandb_project.strip():
             problems.append("wandb_project must name a W&B project (or be none)")
         if self.wandb_mode is not None and self.wandb_mode not in WANDB_MODES:
@@ -126,6 +130,7 @@ class TrainConfig:
         return env_source(self.env, self.env_kwargs, self.wrappers)
 
 
+MAX_CPU_WATTS = 10_000  # cpu_watts above this is a typo (milliwatts?), not a CPU
 OVERSUBSCRIPTION = 4  # actors, or learner threads, per core of this machine beyond which a run needs force=true
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hetrl.algos import AgentConfig
 from hetrl.config import usable_cores
+from hetrl.energy.measurement import HOST_POWER, USER_FIGURE
 from hetrl.errors import HetrlError
 from hetrl.hardware import gib
 from hetrl.planner.model import Prediction, predict
@@ -118,7 +119,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
               learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
               actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None,
               inference: tuple[str, ...] = INFERENCE, frame_replay: bool = False,
-              replay_memory: ReplayMemory | None = None) -> Plan:
+              replay_memory: ReplayMemory | None = None, cpu_watts: float | None = None) -> Plan:
     """The best way to run for ``objective`` among every placement the profile can cost, under each
     of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``, acting
     in each actor (an Act slot on the host: each actor builds it) or centrally (any Act slot), as
@@ -128,9 +129,15 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
     rate over the whole run, actor start-up included: a short run may not win back what starting
     actor processes costs. ``frame_replay``: see :func:`candidates`. ``cores``: the machine's
     (default: :func:`machine_cores` of the profile's). ``replay_memory``: placements whose replay
-    would not fit its device are passed over; where none fits, the error names the numbers."""
+    would not fit its device are passed over; where none fits, the error names the numbers.
+    ``cpu_watts``: the host CPU's power where no RAPL meter measured it (:func:`with_host_power`)."""
     if objective not in OBJECTIVES:
         raise HetrlError(f"objective {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
+    meters = profile_meters(profile)
+    user_power = cpu_watts is not None and not host_metered(meters) and any(t.joules_per_call is not None for t in profile.timings)
+    if user_power:
+        profile = with_host_power(profile, cpu_watts)
+        meters.append(host_power_label(cpu_watts))
     cores = cores or machine_cores(profile.machine)
     placements = candidates(profile, learn_device, learn_threads, frame_replay)
     if replay_memory is not None:
@@ -165,20 +172,39 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
         if not costed:
             raise HetrlError("objective efficiency needs measured energy, and this profile has none: no RAPL or NVML meter "
                              "worked when it was measured (`hetrl devices` says why); use --objective throughput")
-        meters = profile_meters(profile)
-        if not any(m.startswith("rapl") for m in meters):
+        if not host_metered(meters) and not user_power:
             raise HetrlError(f"objective efficiency needs the host CPU's energy, but only {', '.join(meters)} measured this "
                              "profile (no RAPL meter works here; `hetrl devices` says why): every plan does host work, and "
-                             "one would look frugal by moving work onto the unmetered CPU; use --objective throughput")
+                             "one would look frugal by moving work onto the unmetered CPU; give the CPU's power with --set "
+                             f"{HOST_POWER}=WATTS (its TDP, say; reported as your figure, not measured), or use --objective throughput")
         ranked = sorted(costed, key=lambda pair: pair[1].joules_per_env_step)
     else:
         ranked = sorted(costed, key=lambda pair: -pair[1].run_env_steps_per_s(steps))
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     return Plan(profile.algo, profile.env, best.num_envs, objective, profile.fingerprint, best.placement, prediction,
-                runner_ups, best.executor, best.actors, profile_meters(profile), steps, best.inference,
+                runner_ups, best.executor, best.actors, meters, steps, best.inference,
                 what_if=sorted({t.modelled for t in profile.timings if t.modelled}))
 
 
 def profile_meters(profile: Profile) -> list[str]:
     """The meters whose energy the profile's rows sum (e.g. ["nvml:gpu0", "rapl:package-0"])."""
     return sorted({m.strip() for t in profile.timings if t.energy_meters for m in t.energy_meters.split(",")})
+
+
+def host_metered(meters: list[str]) -> bool:
+    """Whether a RAPL meter (the host CPU's) is among ``meters``."""
+    return any(m.startswith("rapl") for m in meters)
+
+
+def host_power_label(watts: float) -> str:
+    """How plans and reports name the user's power figure for the host CPU."""
+    return f"{HOST_POWER}={watts:g} W ({USER_FIGURE})"
+
+
+def with_host_power(profile: Profile, watts: float) -> Profile:
+    """``profile`` with the host CPU's energy at ``watts`` added to every row's measured energy per
+    call (``watts`` x its seconds per call: the CPU draws its power whichever device works), for a
+    profile whose meters (an NVML one) do not cover the CPU. The plan names the figure as the
+    user's (:func:`host_power_label`), never as a measurement."""
+    return replace(profile, timings=[t if t.joules_per_call is None else replace(t, joules_per_call=t.joules_per_call + watts * t.median_s)
+                                     for t in profile.timings])
