@@ -214,3 +214,32 @@ def test_a_user_plan_that_does_not_fit_fails_at_the_start_naming_the_frame_repla
         check_replay_memory(flat, env_spec("CartPole-v1"), Slot("numpy", "cpu"), free=GIB)
     assert "frame replay" not in str(info.value)
     assert np.dtype(spec.obs_dtype) == np.uint8
+
+
+@pytest.mark.parametrize("replay, free_on", [(Slot("numpy", "cpu"), "cpu"), (Slot("torch", "cuda"), "cuda")])
+def test_a_plan_file_whose_replay_does_not_fit_stops_the_run_at_the_start(tmp_path, monkeypatch, replay, free_on):
+    """hetrl train --plan FILE: the file's plain replay of stacked frames, against the memory free on
+    its device (the host's MemAvailable, a GPU's from torch: faked here), fails before anything is
+    written, with the numbers and the frame replay named."""
+    import hetrl
+    import hetrl.config
+    from hetrl.planner.plan_file import Plan
+    from hetrl.protocol import Placement
+
+    if free_on == "cuda":  # a GPU plan cannot load without one: its check alone, against the device's free memory
+        monkeypatch.setattr(hetrl.config, "free_memory_bytes", lambda device: {"cuda": 4 * GIB}.get(device))
+        config = make_config("dqn", "hetrl/Bytes-v0", None, ["buffer_size=1000000"])
+        with pytest.raises(HetrlError, match=r"4.8 GiB of replay on cuda .* more than the 4.0 GiB free there; set "
+                                             r"buffer_size=412,977 or less, or the frame replay \(placement.replay backend "
+                                             r"frames-torch: 1.3 GiB for these transitions\)"):
+            check_replay_memory(config, env_spec("hetrl/Bytes-v0"), replay)
+        return
+    placement = Placement(Slot("gymnasium"), Slot("torch", "cpu"), Slot("numpy", "cpu"), Slot("torch", "cpu", 1))
+    path = Plan("dqn", "hetrl/Bytes-v0", 1, "throughput", "-", placement, None, []).save(tmp_path / "plan.json")
+    monkeypatch.setattr(hetrl.config, "free_memory_bytes", lambda device: {"cpu": 4 * GIB}.get(device))
+    with pytest.raises(HetrlError, match=r"buffer_size=1,000,000 needs at least 4.8 GiB of replay on cpu \(5,200 bytes per "
+                                         r"transition, allocated at the start\), more than the 4.0 GiB free there; set "
+                                         r"buffer_size=412,977 or less, or the frame replay \(placement.replay backend frames-numpy: 1.3 GiB"):
+        hetrl.train("dqn", "hetrl/Bytes-v0", 300, run_dir=tmp_path / "run", progress=False, plan=str(path),
+                    buffer_size=1_000_000, learning_starts=50, batch_size=16, eval_episodes=1)
+    assert not (tmp_path / "run").exists()
