@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from rich.console import Console
 
 from hetrl.energy import (
     EnergyMeasurement,
@@ -346,3 +349,103 @@ def test_a_meter_failing_mid_span_becomes_unavailable(tmp_path: Path, powercap: 
 def test_stop_before_start_is_an_error() -> None:
     with pytest.raises(RuntimeError):
         EnergyMeasurement(MeterReport()).stop()
+
+
+# --- the host CPU unmetered: the user's power figure (cpu_watts) ----------------------------------
+
+
+def test_a_gpu_meter_alone_takes_the_users_cpu_figure_labelled_as_such(tmp_path: Path) -> None:
+    """No powercap tree (no RAPL), one GPU with NVML: the span is the GPU's measured joules plus the
+    user's watts over its length, which every figure labels as the user's, not measured."""
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    with discover_meters(tmp_path, FakeNvml([gpu]), cuda_index_by_pci={(0, 0x3B, 0): 0}) as report:
+        span = EnergyMeasurement(report)
+        span.start()
+        gpu.energy_mj = 40_000
+        measured = span.stop()
+    assert measured.with_host_power(None) is measured
+    result = measured.with_host_power(50.0)
+    assert [(r.meter, r.device, r.source) for r in result.readings] == [
+        ("nvml:gpu0", "cuda:0", "measured"), ("cpu_watts", "cpu", "user's figure, not measured")]
+    assert result.total_joules == pytest.approx(40.0 + 50.0 * measured.seconds)
+    assert result.joules_per_step(10) == pytest.approx((40.0 + 50.0 * measured.seconds) / 10)
+    assert result.status == "measured, and the user's figure (not measured)"
+    assert "cpu_watts (cpu) " in result.describe() and "user's figure, not measured: 50 W x " in result.describe()
+    assert result.to_dict()["readings"][1]["source"] == "user's figure, not measured"
+
+
+def test_a_rapl_meter_wins_over_the_users_figure(tmp_path: Path, powercap: Path) -> None:
+    with discover_meters(tmp_path, FakeNvml([]), rapl_poll_s=None) as report:
+        span = EnergyMeasurement(report)
+        span.start()
+        write(powercap / "intel-rapl:0/energy_uj", 3_000_000)
+        measured = span.stop()
+    assert measured.with_host_power(50.0) is measured and measured.status == "measured"
+
+
+def gpu_metered_profile(gpu_watts: float = 600.0, idle_watts: float = 70.0):
+    """A profile whose rows only an NVML meter measured: the GPU's power while each primitive ran
+    (its idle power during host work); a GPU learner 5x faster than the host's."""
+    from test_plan import GPU, synthetic
+
+    profile = synthetic(GPU + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)], watts={"cpu": idle_watts, "cuda": gpu_watts})
+    profile.timings = [replace(t, energy_meters="nvml:gpu0" if t.energy_meters else None) for t in profile.timings]
+    return profile
+
+
+def test_efficiency_with_an_unmetered_cpu_needs_the_users_figure_and_labels_it(tmp_path: Path) -> None:
+    from hetrl.algos import DQNConfig
+    from hetrl.errors import HetrlError
+    from hetrl.planner.model import predict
+    from hetrl.planner.plan_file import Plan
+    from hetrl.planner.search import make_plan
+    from hetrl.planner.tables import plan_tables
+
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    profile = gpu_metered_profile()
+    with pytest.raises(HetrlError, match=r"only nvml:gpu0 measured .* give the CPU's power with --set cpu_watts=WATTS") as info:
+        make_plan(profile, agent, 1, objective="efficiency")
+    assert "\n" not in str(info.value)
+    # the CPU's figure is what decides: a frugal CPU keeps the learner there, a hungry one sends it to the GPU
+    frugal = make_plan(profile, agent, 1, objective="efficiency", cpu_watts=5.0)
+    hungry = make_plan(profile, agent, 1, objective="efficiency", cpu_watts=400.0)
+    assert frugal.placement.learn.device == "cpu" and hungry.placement.learn.device == "cuda"
+    # each primitive's measured joules, plus the CPU at 400 W for its time: 400 W x every second of work per env step
+    alone = predict(hungry.placement, profile, agent, 1)
+    assert hungry.prediction.joules_per_env_step == pytest.approx(alone.joules_per_env_step + 400.0 * sum(alone.per_env_step_s.values()))
+    label = "cpu_watts=400 W (user's figure, not measured)"
+    assert hungry.meters == ["nvml:gpu0", label]
+    assert f"measured by nvml:gpu0; the host CPU at {label}" in plan_tables(hungry)[0].caption
+    assert json.loads(hungry.save(tmp_path / "hungry.json").read_text())["energy_meters"] == ["nvml:gpu0", label]
+    frugal_label = "cpu_watts=5 W (user's figure, not measured)"
+    assert Plan.load(frugal.save(tmp_path / "frugal.json")).meters == ["nvml:gpu0", frugal_label]  # a host plan loads here
+    # a RAPL meter measured the host: the measurement wins and the figure is not used
+    both = replace(profile, timings=[replace(t, energy_meters="nvml:gpu0, rapl:package-0" if t.energy_meters else None)
+                                     for t in profile.timings])
+    measured = make_plan(both, agent, 1, objective="efficiency", cpu_watts=400.0)
+    assert measured.meters == ["nvml:gpu0", "rapl:package-0"] and measured.placement.learn.device == "cpu"
+
+
+def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run with cpu_watts on a machine whose only meter is a GPU's (fake NVML, no RAPL): its energy
+    is the GPU's measured joules and the user's figure, and the summary says which is which."""
+    import functools
+
+    import hetrl
+    from hetrl.energy import discovery
+
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    monkeypatch.setattr(discovery, "discover_meters", functools.partial(discovery.discover_meters, tmp_path / "root", FakeNvml([gpu]),
+                                                                        cuda_index_by_pci={(0, 0x3B, 0): 0}))
+    result = hetrl.train("dqn", "CartPole-v1", 300, run_dir=tmp_path / "run", progress=False, plan="rule", hidden=(16, 16),
+                         learning_starts=50, batch_size=16, eval_episodes=2, log_every=100, eval_every=0, cpu_watts=40.0)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["energy_status"] == "measured, and the user's figure (not measured)"
+    assert "nvml:gpu0 (cuda:0) 0.0 J" in summary["energy"] and "cpu_watts (cpu) " in summary["energy"]
+    assert "user's figure, not measured: 40 W x " in summary["energy"]
+    assert summary["joules_per_env_step"] == pytest.approx(result.joules_per_env_step) and result.joules_per_env_step > 0
+    from hetrl.run.report import summary_table
+
+    shown = io.StringIO()
+    Console(file=shown, width=400).print(summary_table(result))
+    assert "J per env step measured, and the user's figure (not measured)" in shown.getvalue()

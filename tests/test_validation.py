@@ -110,6 +110,9 @@ def test_the_type_check_of_a_dataclass_names_each_field():
     (["seed=-1"], f"seed must be between 0 and {MAX_SEED:,} \\(got -1\\)"),
     ([f"seed={2**70}"], "seed must be between 0 and"),
     (["stop_at_return=nan"], "stop_at_return must be a finite number"),
+    (["cpu_watts=0"], r"cpu_watts must be the host CPU's power in watts, above 0 and at most 10,000 \(got 0.0\)"),
+    (["cpu_watts=inf"], "cpu_watts must be the host CPU's power in watts"),
+    (["cpu_watts=65000"], r"at most 10,000 \(got 65000.0\)"),
     (["num_envs=100000", "steps=2000"], r"num_envs \(100000\) must not exceed steps \(2000\)"),
 ])
 def test_run_settings_no_backend_could_use_are_refused(overrides, message):

@@ -255,10 +255,9 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
 def _plan(args: argparse.Namespace) -> int:
     from hetrl.config import make_config
     from hetrl.devices import resolve_device
-    from hetrl.planner.search import make_plan
     from hetrl.planner.tables import plan_tables
-    from hetrl.planner.choice import plan_for_run, search_space
-    from hetrl.planner.whatif import LABEL, load_what_if, what_if_slots, with_what_if
+    from hetrl.planner.choice import plan_for_run, plan_from_profile
+    from hetrl.planner.whatif import LABEL, load_what_if, what_if_slots
     from hetrl.profile import Profile
     from hetrl.training import checked_algorithm
 
@@ -271,10 +270,7 @@ def _plan(args: argparse.Namespace) -> int:
     what_if = [load_what_if(spec) for spec in args.what_if]
     if args.profile:
         device = None if args.device is None else str(resolve_device(args.device))
-        executors, inference = search_space(cfg)
-        plan = make_plan(with_what_if(Profile.load(args.profile), what_if, algorithm), cfg.agent, cfg.num_envs, args.objective,
-                         learn_device=device, executors=executors, actors=cfg.actors, weight_sync_every=cfg.weight_sync_every,
-                         steps=cfg.steps, inference=inference)
+        plan = plan_from_profile(Profile.load(args.profile), cfg, algorithm, args.objective, device, what_if=what_if)
     else:
         cfg.device, cfg.plan = args.device or "auto", "auto"
         plan = plan_for_run(cfg, algorithm, console.print, args.objective, what_if=what_if)

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from hetrl.algos import AgentConfig, algorithm_class
 from hetrl.envs.pixels import AtariOptions
 from hetrl.envs.source import EnvSource, env_source
 from hetrl.errors import MAX_SEED, HetrlError, did_you_mean, field_type_problems, field_types, int_problem, type_name
 from hetrl.files import read_config_file, read_json, write_json
 from hetrl.hardware import free_memory_bytes, gib
+from hetrl.replay.footprint import is_frame_replay, replay_bytes
+from hetrl.replay.frames import frames_unsupported
 from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
 from hetrl.tuned import lookup as lookup_tuned
 
@@ -64,6 +64,7 @@ class TrainConfig:
     prefetch: bool = False  # local: sample the next batch in a thread during Learn (pays off when Learn leaves the CPU idle, e.g. on a GPU)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
     force: bool = False  # start more than OVERSUBSCRIPTION x this machine's cores of actors or learner threads (refused otherwise)
+    cpu_watts: float | None = None  # the host CPU's power in W where no RAPL meter measures it: energy figures count it, labelled the user's figure, not measured
     log_every: int = 1_000  # env steps between metric rows
     wandb_project: str | None = None  # also log the metric rows to this Weights & Biases project (the wandb extra)
     wandb_entity: str | None = None  # the W&B entity (user or team); none: wandb's default
@@ -101,6 +102,9 @@ class TrainConfig:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
         if self.keep_checkpoints is not None and self.keep_checkpoints < 0:
             problems.append(f"keep_checkpoints must be >= 0 (got {self.keep_checkpoints}; 0 or none keeps every checkpoint)")
+        if self.cpu_watts is not None and not (math.isfinite(self.cpu_watts) and 0 < self.cpu_watts <= MAX_CPU_WATTS):
+            problems.append(f"cpu_watts must be the host CPU's power in watts, above 0 and at most {MAX_CPU_WATTS:,} "
+                            f"(got {self.cpu_watts}); e.g. its TDP, or none where a RAPL meter measures it")
         if self.wandb_project is not None and not self.wandb_project.strip():
             problems.append("wandb_project must name a W&B project (or be none)")
         if self.wandb_mode is not None and self.wandb_mode not in WANDB_MODES:
@@ -126,6 +130,7 @@ class TrainConfig:
         return env_source(self.env, self.env_kwargs, self.wrappers)
 
 
+MAX_CPU_WATTS = 10_000  # cpu_watts above this is a typo (milliwatts?), not a CPU
 OVERSUBSCRIPTION = 4  # actors, or learner threads, per core of this machine beyond which a run needs force=true
 
 
@@ -164,23 +169,29 @@ def check_machine(config: TrainConfig, executor: str | None = None, actors: int 
 def check_replay_memory(config: TrainConfig, spec: EnvSpec, replay: Slot, free: int | None = None) -> None:
     """Refuse, unless ``config.force``, a replay that cannot fit where the plan puts it (``replay``:
     its slot): the replay is allocated whole at the start, so a buffer_size far beyond the memory
-    would fail there, or later, when the kernel kills the run. The need is a lower bound (each
-    stored field of every transition; a frame replay stores each frame once), set against the
-    memory free now on that device (``free``: measured when None; unknown: not checked)."""
+    would fail there, or later, when the kernel kills the run. The need is the replay's storage
+    (replay/footprint.py: a frame replay stores each frame once), set against the memory free now
+    on that device (``free``: measured when None; unknown: not checked). Where a plain replay holds
+    stacked frames that the frame replay could store, the fix names it too."""
     if config.force:
         return
-    obs = int(math.prod(spec.obs_shape)) * np.dtype(spec.obs_dtype).itemsize
-    per_transition = ((obs // spec.obs_shape[0] if replay.backend.startswith("frames") else 2 * obs)
-                      + int(math.prod(spec.action_shape)) * np.dtype(spec.action_dtype).itemsize
-                      + 8  # reward and discount (float32)
-                      + (16 if config.agent.prioritized else 0))  # the sum tree: 2 float64 nodes per leaf at least
-    need = config.agent.buffer_size * per_transition
+    need = replay_need(config, spec, replay.backend)
     free = free_memory_bytes(replay.device) if free is None else free
     if free is not None and need > free:
+        per_transition = need / config.agent.buffer_size
+        frames = (f", or the frame replay (placement.replay backend frames-{replay.backend}: "
+                  f"{gib(replay_need(config, spec, 'frames-' + replay.backend))} for these transitions)"
+                  if not is_frame_replay(replay.backend) and frames_unsupported(spec, "frames-numpy") is None else "")
         raise HetrlError(f"buffer_size={config.agent.buffer_size:,} needs at least {gib(need)} of replay on {replay.device} "
-                         f"({per_transition} bytes per transition, allocated at the start), more than the {gib(free)} free "
-                         f"there; set buffer_size={max(1, free // per_transition // 2):,} or less, or --force (force=true) "
-                         f"to try anyway")
+                         f"({per_transition:,.0f} bytes per transition, allocated at the start), more than the {gib(free)} free "
+                         f"there; set buffer_size={max(1, int(free // per_transition // 2)):,} or less{frames}, or --force "
+                         f"(force=true) to try anyway")
+
+
+def replay_need(config: TrainConfig, spec: EnvSpec, backend: str) -> int:
+    """Bytes the run's replay of ``backend`` allocates for its buffer_size (replay/footprint.py)."""
+    return replay_bytes(config.agent.buffer_size, tuple(spec.obs_shape), spec.obs_dtype, tuple(spec.action_shape),
+                        spec.action_dtype, config.agent.prioritized, is_frame_replay(backend))
 
 
 def default_config(algo: str, env: str, tuned: bool = True) -> TrainConfig:

@@ -7,6 +7,9 @@
 
 A result carries one reading per meter (joules, source "measured", meter name, method) and the
 reasons for what was not measured. With no working meter it holds reasons and no number at all.
+Where no RAPL meter covers the host CPU, the user may give its power (``cpu_watts``):
+:meth:`EnergyResult.with_host_power` adds it as a reading of source :data:`USER_FIGURE`, which
+every report shows beside the measured ones, never as a measurement.
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from dataclasses import dataclass
 
 from hetrl.energy.discovery import MeterReport
 from hetrl.energy.meters import Meter, MeterError, Unavailable
+
+USER_FIGURE = "user's figure, not measured"  # the source of a reading the user's power figure made
+HOST_POWER = "cpu_watts"  # the setting (and the reading's name) of the host CPU's power, in watts
 
 
 @dataclass(frozen=True)
@@ -43,8 +49,24 @@ class EnergyResult:
 
     @property
     def status(self) -> str:
-        """``"measured"`` when at least one meter measured the span, else ``"unavailable"``."""
-        return "measured" if self.readings else "unavailable"
+        """``"measured"`` when meters measured every reading, ``"unavailable"`` with none; where the
+        user's figure is a part: "measured, and the user's figure (not measured)" or the figure alone."""
+        if not self.readings:
+            return "unavailable"
+        if all(r.source == "measured" for r in self.readings):
+            return "measured"
+        if any(r.source == "measured" for r in self.readings):
+            return "measured, and the user's figure (not measured)"
+        return USER_FIGURE
+
+    def with_host_power(self, watts: float | None) -> EnergyResult:
+        """This span with the host CPU's energy at ``watts`` (the user's ``cpu_watts``) for its whole
+        length, as a reading of source :data:`USER_FIGURE`; unchanged where a RAPL meter measured
+        the CPU (the measurement wins) or no figure was given."""
+        if watts is None or any(r.meter.startswith("rapl") for r in self.readings):
+            return self
+        figure = EnergyReading(HOST_POWER, "cpu", watts * self.seconds, USER_FIGURE, f"{watts:g} W x {self.seconds:.1f} s")
+        return EnergyResult(self.seconds, (*self.readings, figure), self.unavailable)
 
     @property
     def total_joules(self) -> float | None:
@@ -61,7 +83,8 @@ class EnergyResult:
         missing = "; ".join(str(u) for u in self.unavailable)
         if not self.readings:
             return f"energy unavailable: {missing}"
-        parts = ", ".join(f"{r.meter} ({r.device}) {r.joules:.1f} J" for r in self.readings)
+        parts = ", ".join(f"{r.meter} ({r.device}) {r.joules:.1f} J" + (f", {r.source}: {r.method}" if r.source != "measured" else "")
+                          for r in self.readings)
         text = f"{self.total_joules:.1f} J {self.status} over {self.seconds:.1f} s ({parts})"
         return f"{text}; not measured: {missing}" if missing else text
 

@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.config import TrainConfig
+from hetrl.config import TrainConfig, replay_need, usable_cores
 from hetrl.devices import resolve_device
 from hetrl.errors import HetrlError
-from hetrl.hardware import describe_machine
+from hetrl.hardware import describe_machine, free_memory_bytes
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.rule import default_actors, default_placement
-from hetrl.planner.search import make_plan
+from hetrl.planner.search import ReplayMemory, make_plan
 from hetrl.planner.whatif import WhatIfDevice, with_what_if
 from hetrl.primitives import get, implementations
 from hetrl.protocol import Placement
 from hetrl.planner.calibration import Measure, calibrate, cpu_share
 from hetrl.profile import Profile, default_path, measure, profile_workload
+from hetrl.replay.footprint import is_frame_replay
+from hetrl.replay.frames import frames_unsupported
 from hetrl.runtime.inference import INFERENCE
 from hetrl.runtime.shared import stores_ordered
 
@@ -93,12 +95,10 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         machine = describe_machine()
         env = algorithm.spec.origin
         path = default_path(machine, config.algo, env, config.agent)
-        executors, inference = search_space(config)
 
         def planned(profile: Profile) -> Plan:
-            return make_plan(with_what_if(profile, what_if, algorithm), config.agent, config.num_envs, objective, learn_device, threads or None,
-                             executors, config.actors, weight_sync_every=config.weight_sync_every, steps=config.steps,
-                             inference=inference, frame_replay=frame_replay_wanted(algorithm))
+            return plan_from_profile(profile, config, algorithm, objective, learn_device, threads or None, what_if,
+                                     cores=usable_cores(), memory=free_memory(profile))
 
         def profile_now() -> Profile:
             profile = profiling(config.algo, env, config.agent, machine=machine, **({"progress": progress} if progress else {}))
@@ -128,6 +128,42 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         raise HetrlError(f"plan {config.plan} is for {plan.algo} on {plan.env}, not {config.algo} on {config.env}")
     check_device(plan, config.device, config.plan)
     return plan
+
+
+def plan_from_profile(profile: Profile, config: TrainConfig, algorithm: Algorithm, objective: str = "throughput",
+                      learn_device: str | None = None, threads: int | None = None, what_if: Sequence[WhatIfDevice] = (),
+                      cores: int | None = None, memory: Mapping[str, int | None] | None = None) -> Plan:
+    """The plan for ``config`` from ``profile`` (``hetrl plan --profile`` and ``--plan auto``): the
+    search space the config leaves open, the machine's cores (None: the profile's machine's) and
+    the replay set against ``memory`` (device -> bytes; None: the profile's machine's totals)."""
+    executors, inference = search_space(config)
+    return make_plan(with_what_if(profile, what_if, algorithm), config.agent, config.num_envs, objective, learn_device, threads,
+                     executors, config.actors, cores, config.weight_sync_every, config.steps, inference,
+                     frame_replay_wanted(algorithm), replay_memory(profile, config, algorithm, memory), config.cpu_watts)
+
+
+def replay_memory(profile: Profile, config: TrainConfig, algorithm: Algorithm,
+                  memory: Mapping[str, int | None] | None = None) -> ReplayMemory | None:
+    """Each replay the profile measured, in bytes at the run's buffer_size, against ``memory``
+    (None where ``force`` asks to try anyway, as the start-up check does)."""
+    if config.force:
+        return None
+    spec = algorithm.spec
+    frames_fit = frames_unsupported(spec, "frames-numpy") is None
+    need = {t.backend: replay_need(config, spec, t.backend) for t in profile.timings
+            if t.primitive == "ReplayAdd" and (frames_fit or not is_frame_replay(t.backend))}
+    return ReplayMemory(need, memory, config.agent.buffer_size)
+
+
+def free_memory(profile: Profile) -> dict[str, int | None]:
+    """Memory free now on each device the profile measured a replay on (hardware.free_memory_bytes)."""
+    free: dict[str, int | None] = {}
+    for device in {t.device for t in profile.timings if t.primitive == "ReplayAdd"}:
+        try:
+            free[device] = free_memory_bytes(device)
+        except (RuntimeError, ValueError):  # not a torch device name: not checked
+            free[device] = None
+    return free
 
 
 def frame_replay_wanted(algorithm: Algorithm) -> bool:

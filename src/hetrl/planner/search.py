@@ -1,15 +1,22 @@
 """The search: every placement the profile can cost, under each executor considered, ranked by
 the objective (``throughput``: env steps/s, over the whole run where its length is known;
 ``efficiency``: fewest measured joules per env step). A what-if device's modelled rows
-(planner/whatif.py) make candidates like measured ones; the plan lists the devices considered."""
+(planner/whatif.py) make candidates like measured ones; the plan lists the devices considered.
+A placement whose replay would not fit the memory of its device (:class:`ReplayMemory`) is passed over;
+the actor counts tried follow the machine's cores (:func:`machine_cores`)."""
 
 from __future__ import annotations
 
 import itertools
-import os
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from hetrl.algos import AgentConfig
+from hetrl.config import usable_cores
+from hetrl.energy.measurement import HOST_POWER, USER_FIGURE
 from hetrl.errors import HetrlError
+from hetrl.hardware import gib
 from hetrl.planner.model import Prediction, predict
 from hetrl.planner.model_local import predict_parallel
 from hetrl.planner.plan_file import Candidate, Plan
@@ -58,13 +65,61 @@ def candidates(profile: Profile, learn_device: str | None = None, learn_threads:
             for replay in replays for learn in learn_slots]
 
 
+def machine_cores(machine: Mapping[str, Any]) -> int:
+    """The cores of the machine a profile describes (its logical CPUs, as the profiler recorded them);
+    this process's usable cores where the profile does not say (a synthetic or an old profile)."""
+    cpu = machine.get("cpu")
+    cores = cpu.get("logical_cores") if isinstance(cpu, Mapping) else None
+    return cores if isinstance(cores, int) and not isinstance(cores, bool) and cores > 0 else usable_cores()
+
+
+def machine_memory(machine: Mapping[str, Any]) -> dict[str, int | None]:
+    """Memory by device of the machine a profile describes (hardware.Machine.to_dict): the host's
+    total as ``cpu``, each accelerator's as ``cuda:0``... (and ``cuda`` for the first); None: unknown."""
+    memory: dict[str, int | None] = {"cpu": machine.get("memory_bytes")}
+    for a in machine.get("accelerators") or []:
+        if isinstance(a, Mapping) and "kind" in a:
+            memory[f"{a['kind']}:{a.get('index', 0)}"] = a.get("memory_bytes")
+            memory.setdefault(str(a["kind"]), a.get("memory_bytes"))
+    return memory
+
+
+@dataclass(frozen=True)
+class ReplayMemory:
+    """What the search sets each replay against: its bytes by backend at the run's buffer_size
+    (config.replay_need) and the memory of each device (``memory``: None, the profile's machine:
+    :func:`machine_memory`). A backend or device not listed is not checked."""
+
+    need: Mapping[str, int]  # replay backend -> bytes of its storage
+    memory: Mapping[str, int | None] | None = None  # device -> bytes it can hold
+    buffer_size: int = 0  # the transitions behind ``need``, to name a buffer_size that fits
+
+    def available(self, device: str, machine: Mapping[str, Any]) -> int | None:
+        memory = self.memory if self.memory is not None else machine_memory(machine)
+        return memory.get(device, memory.get(device.split(":")[0]))
+
+    def misfit(self, slot: Slot, machine: Mapping[str, Any]) -> str:
+        """Why the replay ``slot`` does not fit, with the numbers ("" where it fits or is not known)."""
+        need, have = self.need.get(slot.backend), self.available(slot.device, machine)
+        if need is None or have is None or need <= have:
+            return ""
+        return f"replay {slot.backend} on {slot.device} needs {gib(need)}, {gib(have)} there"
+
+    def fix(self, slots: list[Slot], machine: Mapping[str, Any]) -> str:
+        """The largest buffer_size at which one of ``slots`` fits (half the memory, as the start-up check)."""
+        sizes = [int(have // (self.need[s.backend] / self.buffer_size) // 2) for s in slots
+                 if self.buffer_size and self.need.get(s.backend) and (have := self.available(s.device, machine))]
+        return f"set buffer_size={max(1, max(sizes)):,} or less" if sizes else "set a smaller buffer_size"
+
+
 ENV_CHOICES = (1, 2, 4, 8, 16)  # envs per actor (inline: per iteration) a plan chooses among when the run leaves it open
 
 
 def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: str = "throughput",
               learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
               actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None,
-              inference: tuple[str, ...] = INFERENCE, frame_replay: bool = False) -> Plan:
+              inference: tuple[str, ...] = INFERENCE, frame_replay: bool = False,
+              replay_memory: ReplayMemory | None = None, cpu_watts: float | None = None) -> Plan:
     """The best way to run for ``objective`` among every placement the profile can cost, under each
     of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``, acting
     in each actor (an Act slot on the host: each actor builds it) or centrally (any Act slot), as
@@ -72,12 +127,28 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
     envs per actor (0: each of :data:`ENV_CHOICES`; the model counts throughput only, not what
     more envs per actor change in learning). With ``steps`` (the run's length), throughput is the
     rate over the whole run, actor start-up included: a short run may not win back what starting
-    actor processes costs. ``frame_replay``: see :func:`candidates`."""
+    actor processes costs. ``frame_replay``: see :func:`candidates`. ``cores``: the machine's
+    (default: :func:`machine_cores` of the profile's). ``replay_memory``: placements whose replay
+    would not fit its device are passed over; where none fits, the error names the numbers.
+    ``cpu_watts``: the host CPU's power where no RAPL meter measured it (:func:`with_host_power`)."""
     if objective not in OBJECTIVES:
         raise HetrlError(f"objective {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
-    cores = cores or os.cpu_count() or 1
+    meters = profile_meters(profile)
+    user_power = cpu_watts is not None and not host_metered(meters) and any(t.joules_per_call is not None for t in profile.timings)
+    if user_power:
+        profile = with_host_power(profile, cpu_watts)
+        meters.append(host_power_label(cpu_watts))
+    cores = cores or machine_cores(profile.machine)
+    placements = candidates(profile, learn_device, learn_threads, frame_replay)
+    if replay_memory is not None:
+        misfits = {p.replay: replay_memory.misfit(p.replay, profile.machine) for p in placements}
+        if placements and all(misfits.values()):
+            slots = list(dict.fromkeys(p.replay for p in placements))
+            raise HetrlError(f"no replay the profile measured fits this machine's memory ({'; '.join(dict.fromkeys(misfits.values()))}); "
+                             f"{replay_memory.fix(slots, profile.machine)}")
+        placements = [p for p in placements if not misfits[p.replay]]
     costed: list[tuple[Candidate, Prediction]] = []
-    for placement, n in itertools.product(candidates(profile, learn_device, learn_threads, frame_replay), [num_envs] if num_envs else ENV_CHOICES):
+    for placement, n in itertools.product(placements, [num_envs] if num_envs else ENV_CHOICES):
         try:
             if "inline" in executors:
                 costed.append((Candidate("inline", 0, placement, num_envs=n), predict(placement, profile, agent, n)))
@@ -101,20 +172,39 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
         if not costed:
             raise HetrlError("objective efficiency needs measured energy, and this profile has none: no RAPL or NVML meter "
                              "worked when it was measured (`hetrl devices` says why); use --objective throughput")
-        meters = profile_meters(profile)
-        if not any(m.startswith("rapl") for m in meters):
+        if not host_metered(meters) and not user_power:
             raise HetrlError(f"objective efficiency needs the host CPU's energy, but only {', '.join(meters)} measured this "
                              "profile (no RAPL meter works here; `hetrl devices` says why): every plan does host work, and "
-                             "one would look frugal by moving work onto the unmetered CPU; use --objective throughput")
+                             "one would look frugal by moving work onto the unmetered CPU; give the CPU's power with --set "
+                             f"{HOST_POWER}=WATTS (its TDP, say; reported as your figure, not measured), or use --objective throughput")
         ranked = sorted(costed, key=lambda pair: pair[1].joules_per_env_step)
     else:
         ranked = sorted(costed, key=lambda pair: -pair[1].run_env_steps_per_s(steps))
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     return Plan(profile.algo, profile.env, best.num_envs, objective, profile.fingerprint, best.placement, prediction,
-                runner_ups, best.executor, best.actors, profile_meters(profile), steps, best.inference,
+                runner_ups, best.executor, best.actors, meters, steps, best.inference,
                 what_if=sorted({t.modelled for t in profile.timings if t.modelled}))
 
 
 def profile_meters(profile: Profile) -> list[str]:
     """The meters whose energy the profile's rows sum (e.g. ["nvml:gpu0", "rapl:package-0"])."""
     return sorted({m.strip() for t in profile.timings if t.energy_meters for m in t.energy_meters.split(",")})
+
+
+def host_metered(meters: list[str]) -> bool:
+    """Whether a RAPL meter (the host CPU's) is among ``meters``."""
+    return any(m.startswith("rapl") for m in meters)
+
+
+def host_power_label(watts: float) -> str:
+    """How plans and reports name the user's power figure for the host CPU."""
+    return f"{HOST_POWER}={watts:g} W ({USER_FIGURE})"
+
+
+def with_host_power(profile: Profile, watts: float) -> Profile:
+    """``profile`` with the host CPU's energy at ``watts`` added to every row's measured energy per
+    call (``watts`` x its seconds per call: the CPU draws its power whichever device works), for a
+    profile whose meters (an NVML one) do not cover the CPU. The plan names the figure as the
+    user's (:func:`host_power_label`), never as a measurement."""
+    return replace(profile, timings=[t if t.joules_per_call is None else replace(t, joules_per_call=t.joules_per_call + watts * t.median_s)
+                                     for t in profile.timings])

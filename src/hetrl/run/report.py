@@ -132,7 +132,7 @@ def _best(result: "TrainResult") -> str:
 def _energy(result: "TrainResult") -> str:
     text = result.energy
     if result.joules_per_env_step:
-        text += f"; {result.joules_per_env_step:.4f} J per env step measured"
+        text += f"; {result.joules_per_env_step:.4f} J per env step {result.energy_status}"
     if result.predicted_joules_per_env_step:
         text += f", {result.predicted_joules_per_env_step:.4f} predicted by the plan's model"
     return text
