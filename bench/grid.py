@@ -7,6 +7,9 @@ MountainCarContinuous-v0; hidden layers 64x64, 256x256 and 400x300; batch 64 and
 steps). Every other setting is the shared one of bench/peer_runners.py (DQNSettings, DDPGSettings),
 the same for every library.
 
+hetrl's profile (what its plan is made from) is measured afresh in this run, by this code, at the
+first hetrl run of each cell (untimed, as a user's later runs find it cached).
+
 Each library runs at its default threads (hetrl: the plan's count, ``threads=0``; the peers: torch's
 default, every core) and at each explicit count 1..N (N: this machine's cores); its best is the
 fastest of those. Every (cell, library, threads, repeat) is a fresh process; within a cell and
@@ -39,6 +42,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -134,6 +138,7 @@ def run_job(job: list[str], threads: int, args: argparse.Namespace, steps: int =
     if threads != DEFAULT:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))
+    env["XDG_CACHE_HOME"] = str(args.cache)  # hetrl's profiles measured by this code, in this run (untimed)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *job, "--threads", str(threads),
            "--steps", str(steps), "--seed", str(seed), "--eval-episodes", str(args.eval_episodes)]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
@@ -387,6 +392,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw["failures"] = []
         print(f"resuming: {len(raw['results'])} runs kept from {raw_path}")
     cells = cells_of(args)
+    args.cache = Path(tempfile.mkdtemp(prefix="hetrl_grid_cache_"))
 
     def save() -> None:
         raw_path.parent.mkdir(parents=True, exist_ok=True)
