@@ -246,3 +246,16 @@ def test_a_run_whose_learner_is_lost_stops_with_its_newest_checkpoint_kept(head,
     assert f"the newest checkpoint (env step {saved:,}) is kept as it was; `hetrl resume" in message, message
     path, state = RunDir.open(tmp_path / "run").load_checkpoint()
     assert path.name == f"step_{saved:010d}.pt" and state["executor"]["learner"]["updates"] > 0, path
+
+
+def test_the_profiler_measures_a_pixel_chunk_crossing_to_the_second_node(head, worker):
+    """ChunkTransfer rows, one per chunk size, measured across the two nodes."""
+    from hetrl.profile import CHUNK_SIZES, _jobs
+
+    worker()
+    cfg = make_config("dqn", "hetrl/Bytes-v0", overrides=["batch_size=32"])
+    algo = make_algorithm("dqn", env_spec("hetrl/Bytes-v0"), cfg.agent)
+    jobs = dict(_jobs(algo, ["cpu"], [1]))
+    rows = jobs["ChunkTransfer ray"]()
+    assert [(r.primitive, r.backend, r.size) for r in rows] == [("ChunkTransfer", "ray:nodes", n) for n in CHUNK_SIZES]
+    assert all(0 < r.p10_s <= r.median_s <= r.p90_s for r in rows), rows

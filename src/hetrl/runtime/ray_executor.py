@@ -172,10 +172,7 @@ class RayExecutor(ParallelBookkeeping):
         self.should_stop = should_stop  # whether the run is stopping (a signal): connecting stops at once
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
         self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
-        self.limiter = ReplaySchedule.of(cfg, actors, num_envs)
-        if chunk_steps:  # room for every actor to have a chunk in flight and another issued
-            self.limiter = replace(self.limiter, lead=max(self.limiter.lead, 2 * actors * chunk_steps * num_envs))
-        self.chunk_steps = chunk_steps or max(1, self.limiter.lead // (2 * actors * num_envs))  # steps per env per collect
+        self.limiter, self.chunk_steps = chunk_schedule(cfg, actors, num_envs, chunk_steps)
         self.policy_network = algo.make_policy_network()
         self.timers = Timers()
         self.env_steps = 0  # steps whose transitions reached this process
@@ -539,6 +536,16 @@ class RayExecutor(ParallelBookkeeping):
         self._restore = {"replay": state.get("replay"), "learner": state["learner"]}
         # the coordinator's copy of the policy (evaluation, `hetrl eval`) is the checkpoint's at once
         self.policy_network.load_state_dict(state["learner"][self.algo.policy_key])
+
+
+def chunk_schedule(agent: Any, actors: int, num_envs: int, chunk_steps: int = 0) -> tuple[ReplaySchedule, int]:
+    """The limiter and the steps per env of a chunk: ``chunk_steps``, with the limiter's lead raised
+    to hold every actor's chunk in flight and another issued; 0: half the default lead shared by the
+    actors."""
+    limiter = ReplaySchedule.of(agent, actors, num_envs)
+    if chunk_steps:
+        return replace(limiter, lead=max(limiter.lead, 2 * actors * chunk_steps * num_envs)), chunk_steps
+    return limiter, max(1, limiter.lead // (2 * actors * num_envs))
 
 
 def _host_port(address: str) -> tuple[str | None, int]:
