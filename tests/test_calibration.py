@@ -167,3 +167,33 @@ def test_the_prediction_is_scaled_by_the_share_of_a_core_measured_at_the_start(c
     result = TrainResult(tmp_path, "dqn", "CartPole-v1", 10, 1, 1.0, 10.0, 1.0, None, None, 1, None, False, {}, [],
                          800.0, 1000.0 * plan.cpu_share, None, predicted_cpu_share=plan.cpu_share)
     assert "500 predicted by the plan's model at the 50% of a core" in _learning_rate(result)
+
+
+def test_a_ray_run_is_predicted_where_the_profile_measured_chunk_transfers(cached):
+    """Without ChunkTransfer rows (a profile made off a Ray cluster) a ray plan has no prediction;
+    with them, the ray model's (planner/model_ray.py) at the executor's chunk size."""
+    from hetrl.hardware import describe_machine
+    from hetrl.planner.model_ray import predict_ray
+    from hetrl.profile import Profile, Timing, default_path
+
+    cfg, _ = cached
+    ray_cfg = replace(cfg, executor="ray", actors=2, ray_chunk_steps=8)
+    path = default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent)
+    original = Profile.load(path)
+
+    def as_cached(algorithm, keys):
+        profile = Profile.load(path)
+        wanted = {(p, b, d, cfg.agent.batch_size if n is None else n, t) for p, b, d, n, t in keys}
+        return [t for t in profile.timings if t.key in wanted]
+
+    assert plan_for_run(ray_cfg, _algorithm(ray_cfg), measuring=as_cached).prediction is None
+    rows = [Timing("ChunkTransfer", "ray:nodes", "cpu", n, None, s, s, s, 35) for n, s in ((16, 2e-3), (128, 4e-3))]
+    try:
+        replace(original, timings=[*original.timings, *rows]).save(path)
+        plan = plan_for_run(ray_cfg, _algorithm(ray_cfg), measuring=as_cached)
+    finally:
+        original.save(path)
+    assert plan.executor == "ray" and plan.actors == 2
+    assert plan.prediction.per_call_s["ChunkTransfer"] == pytest.approx(2e-3 - 8 / 112 * 2e-3)  # extrapolated below 16
+    expected = predict_ray(plan.placement, replace(original, timings=[*original.timings, *rows]), cfg.agent, plan.num_envs, 2, 8)
+    assert plan.prediction.stage_rates == pytest.approx(expected.stage_rates)

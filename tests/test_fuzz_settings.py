@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from hetrl.algos import ALGORITHMS, Algorithm
-from hetrl.config import (CHECKPOINT_REPLAY, EXECUTORS, INFERENCE, WANDB_MODES, TrainConfig, check_machine,
+from hetrl.config import (CHECKPOINT_REPLAY, EXECUTORS, INFERENCE, RAY_SPREADS, WANDB_MODES, TrainConfig, check_machine,
                           check_replay_memory, config_from_dict, make_config)
 from hetrl.envs.pixels import AtariOptions
 from hetrl.errors import HetrlError, field_types
@@ -45,7 +45,7 @@ CHOICES: dict[str, list[Any]] = {
     "wandb_mode": [*WANDB_MODES, None, "bad"], "device": ["auto", "cpu", "cuda:7", "gpu0", ""],
     "network": ["auto", "mlp", "nature", "resnet", "nomodule_hetrl:f"], "ent_coef": ["auto", "auto_0.5", "0.2", "-1", "abc", "auto_"],
     "env_kwargs": [{}, {"no_such_kw": 1}, [1]], "wrappers": [[], ["nomodule_hetrl:W"], 5], "wandb_project": [None, "", " "],
-    "wandb_entity": [None, "me"], "ray_address": [None], "plan": ["rule"], "force": [False, True],
+    "wandb_entity": [None, "me"], "ray_address": [None], "ray_spread": [*RAY_SPREADS, "spred"], "plan": ["rule"], "force": [False, True],
 }
 RUN_KEYS = sorted(set(field_types(TrainConfig)) - {"algo", "env", "agent", "atari"})
 ATARI_KEYS = sorted(field_types(AtariOptions))

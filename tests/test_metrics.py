@@ -111,7 +111,8 @@ def test_the_ray_learner_reports_its_actor_loss_to_the_coordinator(monkeypatch):
     from hetrl.planner.rule import default_placement
     from hetrl.runtime.ray_executor import RayExecutor, RayLearnerRole
 
-    fake = SimpleNamespace(get=lambda refs: refs, wait=lambda refs, timeout=None: (list(refs), []), put=lambda x: x)
+    fake = SimpleNamespace(get=lambda refs: refs, wait=lambda refs, timeout=None: (list(refs), []), put=lambda x: x,
+                           get_runtime_context=lambda: SimpleNamespace(get_node_id=lambda: "node-1"))
     monkeypatch.setitem(sys.modules, "ray", fake)
     cfg = make_config("td3", "Pendulum-v1", overrides=["hidden=16,16", "batch_size=16", "learning_starts=0"])
     algo = make_algorithm("td3", env_spec("Pendulum-v1"), cfg.agent)

@@ -525,3 +525,21 @@ def test_atari_stacks_get_the_frame_replay_when_it_was_measured():
     assert make_plan(profile, agent, num_envs=1, frame_replay=True).placement.replay.backend == "frames-numpy"
     assert {p.replay.backend for p in candidates(profile, frame_replay=True)} == {"frames-numpy"}
     assert {p.replay.backend for p in candidates(synthetic(HOST), frame_replay=True)} == {"numpy"}  # none measured
+
+
+def test_ray_prediction_adds_each_chunks_transfer_to_the_actors():
+    from hetrl.planner.model_ray import predict_ray
+
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    assert predict_ray(CPU_PLAN, synthetic(HOST), agent, 1, actors=2, chunk_steps=16) is None  # no cluster was profiled
+    rows = HOST + [("ChunkTransfer", "ray:nodes", "cpu", 16, None, 16_000), ("ChunkTransfer", "ray:nodes", "cpu", 128, None, 32_000),
+                   ("ChunkTransfer", "ray:local", "cpu", 16, None, 10)]
+    p = predict_ray(CPU_PLAN, synthetic(rows), agent, 1, actors=2, chunk_steps=16)
+    # actor work per env step: 83 µs as in the local executor, + the chunk across nodes 16,000 / 16 = 1,000 µs
+    assert p.per_call_s["ChunkTransfer"] == pytest.approx(16_000 * US)
+    assert p.stage_rates == pytest.approx({"actors": 2 / (1083 * US), "learner": 1 / (299 * US)})
+    assert p.bottleneck == "actors"
+    # a chunk of 64 steps (interpolated: 16,000 + 48/112 x 16,000 µs) amortises it: 83 + 22,857 / 64 = 440 µs
+    big = predict_ray(CPU_PLAN, synthetic(rows), agent, 1, actors=2, chunk_steps=64)
+    assert big.stage_rates["actors"] == pytest.approx(2 / ((83 + (16_000 + 16_000 * 48 / 112) / 64) * US))
+    assert big.bottleneck == "learner" and big.env_steps_per_s > p.env_steps_per_s

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 EXECUTORS = ("inline", "local", "ray", "auto")
 INFERENCE = (*INFERENCE_WAYS, "auto")  # the local executor's ways, or the plan decides
+RAY_SPREADS = ("spread", "pack")  # the ray executor's actors: over as many nodes as there are, or as Ray's default packs them
+MAX_CHUNK_STEPS = 1_000_000  # ray_chunk_steps: steps per env in one chunk, at most
 WANDB_MODES = ("online", "offline", "disabled")  # wandb.init's modes a run may ask for
 CHECKPOINT_REPLAY = ("newest", "all", "none")  # which periodic checkpoints keep the replay (hetrl.run.rundir)
 # A run's config.json written before a setting existed keeps the behaviour it was made with: these
@@ -63,6 +65,8 @@ class TrainConfig:
     inference: str = "auto"  # local executor: the policy in each actor (actor), batched in the learner's process (central), or auto (the plan decides)
     prefetch: bool = False  # local: sample the next batch in a thread during Learn (pays off when Learn leaves the CPU idle, e.g. on a GPU)
     ray_address: str | None = None  # an existing Ray cluster (ray executor); none: start a local one
+    ray_spread: str = "spread"  # ray executor: actors over as many nodes as there are (spread), or as Ray's default packs them (pack)
+    ray_chunk_steps: int = 0  # ray executor: steps of each env per chunk an actor returns through the object store; 0: from the limiter's lead
     force: bool = False  # start more than OVERSUBSCRIPTION x this machine's cores of actors or learner threads (refused otherwise)
     cpu_watts: float | None = None  # the host CPU's power in W where no RAPL meter measures it: energy figures count it, labelled the user's figure, not measured
     log_every: int = 1_000  # env steps between metric rows
@@ -97,6 +101,11 @@ class TrainConfig:
                 problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
         if self.weight_sync_every <= 0:
             problems.append(f"weight_sync_every must be > 0 (got {self.weight_sync_every})")
+        if self.ray_spread not in RAY_SPREADS:
+            problems.append(f"ray_spread {self.ray_spread!r} is unknown{did_you_mean(self.ray_spread, RAY_SPREADS)}; "
+                            f"use one of {', '.join(RAY_SPREADS)}")
+        if chunk := int_problem("ray_chunk_steps", self.ray_chunk_steps, 0, MAX_CHUNK_STEPS):
+            problems.append(f"{chunk} (0: the executor chooses)")
         for name in ("eval_every", "threads", "actors", "num_envs"):
             if getattr(self, name) < 0:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")

@@ -135,6 +135,11 @@ class ActorsFailed(HetrlError):
     session saves the learner's state first, and says where."""
 
 
+class LearnerLost(HetrlError):
+    """The learner's Ray actor died (its node left the cluster): its state is gone, so nothing can
+    be saved; the session keeps the newest checkpoint and says which."""
+
+
 class StopRequested(KeyboardInterrupt):
     """A run stopped at once by a signal, without its checkpoint: the third Ctrl-C (or SIGTERM) of
     a run that was already stopping, or one while nothing had started (connecting to a Ray

@@ -4,8 +4,9 @@ For an algorithm and env, it times every registered implementation of every prim
 algorithm uses, on every device that implementation runs on, at the sizes the algorithm uses
 (N envs for EnvStep, Act and ReplayAdd; the batch size B for ReplaySample, Learn and
 PriorityUpdate; each thread count for a host learner), plus host-device transfers, the inline
-loop's own work, the local executor's actor start-up (ActorStart) and central inference's round
-trip (InferenceTrip, InferenceServe). Each figure is
+loop's own work, the local executor's actor start-up (ActorStart), central inference's round
+trip (InferenceTrip, InferenceServe) and, when this process is connected to a Ray cluster, the ray
+executor's chunk through the object store to another node (ChunkTransfer). Each figure is
 the median of repeated blocks of calls after a warm-up, with the 10th and 90th percentiles as
 spread; asynchronous devices are synchronised at the end of every block. Saved as JSON with the
 machine's description and fingerprint, so a plan can be made again without profiling.
@@ -43,10 +44,13 @@ from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
 from hetrl.runtime.learner_role import to_device
+from hetrl.runtime.ray_probe import CHUNK_CALLS, CHUNK_ROUNDS, cluster_given, measure_chunk_transfer
+from hetrl.runtime.schedule import default_lead
 from hetrl.runtime.startup import actor_start_seconds
 
 PROFILE_FORMAT = "hetrl-profile-v7"  # v7: InferenceTrip/InferenceServe; v6: InRun costs; v5: WeightSync from each learner device, ActorStart (v4: energy per call; v3: replay, transfers, loop)
 ENV_COUNTS = (1, 4, 16)  # EnvStep, Act and ReplayAdd sizes profiled
+CHUNK_SIZES = (default_lead(1, 1) // 2, 4 * default_lead(1, 1))  # ChunkTransfer: the ray executor's chunk for 1 actor, and a larger one
 ACT_POOL = 256  # observations Act is timed on, cycled through in batches (a multiple of every ENV_COUNTS size)
 REPLAY_FILL = 50_000  # transitions in the replay while it is profiled (at most its capacity)...
 REPLAY_FILL_BYTES = 256 << 20  # ...and at most this many bytes of stored observations (Atari: a few thousand)
@@ -373,6 +377,20 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             rows.append(Timing(name, "pipe", "cpu", 1, None, float(median), float(p10), float(p90), TRIP_ROUNDS * len(samples)))
         return rows
     yield "InferenceTrip pipe", inference_trip
+
+    def chunk_transfer():
+        """The ray executor's transport per chunk of ``size`` transitions (runtime/ray_probe.py);
+        backend ``ray:nodes`` when it crossed to another node, ``ray:local`` when the cluster has one."""
+        rows = []
+        for size in CHUNK_SIZES:
+            chunk = {key: np.ascontiguousarray(value) for key, value in _transitions(algo, size, rng).items()}  # as collect copies them
+            samples, crossed = measure_chunk_transfer(chunk)
+            p10, median, p90 = np.percentile(samples, [10, 50, 90])
+            rows.append(Timing("ChunkTransfer", "ray:nodes" if crossed else "ray:local", "cpu", size, None,
+                               float(median), float(p10), float(p90), CHUNK_ROUNDS * CHUNK_CALLS))
+        return rows
+    if cluster_given() and not (spec.source and spec.source.in_process):
+        yield "ChunkTransfer ray", chunk_transfer
 
     def loop():
         """The inline executor's own work per env step (draws, n-step assembly, bookkeeping), that

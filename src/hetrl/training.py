@@ -18,7 +18,7 @@ from hetrl.algos import Algorithm, make_algorithm
 from hetrl.config import TrainConfig, check_machine, check_replay_memory, checkpoint_misfit
 from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
-from hetrl.errors import ActorsFailed, HetrlError, StopRequested
+from hetrl.errors import ActorsFailed, HetrlError, LearnerLost, StopRequested
 from hetrl.evaluation import evaluate_policy
 from hetrl.files import write_text
 from hetrl.nets import numpy_params
@@ -241,6 +241,8 @@ class Session:
                         return self._train(progress)
                 except ActorsFailed as exc:
                     raise HetrlError(f"{exc}; {self._save_on_abort()}") from None
+                except LearnerLost as exc:  # nothing left to save: the newest checkpoint stays as it is
+                    raise LearnerLost(f"{exc}; {self._kept_on_loss()}") from None
                 except StopRequested as exc:  # stopped at once (a third signal, or while connecting): say which signal
                     exc.signum = self.stop.signum or exc.signum
                     raise
@@ -263,6 +265,13 @@ class Session:
             return f"the newest checkpoint holds the learner's state (env step {ex.env_steps:,}); `hetrl resume {run}` continues once fixed"
         path, self.saved_at = self.save_checkpoint(), ex.env_steps
         return f"the learner's state was saved first, in {path} (env step {ex.env_steps:,}); `hetrl resume {run}` continues from it once fixed"
+
+    def _kept_on_loss(self) -> str:
+        """What is left when the learner's state is gone: the newest checkpoint, untouched."""
+        if self.saved_at is None:
+            return "no checkpoint was written before it, so the run starts again from the beginning"
+        return (f"the newest checkpoint (env step {self.saved_at:,}) is kept as it was; `hetrl resume {self.run.path}` "
+                f"continues from it")
 
     def _train(self, progress: bool) -> TrainResult:
         cfg, ex, run = self.config, self.executor, self.run
@@ -321,6 +330,7 @@ class Session:
                         "env_steps_per_s": (ex.env_steps - last_steps) / (now - last_t),
                         "updates_per_s": (ex.updates - last_updates) / (now - last_t),
                         "actor_restarts": ex.restarts,
+                        "actors_lost": ex.actors_lost,
                     }
                     row["staleness_mean"], row["staleness_max"] = ex.drain_staleness()
                     timers = ex.timer_totals()
@@ -400,7 +410,7 @@ class Session:
             predicted_cpu_share=self.plan.cpu_share if prediction else None,
             predicted_us_per_call={k: 1e6 * v for k, v in prediction.per_call_s.items()} if prediction else None,
             executor=self.executor_kind, actors=self.actors,
-            actor_restarts=ex.restarts,
+            actor_restarts=ex.restarts, actors_lost=ex.actors_lost,
             staleness_mean=staleness_mean, staleness_max=staleness_max,
             replay_ratio=cfg.agent.replay_ratio,
             replay_ratio_measured=learning_updates / learning_steps if learning_steps > 0 else None,

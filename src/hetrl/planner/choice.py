@@ -14,6 +14,7 @@ from hetrl.config import TrainConfig, replay_need, usable_cores
 from hetrl.devices import resolve_device
 from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine, free_memory_bytes
+from hetrl.planner.model_ray import predict_ray
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.rule import default_actors, default_placement
 from hetrl.planner.search import ReplayMemory, make_plan
@@ -25,6 +26,7 @@ from hetrl.profile import Profile, default_path, measure, profile_workload
 from hetrl.replay.footprint import is_frame_replay
 from hetrl.replay.frames import frames_unsupported
 from hetrl.runtime.inference import INFERENCE
+from hetrl.runtime.ray_executor import chunk_schedule
 from hetrl.runtime.shared import stores_ordered
 
 
@@ -96,7 +98,10 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         env = algorithm.spec.origin
         path = default_path(machine, config.algo, env, config.agent)
 
+        used: list[Profile] = []  # the profile the plan was made from
+
         def planned(profile: Profile) -> Plan:
+            used.append(profile)
             return plan_from_profile(profile, config, algorithm, objective, learn_device, threads or None, what_if,
                                      cores=usable_cores(), memory=free_memory(profile))
 
@@ -120,8 +125,11 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
             else:
                 plan.profile_check = f"cached, checked at the start: {calibration.describe()}"
         plan.cpu_share = share_of_core()
-        if config.executor == "ray":  # placed by the inline model; the ray executor itself is not modelled
-            plan.executor, plan.actors, plan.prediction = "ray", config.actors or default_actors(), None
+        if config.executor == "ray":  # placed by the inline model; predicted where the profile measured ChunkTransfer
+            plan.executor, plan.actors = "ray", config.actors or default_actors()
+            plan.prediction = predict_ray(plan.placement, used[-1], config.agent, plan.num_envs, plan.actors,
+                                          chunk_schedule(config.agent, plan.actors, plan.num_envs, config.ray_chunk_steps)[1],
+                                          config.weight_sync_every)
         return plan
     plan = Plan.load(config.plan)
     if (plan.algo, plan.env) != (config.algo, config.env):

@@ -29,7 +29,7 @@ def plan_tables(plan: Plan) -> list[Table]:
         chosen.add_row(primitive + mark, where + (" (what-if)" if pred and primitive in pred.modelled else ""), call, step)
     for extra, where in (("Transfer", "replay -> learner"), ("Loop", "executor's own work"),
                          ("WeightFetch", "shared copy -> actors"), ("InferenceServe", "learner answers an actor"),
-                         ("InferenceTrip", "an actor's round trip")):
+                         ("InferenceTrip", "an actor's round trip"), ("ChunkTransfer", "a chunk, actor -> learner (Ray)")):
         if pred is not None and extra in pred.per_call_s:
             step = pred.per_env_step_s.get(extra)  # none for a wait (InferenceTrip)
             where += " (what-if)" if extra in pred.modelled else ""

@@ -1,5 +1,6 @@
-"""TabularLearn / ray: one Ray actor per unit, for multi-node clusters. Ray is optional
-(``pip install ray``); it is imported only when this backend is built."""
+"""TabularLearn / ray: one Ray actor per unit, spread over the cluster's nodes (Ray's SPREAD
+strategy), for multi-node clusters. Ray is optional (``pip install ray``); it is imported only when
+this backend is built."""
 
 from __future__ import annotations
 
@@ -21,6 +22,11 @@ class _RayUnit:
 
     def run(self, start: int, stop: int) -> float:
         return self._unit.run(start, stop)
+
+    def node(self) -> str:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
 
     def table(self) -> np.ndarray:
         return self._table
@@ -49,10 +55,14 @@ class TabularLearnRay(TabularUnits):
         self._ray = ray
         if not ray.is_initialized():
             ray.init()
-        actor = ray.remote(num_cpus=1)(_RayUnit)
+        actor = ray.remote(num_cpus=1, scheduling_strategy="SPREAD")(_RayUnit)
         shards = [ray.put(np.ascontiguousarray(packed[bounds[u] : bounds[u + 1]])) for u in range(self.units)]
         self._actors = [actor.remote(rule, u, shards[u]) for u in range(self.units)]
-        ray.get([a.run.remote(0, 0) for a in self._actors])  # wait until every actor is up
+        self._nodes = ray.get([a.node.remote() for a in self._actors])  # and every actor is up
+
+    def nodes(self) -> list[str]:
+        """The Ray node id each unit runs on."""
+        return list(self._nodes)
 
     def run(self, start: int, stop: int) -> np.ndarray:
         return np.array(self._ray.get([a.run.remote(start, stop) for a in self._actors]))

@@ -145,6 +145,7 @@ class Executor(Protocol):
     name: str
     env_steps: int
     restarts: int
+    actors_lost: int  # actors not restarted (ray: their node left the cluster and no other had room)
 
     @property
     def updates(self) -> int: ...

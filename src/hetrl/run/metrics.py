@@ -25,7 +25,7 @@ STAGES = ("EnvStep", "Act", "WeightSync", "WeightFetch", "ReplayAdd", "ReplaySam
 COLUMNS = (
     "env_steps", "updates", "wall_s", "episodes", "return_mean", "length_mean", "loss", "actor_loss", "exploration",
     "env_steps_per_s", "updates_per_s", "eval_return_mean", "eval_return_std",
-    "actor_restarts", "staleness_mean", "staleness_max",
+    "actor_restarts", "actors_lost", "staleness_mean", "staleness_max",
     *(f"share_{name}" for name in STAGES),
 )
 
@@ -36,7 +36,7 @@ GROUPS = {
     "train": ("updates", "loss", "actor_loss", "staleness_mean", "staleness_max"),
     "eval": ("eval_return_mean", "eval_return_std"),
     "time": ("wall_s", "env_steps_per_s", "updates_per_s"),
-    "system": ("actor_restarts",),
+    "system": ("actor_restarts", "actors_lost"),
 }
 _GROUP_OF = {column: group for group, columns in GROUPS.items() for column in columns}
 

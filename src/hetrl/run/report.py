@@ -97,7 +97,8 @@ def summary_table(result: "TrainResult") -> Table:
         ("env steps/s, learning phase", _learning_rate(result)),
         ("updates/s", f"{result.updates_per_s:,.0f} (measured)"),
         ("executor", result.executor + (f", {_count(result.actors, 'actor process', 'actor processes')}, "
-                                        f"{_count(result.actor_restarts, 'restart')}" if result.actors else "")),
+                                        f"{_count(result.actor_restarts, 'restart')}"
+                                        + (f", {result.actors_lost} lost" if result.actors_lost else "") if result.actors else "")),
         ("replay ratio", _ratio(result)),
         ("replay memory", _replay_memory(result)),
         ("profile", result.profile_check or "n/a (no profile: plan rule or a plan file)"),

@@ -32,6 +32,7 @@ class TrainResult:
     executor: str = "inline"
     actors: int = 0  # actor processes (0: acting happens in the learner's loop)
     actor_restarts: int = 0
+    actors_lost: int = 0  # actors not restarted: their node left the Ray cluster and no other had room
     staleness_mean: float | None = None  # updates between the acting weights and the learner's, per transition
     staleness_max: int | None = None
     replay_ratio: float | None = None  # configured gradient updates per env step

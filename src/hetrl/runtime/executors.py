@@ -37,7 +37,7 @@ def make_executor(run: "RunPlan", config: "TrainConfig", algo: Algorithm, log: C
 
         return RayExecutor(algo, run.placement, run.num_envs, config.seed, run.actors,
                            weight_sync_every=config.weight_sync_every, address=config.ray_address, log=log,
-                           should_stop=should_stop)
+                           should_stop=should_stop, chunk_steps=config.ray_chunk_steps, spread=config.ray_spread)
     from hetrl.runtime.inline import InlineExecutor
 
     return InlineExecutor(algo, run.placement, run.num_envs, config.seed)

@@ -82,6 +82,7 @@ class InlineExecutor:
         return None
 
     restarts = 0  # no actor processes to restart
+    actors_lost = 0
 
     def iteration(self) -> None:
         """Step every env once, store the transitions, and run the updates the replay ratio asks for."""

@@ -22,6 +22,7 @@ class ParallelBookkeeping:
         self.finished: list[tuple[float, int]] = []
         self.trace: list[tuple[int, int]] = []  # (env steps, updates), after every learning step
         self.restarts = 0
+        self.actors_lost = 0  # actors gone for good (ray: their node left and no other had room)
         self.staleness_max, self.staleness_sum, self.staleness_count = 0, 0, 0
         self._interval_staleness: list[int] = []
 

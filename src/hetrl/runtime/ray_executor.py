@@ -6,10 +6,14 @@ references to the learner without copying them here, issues new chunks only as f
 replay-ratio limiter allows, and passes the learner's latest weights to each actor's next chunk.
 Every role asks Ray for explicit resources (1 CPU per actor; the learner's threads as CPUs and a
 GPU when it learns on CUDA), and a cluster that cannot hold them is an error at start, not a run
-that stays pending. ``address`` connects to an existing cluster (``ray start --head``); without it a
-local one is started and stopped with the run. An address where no Ray cluster answers is an error
-within ``CONNECT_TIMEOUT_S`` (Ray itself would retry for many minutes, deaf to Ctrl-C), and Ctrl-C
-or SIGTERM stop the connecting at once.
+that stays pending. The learner stays on this process's node where it fits; the actors spread over
+the cluster's nodes (``spread``), or go where Ray's default scheduling puts them (``pack``). An
+actor whose node leaves the cluster is restarted where there is room, else the run goes on with
+fewer (said in one line, counted in ``actors_lost``); chunks lost with it are dropped, never what
+the replay holds. A lost learner is :class:`LearnerLost`. ``address`` connects to an existing
+cluster (``ray start --head``); without it a local one is started and stopped with the run. An
+address where no Ray cluster answers is an error within ``CONNECT_TIMEOUT_S`` (Ray itself would
+retry for many minutes, deaf to Ctrl-C), and Ctrl-C or SIGTERM stop the connecting at once.
 """
 
 from __future__ import annotations
@@ -20,13 +24,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.errors import HetrlError, StopRequested
+from hetrl.config import MAX_CHUNK_STEPS, RAY_SPREADS
+from hetrl.errors import ActorsFailed, HetrlError, LearnerLost, StopRequested, int_problem
 from hetrl.nets import numpy_params
 from hetrl.primitives import check_placement
 from hetrl.protocol import Placement
@@ -61,9 +67,12 @@ class RayActorRole:
     """An actor as a Ray actor: ``collect`` steps its envs ``steps`` times with the given weights."""
 
     def __init__(self, spec: ActorSpec, seed: int) -> None:
+        import ray
+
         self.timers = Timers()
         self.loop = Actor(spec, seed, self.timers)
         self.version = -1
+        self.node = ray.get_runtime_context().get_node_id()
 
     def collect(self, steps: int, env_steps: int, weights: dict[str, np.ndarray] | None, version: int) -> tuple[dict, dict | None]:
         if weights is not None and version != self.version:
@@ -81,7 +90,7 @@ class RayActorRole:
             episodes += finished
         transitions = {key: np.concatenate([c[key] for c in chunks]) for key in TRANSITION_FIELDS} if chunks else None
         meta = {"steps": steps * self.loop.num_envs, "episodes": episodes, "version": self.version,
-                "timers": self.timers.totals(), "ran": self.loop.ran()}
+                "timers": self.timers.totals(), "ran": self.loop.ran(), "node": self.node}
         return meta, transitions
 
 
@@ -91,16 +100,25 @@ class RayLearnerRole:
     def __init__(self, algo: Algorithm, placement: Placement, seed: int, threads: int | None) -> None:
         if threads:
             torch.set_num_threads(threads)
+        import ray
+
         self.timers = Timers()
         self.role = LearnerRole(algo, placement, seed, np.random.default_rng(seed), self.timers)
+        self.node = ray.get_runtime_context().get_node_id()
 
     def step(self, chunk_refs: list[Any], env_steps: int, updates: int, sync_every: int) -> dict[str, Any]:
         """Add the chunks (object references, fetched here from the store), run up to ``updates``
-        updates; returns counters, losses and fresh weights."""
+        updates; returns counters, losses, fresh weights and the positions of the chunks that were
+        lost (their node left the cluster before they were fetched)."""
         import ray
 
-        role = self.role
-        for chunk in ray.get(chunk_refs):
+        role, lost = self.role, []
+        for i, ref in enumerate(chunk_refs):
+            try:
+                chunk = ray.get(ref)
+            except ray.exceptions.ObjectLostError:  # its only copy was on a node that is gone
+                lost.append(i)
+                continue
             if chunk is not None:
                 role.add(chunk)
         synced = None
@@ -113,7 +131,8 @@ class RayLearnerRole:
             with self.timers.time("WeightSync"):
                 weights = numpy_params(role.learner.policy_network)
         return {"updates": role.updates, "loss": role.drain_losses(), "actor_loss": role.drain_actor_losses(), "weights": weights,
-                "timers": self.timers.totals(), "ran": role.ran(), "replay_bytes": role.replay.nbytes}
+                "timers": self.timers.totals(), "ran": role.ran(), "replay_bytes": role.replay.nbytes,
+                "replay_size": len(role.replay), "lost": lost, "node": self.node}
 
     def weights(self) -> dict[str, np.ndarray]:
         return numpy_params(self.role.learner.policy_network)
@@ -130,18 +149,30 @@ class RayExecutor(ParallelBookkeeping):
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, address: str | None = None, log: Callable[[str], None] = _stderr,
-                 should_stop: Callable[[], bool] = _never) -> None:
+                 should_stop: Callable[[], bool] = _never, chunk_steps: int = 0, spread: str = "spread",
+                 learner_node: str | None = None) -> None:
+        """``chunk_steps``: steps of each env an actor takes per chunk it returns (0: a chunk is
+        half the limiter's lead shared by the actors); ``spread``: one of ``RAY_SPREADS``;
+        ``learner_node``: the Ray node id the learner must run on (default: this process's node,
+        where it fits)."""
         check_placement(placement, algo)
         self.ray = _import_ray()
         if actors < 1:
             raise HetrlError(f"the ray executor needs at least 1 actor (got {actors})")
+        if spread not in RAY_SPREADS:
+            raise HetrlError(f"ray_spread {spread!r} is unknown; use one of {', '.join(RAY_SPREADS)}")
+        if problem := int_problem("ray_chunk_steps", chunk_steps, 0, MAX_CHUNK_STEPS):
+            raise HetrlError(f"{problem}; 0 lets the executor choose")
         cfg = algo.config
+        if chunk_steps * num_envs > cfg.buffer_size:
+            raise HetrlError(f"a chunk of ray_chunk_steps x num_envs = {chunk_steps * num_envs:,} transitions exceeds the "
+                             f"replay's capacity (buffer_size {cfg.buffer_size:,}); lower ray_chunk_steps")
+        self.spread, self.learner_node = spread, learner_node
         self.algo, self.placement, self.seed, self.address, self.log = algo, placement, seed, address, log
         self.should_stop = should_stop  # whether the run is stopping (a signal): connecting stops at once
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
         self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
-        self.limiter = ReplaySchedule.of(cfg, actors, num_envs)
-        self.chunk_steps = max(1, self.limiter.lead // (2 * actors * num_envs))  # steps per env per collect call
+        self.limiter, self.chunk_steps = chunk_schedule(cfg, actors, num_envs, chunk_steps)
         self.policy_network = algo.make_policy_network()
         self.timers = Timers()
         self.env_steps = 0  # steps whose transitions reached this process
@@ -153,6 +184,10 @@ class RayExecutor(ParallelBookkeeping):
         self._learner_timers: dict[str, tuple[float, int]] = {}
         self._ran: dict[str, str] = {}  # as the actors and the learner report it
         self._replay_bytes = 0
+        self.replay_size = 0  # transitions in the learner's replay, as it last reported
+        self.lost_steps = 0  # env steps whose chunk went with its node before the learner fetched it
+        self.actor_nodes: list[str | None] = [None] * actors  # the Ray node each actor last reported from
+        self.learner_node_id: str | None = None
         self._restore: dict[str, Any] | None = None
         self._started = self._closed = False
 
@@ -184,8 +219,10 @@ class RayExecutor(ParallelBookkeeping):
                     f"the Ray cluster has {have.get(key, 0.0):g} {key} but this plan needs {value:g} "
                     f"({self.actors} actors x {actor_needs.get(key, 0):g} + learner {learner_needs.get(key, 0):g}); "
                     f"use fewer --actors, or add nodes with `ray start --address=HEAD:6379`")
-        self._actor_cls = ray.remote(**_options(actor_needs))(RayActorRole)
-        learner_cls = ray.remote(**_options(learner_needs))(RayLearnerRole)
+        actor_strategy, learner_strategy = self._strategies()
+        self._actor_needs = actor_needs
+        self._actor_cls = ray.remote(**_options(actor_needs, actor_strategy))(RayActorRole)
+        learner_cls = ray.remote(**_options(learner_needs, learner_strategy))(RayLearnerRole)
         self.learner = learner_cls.remote(self.algo, self.placement, self.seed, self.placement.learn.threads)
         if self._restore is not None:
             ray.get(self.learner.load_state_dict.remote(self._restore))
@@ -199,10 +236,26 @@ class RayExecutor(ParallelBookkeeping):
         self._transitions: dict[Any, Any] = {}  # meta ref -> transitions ref
         self._issued = self.env_steps  # env steps asked for, delivered or not
         self._queued: list[Any] = []  # transitions refs for the learner's next call
-        self._queued_steps = 0
+        self._queued_steps: list[int] = []  # the env steps each of them holds
+        self._learning_steps: list[int] = []  # the same, for the learner call in flight
         self._learning: Any = None  # the learner call in flight
         self._learned_steps = self.env_steps  # env steps whose transitions the learner has been sent
         self._started = True
+
+    def _strategies(self) -> tuple[Any, Any]:
+        """(the actors', the learner's) Ray scheduling strategies: actors over the nodes (SPREAD) or
+        Ray's default; the learner on ``learner_node`` (hard), else on this process's node when it
+        fits there (soft: a GPU elsewhere still takes it)."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        actor = "SPREAD" if self.spread == "spread" else "DEFAULT"
+        if self.learner_node is not None:
+            return actor, NodeAffinitySchedulingStrategy(self.learner_node, soft=False)
+        try:
+            here = self.ray.get_runtime_context().get_node_id()
+        except Exception:  # noqa: BLE001 (a Ray Client driver has no node of its own)
+            return actor, "DEFAULT"
+        return actor, NodeAffinitySchedulingStrategy(here, soft=True)
 
     def _init_ray(self) -> None:
         """Start a local Ray cluster, or join the one at ``address``: first a TCP check that
@@ -286,7 +339,8 @@ class RayExecutor(ParallelBookkeeping):
             return
         ray = self.ray
         for handle in getattr(self, "_handles", []):
-            ray.kill(handle)
+            if handle is not None:
+                ray.kill(handle)
         if getattr(self, "learner", None) is not None:
             ray.kill(self.learner)
         if getattr(self, "_owns_ray", False):
@@ -317,26 +371,47 @@ class RayExecutor(ParallelBookkeeping):
             try:
                 meta = ray.get(ref)
             except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as exc:
-                self._restart(index, exc)
+                self._actor_failed(index, exc)
                 continue
             self.env_steps += meta["steps"]
             self.finished += meta["episodes"]
             self._actor_timers[index] = meta["timers"]
-            n = self.actors
+            self.actor_nodes[index] = meta["node"]
+            n = self.live_actors()
             self._ran.update({k: f"{v}, {n} actor{'s' if n != 1 else ''}" for k, v in meta["ran"].items()})
             self._interval_staleness.append(max(0, self.updates - meta["version"]))
             self._queued.append(transitions)
-            self._queued_steps += meta["steps"]
+            self._queued_steps.append(meta["steps"])
         return bool(ready)
 
-    def _restart(self, index: int, exc: Exception) -> None:
-        self.restarts += 1
+    def live_actors(self) -> int:
+        return sum(handle is not None for handle in self._handles) if self._started else self.actors
+
+    def _actor_failed(self, index: int, exc: Exception) -> None:
+        """Restart actor ``index``: where it was when its node is still there (a crash frees its
+        CPU), elsewhere when its node is gone and another has room; else go on without it."""
+        ray = self.ray
         self._issued -= self.chunk_steps * self.num_envs  # that chunk never arrived
-        self._incarnations[index] += 1
-        self.log(f"actor {index} failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); restarted it "
-                 f"(restart {self.restarts} of this run)")
-        self.ray.kill(self._handles[index])
-        self._handles[index] = self._new_actor(index)
+        why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        node = self.actor_nodes[index]
+        gone = node is not None and node not in {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        ray.kill(self._handles[index])
+        free = ray.available_resources()
+        if not gone or all(free.get(key, 0.0) >= value for key, value in self._actor_needs.items()):
+            self.restarts += 1
+            self._incarnations[index] += 1
+            self._handles[index] = self._new_actor(index)
+            where = f"its node {node[:8]} left the cluster; " if gone else ""
+            self.log(f"actor {index} failed ({why}); {where}restarted it (restart {self.restarts} of this run)")
+            return
+        self._handles[index] = None
+        self.actors_lost += 1
+        live = self.live_actors()
+        if not live:
+            raise ActorsFailed(f"every actor is lost (the last, actor {index}, with its node {node[:8]}: {why}) and the "
+                               f"Ray cluster has no free CPU to restart one; add nodes or free CPUs")
+        self.log(f"actor {index} lost with its node {node[:8]} ({why}); no node has a free CPU to restart it, so the "
+                 f"run goes on with {live} actor{'s' if live != 1 else ''} ({self.actors_lost} lost)")
 
     def _receive_learner(self) -> bool:
         ray = self.ray
@@ -345,9 +420,22 @@ class RayExecutor(ParallelBookkeeping):
         ready, _ = ray.wait([self._learning], timeout=0)
         if not ready:
             return False
-        result = ray.get(self._learning)
+        try:
+            result = ray.get(self._learning)
+        except ray.exceptions.RayActorError as exc:
+            raise self._learner_lost(exc) from None
         self._learning = None
+        lost = sum(self._learning_steps[i] for i in result["lost"])
+        if lost:  # counted when their actor reported; their transitions never reached the replay
+            self.lost_steps += lost
+            self.env_steps -= lost
+            self._learned_steps -= lost
+            self._issued -= lost
+            self.log(f"{len(result['lost'])} chunk(s) of {lost:,} env steps were lost with their node before the learner "
+                     f"fetched them; the replay keeps everything it held ({self.lost_steps:,} env steps lost in this run)")
         self.updates = result["updates"]
+        self.replay_size = result["replay_size"]
+        self.learner_node_id = result["node"]
         self._learner_timers = result["timers"]
         self._ran.update(result["ran"])
         self._replay_bytes = result["replay_bytes"]
@@ -371,19 +459,31 @@ class RayExecutor(ParallelBookkeeping):
             return
         self._learning = self.learner.step.remote(self._queued, steps, owed, self.weight_sync_every)
         self._learned_steps = steps
-        self._queued, self._queued_steps = [], 0
+        self._learning_steps = self._queued_steps
+        self._queued, self._queued_steps = [], []
 
     def _issue_collects(self) -> None:
         busy = set(self._collecting.values())
         allowed = self.limiter.allowed_env_steps(self.updates)
         chunk = self.chunk_steps * self.num_envs
         for index, handle in enumerate(self._handles):
-            if index in busy or (allowed >= 0 and self._issued + chunk > allowed):
+            if handle is None or index in busy or (allowed >= 0 and self._issued + chunk > allowed):
                 continue
             meta, transitions = handle.collect.options(num_returns=2).remote(self.chunk_steps, self._issued, self._weights, self._version)
             self._collecting[meta] = index
             self._transitions[meta] = transitions
             self._issued += chunk
+
+    def _learner_lost(self, exc: Exception) -> LearnerLost:
+        where = f" with its node {self.learner_node_id[:8]}" if self.learner_node_id else ""
+        return LearnerLost(f"the learner was lost{where} ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); its "
+                           f"networks and replay went with it, so the run stops at env step {self._learned_steps:,}")
+
+    def nodes(self) -> dict[str, Any]:
+        """The Ray node ids the learner and each actor last reported from (None: not yet, or lost)."""
+        live = self._handles if self._started else [None] * self.actors
+        return {"learner": self.learner_node_id,
+                "actors": [node if handle is not None else None for node, handle in zip(self.actor_nodes, live)]}
 
     def _load_policy(self, weights: dict[str, np.ndarray]) -> None:
         self.policy_network.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
@@ -418,9 +518,13 @@ class RayExecutor(ParallelBookkeeping):
     # --- checkpoints -------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         self._settle()
-        learner = self.ray.get(self.learner.state_dict.remote()) if self._started else self._restore
+        try:
+            learner = self.ray.get(self.learner.state_dict.remote()) if self._started else self._restore
+        except self.ray.exceptions.RayActorError as exc:
+            raise self._learner_lost(exc) from None
         return {"executor": self.name, "env_steps": self._learned_steps if self._started else self.env_steps,
-                "finished": list(self.finished), "restarts": self.restarts, **(learner or {})}
+                "finished": list(self.finished), "restarts": self.restarts, "actors_lost": self.actors_lost,
+                **(learner or {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._check_checkpoint(state, self._started)
@@ -428,9 +532,20 @@ class RayExecutor(ParallelBookkeeping):
         self.updates = state["learner"]["updates"]
         self.finished = list(state["finished"])
         self.restarts = state["restarts"]
+        self.actors_lost = state.get("actors_lost", 0)  # checkpoints written before nodes could be lost
         self._restore = {"replay": state.get("replay"), "learner": state["learner"]}
         # the coordinator's copy of the policy (evaluation, `hetrl eval`) is the checkpoint's at once
         self.policy_network.load_state_dict(state["learner"][self.algo.policy_key])
+
+
+def chunk_schedule(agent: Any, actors: int, num_envs: int, chunk_steps: int = 0) -> tuple[ReplaySchedule, int]:
+    """The limiter and the steps per env of a chunk: ``chunk_steps``, with the limiter's lead raised
+    to hold every actor's chunk in flight and another issued; 0: half the default lead shared by the
+    actors."""
+    limiter = ReplaySchedule.of(agent, actors, num_envs)
+    if chunk_steps:
+        return replace(limiter, lead=max(limiter.lead, 2 * actors * chunk_steps * num_envs)), chunk_steps
+    return limiter, max(1, limiter.lead // (2 * actors * num_envs))
 
 
 def _host_port(address: str) -> tuple[str | None, int]:
@@ -448,10 +563,11 @@ def _host_port(address: str) -> tuple[str | None, int]:
     return host, int(port)
 
 
-def _options(resources: dict[str, float]) -> dict[str, Any]:
-    """Ray actor options from a resource dict (CPU, GPU, and custom ones)."""
+def _options(resources: dict[str, float], strategy: Any = "DEFAULT") -> dict[str, Any]:
+    """Ray actor options from a resource dict (CPU, GPU, and custom ones) and a scheduling strategy."""
     custom = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
-    options: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0)}
+    options: dict[str, Any] = {"num_cpus": resources.get("CPU", 0), "num_gpus": resources.get("GPU", 0),
+                               "scheduling_strategy": strategy}
     if custom:
         options["resources"] = custom
     return options
