@@ -117,6 +117,9 @@ class Plan:
         missing = [k for k in ("algo", "env", "placement") if k not in data]
         if missing:
             raise HetrlError(f"plan {path} lacks {', '.join(missing)}")
+        for key in ("algo", "env"):  # quoted in later messages: a name, on one line
+            if not isinstance(data[key], str) or not data[key].isprintable() or not data[key]:
+                raise HetrlError(f"plan {path}: {key} must be a name such as the one `hetrl plan` wrote, got {data[key]!r}")
         try:
             placement = placement_from_dict(data["placement"])
         except HetrlError as exc:
