@@ -5,7 +5,8 @@ frames and the learner's replay holds consistent stacks."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import copy
+import os
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -22,6 +23,7 @@ from hetrl.primitives.replay_frames_torch import ReplayFramesTorch
 from hetrl.replay.frames import FrameStream
 from hetrl.runtime.acting_role import ActingRole
 from hetrl.runtime.frame_stream import StackFrames
+from hetrl.runtime import local
 from hetrl.runtime.local import LocalExecutor
 from hetrl.runtime.shared import FRAMES_WRITTEN, READ, WRITTEN, SharedArrays, TransitionRing, frame_ring_layout
 
@@ -296,3 +298,59 @@ def test_the_actor_never_overwrites_a_frame_that_unread_rows_or_it_still_need():
         writer.block.close()
         ring.frames = ring.header = None
         ring.block.close()
+
+
+def counting_executor(actors=1, num_envs=2):
+    """The local executor on envs_custom's counting frames, with a frame replay (n-step 1)."""
+    env = "envs_custom:make_counting_stack"
+    cfg = make_config("dqn", env, overrides=["learning_starts=100000", "buffer_size=4000", "batch_size=32", "n_step=1"])
+    algo = make_algorithm("dqn", env_spec(env), cfg.agent)
+    placement = default_placement(torch.device("cpu"), (1, 1), threads=1, mlp_policy=False, frames=True)
+    return LocalExecutor(algo, placement, num_envs, seed=0, actors=actors, log=lambda m: None)
+
+
+def exact_stacks(replay, count=256):
+    """Every sampled stack is one the env gave: one episode's frames (one tag), steps t-3..t (the
+    first frame repeated before t = 3), and next_obs one step on from obs (n-step 1)."""
+    from envs_custom import counted
+
+    out = replay.sample(np.random.default_rng(len(replay)).random(count))
+    for key in ("obs", "next_obs"):
+        tags, steps = counted(out[key])
+        assert (tags == tags[:, :1]).all(), key
+        assert (steps == np.maximum(0, steps[:, -1:] - np.arange(C - 1, -1, -1))).all(), key
+    assert (counted(out["next_obs"])[0][:, 0] == counted(out["obs"])[0][:, 0]).all()
+    assert (counted(out["next_obs"])[1][:, -1] == counted(out["obs"])[1][:, -1] + 1).all()
+    return True
+
+
+@pytest.mark.parametrize("ring_capacity", [None, 16], ids=["default", "small-rings"])
+def test_a_restarted_actor_and_a_resumed_run_go_on_through_frame_rings(monkeypatch, ring_capacity):
+    """Small rings: the actor waits for room in its frame ring all the time, and never overwrites a frame in use."""
+    import signal
+
+    from test_resume import _assert_identical
+
+    if ring_capacity:
+        monkeypatch.setattr(local, "RING_CAPACITY", ring_capacity)
+    ex = counting_executor()
+    try:
+        assert ex.frames
+        while len(ex.replay) < 300:
+            ex.iteration()
+        os.kill(ex.actor_pids()[0], signal.SIGKILL)  # its successor continues the ring's frame ids
+        while ex.restarts < 1 or len(ex.replay) < 1500:
+            ex.iteration()
+        assert int(ex.rings[0].header[FRAMES_WRITTEN]) > 1000 and exact_stacks(ex.replay)
+        state = copy.deepcopy(ex.state_dict())
+    finally:
+        ex.close()
+    fresh = counting_executor()
+    try:
+        fresh.load_state_dict(state)
+        _assert_identical(fresh.state_dict(), state)
+        while len(fresh.replay) < 3000:  # fresh rings and streams, the same replay
+            fresh.iteration()
+        assert exact_stacks(fresh.replay, 1024)
+    finally:
+        fresh.close()
