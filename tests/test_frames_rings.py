@@ -6,6 +6,7 @@ frames and the learner's replay holds consistent stacks."""
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from types import SimpleNamespace
 
@@ -155,7 +156,12 @@ def run_both(env_id, *, num_envs, n_step, steps, cls=ReplayFramesNumpy, capacity
     return stacked, framed, counts, pairs
 
 
-@pytest.mark.parametrize("cls", [ReplayFramesNumpy, ReplayFramesTorch], ids=["numpy", "torch"])
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.mark.parametrize("cls", [ReplayFramesNumpy, ReplayFramesTorch,
+                                 pytest.param(functools.partial(ReplayFramesTorch, device="cuda"), marks=CUDA)],
+                         ids=["numpy", "torch", "torch-cuda"])
 @pytest.mark.parametrize("padding", ["reset", "zero"])
 @pytest.mark.parametrize("n_step", [1, 3])
 def test_the_frame_path_samples_what_the_stack_path_samples(cls, padding, n_step):
@@ -300,13 +306,14 @@ def test_the_actor_never_overwrites_a_frame_that_unread_rows_or_it_still_need():
         ring.block.close()
 
 
-def counting_executor(actors=1, num_envs=2):
+def counting_executor(actors=1, num_envs=2, inference="actor", learning_starts=100_000):
     """The local executor on envs_custom's counting frames, with a frame replay (n-step 1)."""
     env = "envs_custom:make_counting_stack"
-    cfg = make_config("dqn", env, overrides=["learning_starts=100000", "buffer_size=4000", "batch_size=32", "n_step=1"])
+    cfg = make_config("dqn", env, overrides=[f"learning_starts={learning_starts}", "buffer_size=4000", "batch_size=32",
+                                             "n_step=1", "hidden=32"])
     algo = make_algorithm("dqn", env_spec(env), cfg.agent)
     placement = default_placement(torch.device("cpu"), (1, 1), threads=1, mlp_policy=False, frames=True)
-    return LocalExecutor(algo, placement, num_envs, seed=0, actors=actors, log=lambda m: None)
+    return LocalExecutor(algo, placement, num_envs, seed=0, actors=actors, log=lambda m: None, inference=inference)
 
 
 def exact_stacks(replay, count=256):
@@ -354,3 +361,14 @@ def test_a_restarted_actor_and_a_resumed_run_go_on_through_frame_rings(monkeypat
         assert exact_stacks(fresh.replay, 1024)
     finally:
         fresh.close()
+
+
+def test_two_actors_with_central_inference_send_frames_too():
+    ex = counting_executor(actors=2, num_envs=3, inference="central", learning_starts=300)
+    try:
+        while len(ex.replay) < 1500:
+            ex.iteration()
+        assert ex.updates > 100 and ex.timer_totals()["Act"][1] > 0  # the learner's process acted for the actors
+        assert all(int(r.header[FRAMES_WRITTEN]) > 100 for r in ex.rings) and exact_stacks(ex.replay, 1024)
+    finally:
+        ex.close()

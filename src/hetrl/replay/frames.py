@@ -19,6 +19,11 @@ order. ``add`` takes what every replay takes; no env index or episode flag is ne
 is not found (its twin was written more than ``lookback`` frames ago) is stored again: that costs
 memory, never correctness.
 
+**Or from a frame stream, with no lookup.** ``add_frames`` takes transitions as 2C frame ids of a
+:class:`FrameStream` (a producer that numbers each frame it sends once: the local executor's actors,
+``runtime/frame_stream.py``) and copies each frame the first time a transition refers to it, again
+only when that copy is older than the lookback; the eviction below holds for both paths.
+
 **Eviction: whole dependencies, from the old end.** Frame number g (counting every frame ever
 written) goes to slot ``g % frame_capacity``. A transition added when g frames had been written
 references frames numbered >= g - lookback, which stay intact while at most
