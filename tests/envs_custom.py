@@ -58,3 +58,37 @@ def make_corridor(length: int = 5) -> gym.Env:
 
 if ID not in gym.registry:
     gym.register(ID, entry_point=Corridor, max_episode_steps=30)
+
+
+class CountingFrames(gym.Env):
+    """Single 8x8 frames that say where they come from: bytes 0-3 a tag drawn at each reset,
+    bytes 4-7 the step within the episode (5 to 29 steps, terminated). Stacked by
+    :func:`make_counting_stack`, so a test can check any stack a replay rebuilds."""
+
+    observation_space = gym.spaces.Box(0, 255, (8, 8), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def _frame(self) -> np.ndarray:
+        out = np.zeros((8, 8), np.uint8)
+        out.reshape(-1)[:8] = np.array([self.tag, self.t], "<u4").view(np.uint8)
+        return out
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.tag, self.t, self.left = int(self.np_random.integers(1, 2**31)), 0, int(self.np_random.integers(5, 30))
+        return self._frame(), {}
+
+    def step(self, action: int):
+        self.t, self.left = self.t + 1, self.left - 1
+        return self._frame(), 0.0, self.left <= 0, False, {}
+
+
+def make_counting_stack() -> gym.Env:
+    """:class:`CountingFrames`, the last 4 stacked (a new episode repeats its first frame)."""
+    return gym.wrappers.FrameStackObservation(CountingFrames(), 4)
+
+
+def counted(stacks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tags, steps) of each frame of ``stacks`` (..., 8, 8) from :class:`CountingFrames`."""
+    words = np.ascontiguousarray(stacks.reshape(*stacks.shape[:-2], 64)[..., :8]).view("<u4")
+    return words[..., 0], words[..., 1]

@@ -19,6 +19,11 @@ order. ``add`` takes what every replay takes; no env index or episode flag is ne
 is not found (its twin was written more than ``lookback`` frames ago) is stored again: that costs
 memory, never correctness.
 
+**Or from a frame stream, with no lookup.** ``add_frames`` takes transitions as 2C frame ids of a
+:class:`FrameStream` (a producer that numbers each frame it sends once: the local executor's actors,
+``runtime/frame_stream.py``) and copies each frame the first time a transition refers to it, again
+only when that copy is older than the lookback; the eviction below holds for both paths.
+
 **Eviction: whole dependencies, from the old end.** Frame number g (counting every frame ever
 written) goes to slot ``g % frame_capacity``. A transition added when g frames had been written
 references frames numbered >= g - lookback, which stay intact while at most
@@ -70,6 +75,20 @@ def fingerprints(flat: np.ndarray) -> np.ndarray:
     keys = _KEYS[: words.shape[1]]
     with np.errstate(over="ignore"):
         return (words.astype(np.uint64, copy=False) * keys).sum(axis=1, dtype=np.uint64)
+
+
+class FrameStream:
+    """One producer's frames as a frame replay knows them: the learner's end of an actor's ring.
+
+    The producer numbers the frames it writes 0, 1, 2, ... and keeps frame x in ``source[x %
+    len(source)]`` (F, H, W) while transitions it has not yet handed over refer to it;
+    :meth:`FrameReplay.add_frames` copies a frame into the replay the first time a transition refers
+    to it and remembers here which replay frame number holds it."""
+
+    def __init__(self, source: np.ndarray) -> None:
+        self.source = source
+        self.ids = np.full(len(source), -1, dtype=np.int64)  # the producer's id each slot was last copied for
+        self.numbers = np.zeros(len(source), dtype=np.int64)  # ...and the replay frame number that copy got
 
 
 class FrameReplay(RingReplay):
@@ -175,6 +194,54 @@ class FrameReplay(RingReplay):
             part = slice(start, start + chunk)
             self._add_chunk(obs[part], next_obs[part], {name: value[part] for name, value in fields.items()})
 
+    def add_frames(self, stream: FrameStream, frame_ids: Any, actions: Any, rewards: Any, discounts: Any) -> None:
+        """Append N transitions given as frame ids of ``stream`` (N, 2C): obs's C, then next_obs's.
+
+        Each frame is copied from the stream the first time a transition refers to it, and again
+        only if that copy is older than the lookback (as ``add`` stores a frame it does not find),
+        so every reference stays within the lookback and eviction works as for ``add``. No stack is
+        built; the stream's producer guarantees that each id's frame is in its source while it
+        hands over transitions that refer to it (``runtime/frame_stream.py``)."""
+        ids = np.asarray(frame_ids)
+        n, width = len(ids), 2 * self.stack
+        if ids.shape != (n, width) or not np.issubdtype(ids.dtype, np.integer):
+            raise ValueError(f"add_frames: frame_ids has shape {ids.shape} and dtype {ids.dtype}, expected integers of "
+                             f"shape {(n, width)} (obs's {self.stack} frame ids, then next_obs's)")
+        if tuple(stream.source.shape[1:]) != self.obs_shape[1:]:
+            raise ValueError(f"add_frames: the stream's frames are {tuple(stream.source.shape[1:])}, this replay's "
+                             f"{self.obs_shape[1:]}")
+        asarray = self._ops.asarray
+        fields = {"actions": asarray(actions, self.action_dtype), "rewards": asarray(rewards, "float32"),
+                  "discounts": asarray(discounts, "float32")}
+        expected = {"actions": (n, *self.action_shape), "rewards": (n,), "discounts": (n,)}
+        for name, shape in expected.items():
+            if tuple(fields[name].shape) != shape:
+                raise ValueError(f"add_frames: {name} has shape {tuple(fields[name].shape)}, expected {shape}")
+        chunk = (self.frame_capacity - self.lookback) // width  # as in add: no chunk outruns the lookback
+        for start in range(0, n, chunk):
+            part = slice(start, start + chunk)
+            self._add_ids(stream, ids[part].astype(np.int64, copy=False), {k: v[part] for k, v in fields.items()})
+
+    def _add_ids(self, stream: FrameStream, ids: np.ndarray, fields: dict[str, Array]) -> None:
+        n, size = len(ids), len(stream.source)
+        unique, inverse = np.unique(ids, return_inverse=True)
+        if len(unique) and (unique[0] < 0 or unique[-1] - unique[0] >= size):
+            raise ValueError(f"add_frames: frame ids {int(unique[0])}..{int(unique[-1])} span more than the stream's "
+                             f"{size} frames: its producer overwrote frames that transitions still refer to")
+        slots = unique % size
+        written = self._written
+        number = stream.numbers[slots]
+        new = np.flatnonzero((stream.ids[slots] != unique) | (number < written - self.lookback))
+        number[new] = written + np.arange(len(new))
+        self._put_frames(stream.source[slots[new]])
+        stream.ids[slots[new]], stream.numbers[slots[new]] = unique[new], number[new]
+        refs = (number[inverse.reshape(-1)] % self.frame_capacity).reshape(n, 2 * self.stack).astype(np.int32)
+        position = self._position
+        self._write({"frame_refs": self._ops.asarray(refs, "int32"), **fields}, n)
+        skip = max(0, n - self.capacity)
+        self._born[(position + skip + np.arange(n - skip)) % self.capacity] = written
+        self._evict()
+
     def _frames_in(self, x: Any, name: str) -> np.ndarray:
         """``x`` as a host uint8 array; float values must be bytes already (0..255 integers)."""
         if isinstance(x, torch.Tensor):
@@ -235,18 +302,26 @@ class FrameReplay(RingReplay):
         if m == 0:
             return
         numbers = self._written + np.arange(m)
+        self._put_frames(frames)
+        index = self._index
+        for key, number in zip(prints.tolist(), numbers.tolist()):
+            index[key] = number
+        if len(index) > 4 * self.lookback + 1024:  # drop entries too old to be used again
+            oldest_usable = self._written - self.lookback
+            self._index = {key: number for key, number in index.items() if number >= oldest_usable}
+
+    def _put_frames(self, frames: np.ndarray) -> None:
+        """Write ``frames`` (m, H, W) or (m, H*W) as the next m frame numbers (no fingerprints)."""
+        m = len(frames)
+        if m == 0:
+            return
+        numbers = self._written + np.arange(m)
         slots = self._ops.asarray(numbers % self.frame_capacity, "int64")
         self.frames[slots] = self._ops.asarray(frames.reshape(m, *self.obs_shape[1:]), "uint8")
         if self._mirror is not None:
             keep = slice(max(0, m - len(self._mirror)), m)
-            self._mirror[numbers[keep] % len(self._mirror)] = frames[keep]
-        index = self._index
-        for key, number in zip(prints.tolist(), numbers.tolist()):
-            index[key] = number
+            self._mirror[numbers[keep] % len(self._mirror)] = frames[keep].reshape(-1, self._frame_bytes)
         self._written += m
-        if len(index) > 4 * self.lookback + 1024:  # drop entries too old to be used again
-            oldest_usable = self._written - self.lookback
-            self._index = {key: number for key, number in index.items() if number >= oldest_usable}
 
     def _evict(self) -> None:
         """Evict, from the old end, every transition whose frames may have been overwritten."""

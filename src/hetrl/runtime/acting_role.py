@@ -20,6 +20,7 @@ from hetrl.algos import AgentConfig, Algorithm, make_algorithm
 from hetrl.envs import AtariOptions, EnvSource, env_spec
 from hetrl.primitives import build
 from hetrl.protocol import Placement
+from hetrl.runtime.frame_stream import StackFrames, frame_rows
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.nstep import NStepAssembler
 
@@ -34,16 +35,23 @@ class TimerSink(Protocol):
 class ActingRole:
     """``source``: the network the acting copy syncs from (the learner's, or an actor's local
     replica of it). ``remote``: act through central inference (its round trip timed as
-    ``InferenceWait``) instead of with an acting copy here; then no Act is built."""
+    ``InferenceWait``) instead of with an acting copy here; then no Act is built. ``frames``: the
+    observations are stacks of uint8 frames and transitions leave as frame ids (``frame_rows``),
+    their new frames through :meth:`new_frames`, numbered from ``first_frame_id``
+    (``runtime/frame_stream.py``)."""
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, rng: np.random.Generator,
-                 timers: TimerSink, source: nn.Module, remote: RemoteAct | None = None) -> None:
+                 timers: TimerSink, source: nn.Module, remote: RemoteAct | None = None, frames: bool = False,
+                 first_frame_id: int = 0) -> None:
         cfg = algo.config
         self.algo, self.rng, self.timers, self.remote, self.num_envs = algo, rng, timers, remote, num_envs
         self.env = build("EnvStep", placement.env, algo, seed, num_envs=num_envs)
         self.policy = build("Act", placement.act, algo, seed, source=source) if remote is None else None
         self.nstep = NStepAssembler(num_envs, cfg.n_step, cfg.gamma)
         self.obs = self.env.reset()
+        self.stacks = StackFrames(num_envs, algo.spec.obs_shape[0], first_frame_id) if frames else None
+        if self.stacks is not None:
+            self.stacks.start(self.obs)
 
     def ran(self) -> dict[str, str]:
         """Where EnvStep and Act ran (Act: absent when central inference acted for this role)."""
@@ -77,9 +85,28 @@ class ActingRole:
         start = time.perf_counter()
         out = self.env.step(actions)
         self.timers.add("EnvStep", time.perf_counter() - start)
-        ready = self.nstep(self.obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
+        if self.stacks is None:
+            ready = self.nstep(self.obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
+        else:
+            ids = self.stacks.ids
+            final_ids, _ = self.stacks.step(self.obs, out["final_obs"], out["next_obs"], out["terminated"] | out["truncated"])
+            ready = self.nstep(ids, actions, out["rewards"], final_ids, out["terminated"], out["truncated"])
+            ready = frame_rows(ready) if ready is not None else None
         self.obs = out["next_obs"]
         return ready, self.env.finished
+
+    def new_frames(self) -> np.ndarray | None:
+        """Frames given ids since the last call (frame mode), to be sent before the rows that refer to them."""
+        return self.stacks.take()
+
+    def max_frames_per_step(self) -> int:
+        """The most frames the next step's :meth:`new_frames` can hold (those not yet taken included)."""
+        return self.stacks.pending + self.stacks.max_new_per_step()
+
+    def oldest_frame(self) -> int:
+        """The oldest frame id this role may still refer to: in a current stack or a queued n-step obs."""
+        queued = [int(q[0][0].min()) for q in self.nstep.pending if q]
+        return min([int(self.stacks.ids.min()), *queued])
 
     def close(self) -> None:
         self.env.close()
@@ -96,6 +123,7 @@ class ActorSpec:
     seed: int
     placement: Placement
     atari: AtariOptions | None = None  # an ALE id's preprocessing (the run's; None: the defaults)
+    frames: bool = False  # transitions leave as frame ids and new frames (the learner keeps a frame replay)
 
     def __post_init__(self) -> None:  # in the learner's process (unpickling does not call it)
         if isinstance(self.env, EnvSource):
@@ -111,7 +139,8 @@ class Actor:
     (``source``): a transport writes the learner's weights into ``weights`` (host arrays that are
     views of the replica's tensors) and calls :meth:`weights_arrived`."""
 
-    def __init__(self, spec: ActorSpec, seed: int, timers: TimerSink, remote: RemoteAct | None = None) -> None:
+    def __init__(self, spec: ActorSpec, seed: int, timers: TimerSink, remote: RemoteAct | None = None,
+                 first_frame_id: int = 0) -> None:
         import torch
 
         torch.set_num_threads(1)  # an actor's work is small: one thread, no spinning pool beside the learner
@@ -120,7 +149,7 @@ class Actor:
         self.source = algo.make_policy_network().requires_grad_(False)
         self.weights: dict[str, np.ndarray] = {k: v.numpy() for k, v in self.source.state_dict().items()}
         self.role = ActingRole(algo, spec.placement, spec.num_envs, seed, np.random.default_rng(seed), timers,
-                               self.source, remote)
+                               self.source, remote, spec.frames, first_frame_id)
         self.num_envs = spec.num_envs
 
     def weights_arrived(self) -> None:

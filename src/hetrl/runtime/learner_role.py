@@ -68,6 +68,11 @@ class LearnerRole:
         with self.timers.time("ReplayAdd"):
             self.replay.add(**transitions)
 
+    def add_frames(self, stream: Any, rows: dict[str, np.ndarray]) -> None:
+        """ReplayAdd of transitions as frame ids of ``stream`` (a frame replay's ``add_frames``)."""
+        with self.timers.time("ReplayAdd"):
+            self.replay.add_frames(stream, **rows)
+
     def sample(self, env_steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """ReplaySample, then Transfer to the learner's device: (the batch as sampled, the learner's inputs)."""
         uniform = self.rng.random(self.config.batch_size)

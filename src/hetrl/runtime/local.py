@@ -32,6 +32,7 @@ from hetrl.errors import ActorsFailed, HetrlError
 from hetrl.nets.host_mirror import HostMirror
 from hetrl.primitives import build, check_placement
 from hetrl.protocol import Placement
+from hetrl.replay.frames import FrameReplay, FrameStream
 from hetrl.runtime.acting_role import Actor, ActorSpec
 from hetrl.runtime.inference import INFERENCE, InferenceClient, InferenceServer, InferenceStopped, inference_layout
 from hetrl.runtime.learner_role import LearnerRole
@@ -39,8 +40,9 @@ from hetrl.runtime.parallel import ParallelBookkeeping
 from hetrl.runtime.processes import actor_context, without_main
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.shared import (
-    ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, STOP, SharedArrays, SharedHandle, SharedTimers,
-    SharedWeights, TransitionRing, check_store_order, control_layout, pid_alive, ring_layout, sweep_stale_segments,
+    ACTING_VERSION, ALLOWED_ENV_STEPS, BASE_ENV_STEPS, FRAMES_WRITTEN, STOP, SharedArrays, SharedHandle, SharedTimers,
+    SharedWeights, TransitionRing, check_store_order, control_layout, frame_ring_layout, pid_alive, ring_layout,
+    sweep_stale_segments,
 )
 from hetrl.runtime.timers import Timers, merge_timers
 
@@ -57,6 +59,13 @@ MAX_BURST = 64  # updates per iteration at most, so that rings are drained and a
 # (docs/benchmarks.md, 'Measurements behind the code'). The limiter's lead keeps the learner fed meanwhile.
 WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
 IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
+
+
+def ring_frame_capacity(num_envs: int, n_step: int, stack: int) -> int:
+    """Frames in a frame ring: the rows' worth (one frame per transition) plus room for what an actor
+    holds, so it never waits on itself: stacks and n-step queues span at most n_step + stack steps
+    of at most 2 * stack new frames per env (a final obs and a reset obs, each wholly new), plus a step's."""
+    return RING_CAPACITY + (n_step + stack + 2) * num_envs * 2 * stack
 
 
 def exit_reason(exitcode: int | None) -> str:
@@ -93,11 +102,13 @@ class LocalExecutor(ParallelBookkeeping):
         self.algo, self.placement, self.seed, self.log = algo, placement, seed, log
         self.should_stop = should_stop  # whether the run is stopping (a signal): start and restart no more actors
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
-        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
         self.timers = Timers()
         self.rng = np.random.default_rng(seed)
         self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
         self.learner, self.replay = self.learning.learner, self.learning.replay
+        # A frame replay is fed frames, not stacks: the actors send each new frame once and transitions as frame ids
+        self.frames = isinstance(self.replay, FrameReplay)
+        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames)
         self.inference = inference
         # central inference: the acting copy lives here, on the placement's Act slot, synced as inline does
         self.policy = (build("Act", placement.act, algo, seed, source=self.learner.policy_network)
@@ -130,9 +141,15 @@ class LocalExecutor(ParallelBookkeeping):
         self._policy_mirror = HostMirror(self.policy_network)
         self.control = SharedArrays(control_layout(self.actors))
         self.weights = SharedWeights(SharedArrays(SharedWeights.layout(self._policy_mirror.refresh())))
-        self.rings = [TransitionRing(SharedArrays(ring_layout(RING_CAPACITY, EPISODE_CAPACITY, spec.obs_shape,
-                                                               spec.action_shape, spec.action_dtype, spec.obs_dtype)))
-                      for _ in range(self.actors)]
+        if self.frames:
+            layout = frame_ring_layout(RING_CAPACITY, ring_frame_capacity(self.num_envs, self.algo.config.n_step,
+                                                                          spec.obs_shape[0]),
+                                       EPISODE_CAPACITY, spec.obs_shape, spec.action_shape, spec.action_dtype)
+        else:
+            layout = ring_layout(RING_CAPACITY, EPISODE_CAPACITY, spec.obs_shape, spec.action_shape, spec.action_dtype,
+                                 spec.obs_dtype)
+        self.rings = [TransitionRing(SharedArrays(layout)) for _ in range(self.actors)]
+        self.streams = [FrameStream(r.frames) for r in self.rings] if self.frames else []
         self.actor_timers = [SharedTimers(r.block["timer_seconds"], r.block["timer_calls"]) for r in self.rings]
         flags = self.control["flags"]
         flags[BASE_ENV_STEPS] = self.env_steps
@@ -198,6 +215,10 @@ class LocalExecutor(ParallelBookkeeping):
 
     def replay_bytes(self) -> int:
         return self.learning.replay.nbytes
+
+    def ring_bytes(self) -> int:
+        """Bytes the actors wrote into the rings so far (rows and frames; see ``TransitionRing.bytes_written``)."""
+        return sum(ring.bytes_written() for ring in self.rings) if self._started else 0
 
     def ran(self) -> dict[str, str]:
         """Where each primitive ran: the learner's side from its objects, the actors' as they reported."""
@@ -281,11 +302,15 @@ class LocalExecutor(ParallelBookkeeping):
         self.env_steps = max(self.env_steps, steps)
         served = self._serve()
         drained = False
-        for ring in self.rings:
-            chunk = ring.pop()
+        for i, ring in enumerate(self.rings):
+            chunk = ring.pop(release=not self.frames)
             if chunk is not None:
                 drained = True
-                self.learning.add(chunk)
+                if self.frames:
+                    self.learning.add_frames(self.streams[i], chunk)  # reads the chunk's frames from the ring...
+                    ring.release()  # ...before the actor may overwrite them
+                else:
+                    self.learning.add(chunk)
                 lag = max(0, self.updates - int(ring.header[ACTING_VERSION]))
                 self._interval_staleness.append(lag)
             self.finished.extend(ring.pop_episodes())
@@ -401,9 +426,11 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
         flags, actor_steps = control["flags"], control["actor_steps"]
         if inference is not None:
             client = InferenceClient(*inference, should_stop=lambda: bool(flags[STOP]) or not _alive(parent_pid))
-        loop = Actor(spec, spec.actor_seed(index, incarnation), timers, client.act if client else None)
+        loop = Actor(spec, spec.actor_seed(index, incarnation), timers, client.act if client else None,
+                     int(ring.header[FRAMES_WRITTEN]))
         outbox.send(("ran", loop.ran()))
         n, room, version, steps, nap = spec.num_envs, loop.max_rows_per_step(), -1, 0, WAIT_MIN_S
+        role = loop.role
         while not flags[STOP]:
             if client is None and weights.version() != version:
                 start = time.perf_counter()
@@ -413,7 +440,8 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
                 timers.add("WeightFetch", time.perf_counter() - start)
             env_steps = int(flags[BASE_ENV_STEPS] + actor_steps.sum())
             allowed = int(flags[ALLOWED_ENV_STEPS])
-            if (0 <= allowed < env_steps + n) or ring.free() < room:
+            if ((0 <= allowed < env_steps + n) or ring.free() < room
+                    or (spec.frames and ring.frames_free(role.oldest_frame()) < role.max_frames_per_step())):
                 start = time.perf_counter()
                 time.sleep(nap)
                 nap = min(2 * nap, WAIT_MAX_S)
@@ -428,6 +456,8 @@ def actor_process(spec: ActorSpec, index: int, incarnation: int, ring_handle: Sh
                 break
             if client is not None:
                 ring.header[ACTING_VERSION] = client.version
+            if spec.frames:
+                ring.push_frames(role.new_frames())  # before the rows that refer to them
             if ready is not None:
                 ring.push(ready)
             if episodes:

@@ -20,6 +20,7 @@ import re
 import sys
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
@@ -182,8 +183,9 @@ def _attach(name: str) -> shared_memory.SharedMemory:
 
 # --- a transition ring per actor --------------------------------------------------------------
 TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
+FRAME_ROW_FIELDS = ("frame_ids", "actions", "rewards", "discounts")  # a frame ring's rows (frames apart)
 # header slots of a ring
-WRITTEN, READ, EPISODES_WRITTEN, EPISODES_READ, ACTING_VERSION = range(5)
+WRITTEN, READ, EPISODES_WRITTEN, EPISODES_READ, ACTING_VERSION, FRAMES_WRITTEN = range(6)
 # actor-side timers: seconds and calls
 ACTOR_TIMERS = ("EnvStep", "Act", "WeightFetch", "ActorWait", "InferenceWait")
 
@@ -205,27 +207,83 @@ def ring_layout(capacity: int, episode_capacity: int, obs_shape: tuple[int, ...]
     }
 
 
+def frame_ring_layout(capacity: int, frame_capacity: int, episode_capacity: int, obs_shape: tuple[int, ...],
+                      action_shape: tuple[int, ...], action_dtype: str) -> Layout:
+    """An actor's ring for stacks of uint8 frames (``obs_shape`` (C, H, W)): rows of 2C frame ids
+    (obs's, then next_obs's) and a ring of ``frame_capacity`` single frames (``runtime/frame_stream.py``)."""
+    return {
+        "header": ((8,), "int64"),
+        "timer_seconds": ((len(ACTOR_TIMERS),), "float64"),
+        "timer_calls": ((len(ACTOR_TIMERS),), "int64"),
+        "frame_ids": ((capacity, 2 * obs_shape[0]), "int64"),
+        "actions": ((capacity, *action_shape), action_dtype),
+        "rewards": ((capacity,), "float32"),
+        "discounts": ((capacity,), "float32"),
+        "frames": ((frame_capacity, *obs_shape[1:]), "uint8"),
+        "episode_returns": ((episode_capacity,), "float64"),
+        "episode_lengths": ((episode_capacity,), "int64"),
+    }
+
+
 class TransitionRing:
-    """One actor's transitions and finished episodes on their way to the learner."""
+    """One actor's transitions and finished episodes on their way to the learner.
+
+    A frame ring (:func:`frame_ring_layout`) also holds frames: the actor writes frame x to slot x
+    % frame_capacity, and overwrites it only once no row the learner has yet to read and nothing
+    the actor still holds refers to it; the learner reads a chunk's frames before it releases the
+    chunk (``pop(release=False)``, then :meth:`release`)."""
 
     def __init__(self, block: SharedArrays) -> None:
         self.block = block
         self.header = block["header"]
         self.capacity = block["rewards"].shape[0]
         self.episode_capacity = block["episode_returns"].shape[0]
+        self.frames = block.arrays.get("frames")
+        self.fields = TRANSITION_FIELDS if self.frames is None else FRAME_ROW_FIELDS
+        self.frame_capacity = 0 if self.frames is None else len(self.frames)
+        # Writer side of a frame ring: (rows written, oldest frame id they refer to) of each push not yet read. A
+        # writer starting on a used ring (a restarted actor) first keeps every frame there until its rows are read.
+        self._unread: deque[tuple[int, int]] = deque([(int(self.header[WRITTEN]),
+                                                        int(self.header[FRAMES_WRITTEN]) - self.frame_capacity)])
+        self._popped = -1
 
     # writer side (the actor)
     def free(self) -> int:
         return self.capacity - int(self.header[WRITTEN] - self.header[READ])
+
+    def frames_free(self, oldest_held: int) -> int:
+        """Frames that can be written now without overwriting one that unread rows or the writer
+        (whose oldest is ``oldest_held``) still refer to."""
+        read, unread = int(self.header[READ]), self._unread
+        while unread and unread[0][0] <= read:
+            unread.popleft()
+        keep = min(oldest_held, unread[0][1]) if unread else oldest_held
+        return self.frame_capacity - max(0, int(self.header[FRAMES_WRITTEN]) - keep)
+
+    def push_frames(self, frames: np.ndarray | None) -> None:
+        """Append frames (the caller waits for ``frames_free`` first); ids continue ``FRAMES_WRITTEN``."""
+        if frames is None or not len(frames):
+            return
+        start = int(self.header[FRAMES_WRITTEN])
+        self.frames[(start + np.arange(len(frames))) % self.frame_capacity] = frames
+        self.header[FRAMES_WRITTEN] = start + len(frames)
 
     def push(self, transitions: dict[str, np.ndarray]) -> None:
         """Append rows (the caller waits for ``free()`` first); publish by bumping the counter last."""
         n = len(transitions["rewards"])
         start = int(self.header[WRITTEN])
         rows = (start + np.arange(n)) % self.capacity
-        for key in TRANSITION_FIELDS:
+        for key in self.fields:
             self.block[key][rows] = transitions[key]
+        if self.frames is not None and n:
+            self._unread.append((start + n, int(transitions["frame_ids"].min())))
         self.header[WRITTEN] = start + n
+
+    def bytes_written(self) -> int:
+        """Bytes of rows and frames written into the ring so far (episodes and timers apart)."""
+        row = sum(self.block[key][0].nbytes for key in self.fields)
+        frame = 0 if self.frames is None else self.frames[0].nbytes
+        return int(self.header[WRITTEN]) * row + int(self.header[FRAMES_WRITTEN]) * frame
 
     def push_episodes(self, episodes: list[tuple[float, int]]) -> None:
         """Finished episodes, for the learner's metrics (the oldest are overwritten if it lags)."""
@@ -237,15 +295,25 @@ class TransitionRing:
         self.header[EPISODES_WRITTEN] = written + len(episodes)
 
     # reader side (the learner)
-    def pop(self) -> dict[str, np.ndarray] | None:
-        """Every row written since the last call (copies), or None; frees their space."""
+    def pop(self, release: bool = True) -> dict[str, np.ndarray] | None:
+        """Every row written since the last call (copies), or None; frees their space (with
+        ``release=False``: only at :meth:`release`, so the frames they refer to stay)."""
         read, written = int(self.header[READ]), int(self.header[WRITTEN])
         if written == read:
             return None
         rows = (read + np.arange(written - read)) % self.capacity
-        out = {key: self.block[key][rows] for key in TRANSITION_FIELDS}  # fancy indexing copies
-        self.header[READ] = written
+        out = {key: self.block[key][rows] for key in self.fields}  # fancy indexing copies
+        if release:
+            self.header[READ] = written
+        else:
+            self._popped = written
         return out
+
+    def release(self) -> None:
+        """Free the rows of the last ``pop(release=False)``, and the frames only they referred to."""
+        if self._popped >= 0:
+            self.header[READ] = self._popped
+            self._popped = -1
 
     def pop_episodes(self) -> list[tuple[float, int]]:
         read, written = int(self.header[EPISODES_READ]), int(self.header[EPISODES_WRITTEN])
