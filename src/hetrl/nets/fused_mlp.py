@@ -175,23 +175,10 @@ def clip_and_adam(params, grads, m, v, step, lr, beta1, beta2, eps, max_norm, ta
     same pass, which saves a pass over three vectors."""
     scale = 1.0
     if max_norm > 0:
-        scale = min(1.0, max_norm / (np.sqrt(sum_of_squares(grads)) + 1e-6))
-    adam(params, grads, m, v, step, lr, beta1, beta2, eps, scale, target, tau)
-
-
-@numba.njit(cache=True, fastmath=True, error_model="numpy", nogil=True)
-def sum_of_squares(grads):  # pragma: no cover - compiled
-    """The gradient's squared norm, summed in float64 (clip_grad_norm_'s norm, squared)."""
-    sq = 0.0
-    for i in range(len(grads)):
-        sq += np.float64(grads[i]) * grads[i]
-    return sq
-
-
-@numba.njit(cache=True, fastmath=True, error_model="numpy", nogil=True)
-def adam(params, grads, m, v, step, lr, beta1, beta2, eps, scale, target, tau):  # pragma: no cover - compiled
-    """clip_and_adam's step with the clipping's ``scale`` given: elementwise, so any range of the
-    vectors can be stepped on its own (Learn/blas steps them in ranges on several threads)."""
+        sq = 0.0
+        for i in range(len(grads)):
+            sq += np.float64(grads[i]) * grads[i]
+        scale = min(1.0, max_norm / (np.sqrt(sq) + 1e-6))
     bc1 = 1.0 - beta1 ** step
     bc2_sqrt = np.sqrt(1.0 - beta2 ** step)
     step_size = np.float32(lr / bc1)
@@ -243,38 +230,6 @@ class FlatAdam:
         clip_and_adam(params, grads, self.m, self.v, self.steps, self.lr, BETAS[0], BETAS[1], EPS,
                       max_norm if max_norm is not None else 0.0, params if target is None else target,
                       0.0 if target is None else tau)
-
-    def step_in_ranges(self, run: Callable[[Callable[[tuple[int, int]], Any], list[tuple[int, int]]], list[Any]],
-                       ranges: list[tuple[int, int]], params: np.ndarray, grads: np.ndarray, copies: list[np.ndarray],
-                       max_norm: float | None, target: np.ndarray | None = None, tau: float = 0.0) -> None:
-        """:meth:`step` after adding ``copies`` (other threads' gradients) into ``grads``, all of it by
-        parameter ``ranges``, each on a thread of ``run`` (``RowShares.run``): the work is elementwise
-        but for the clipping's norm, a pass of partial sums first where clipping is on."""
-        self.steps += 1
-        step, target_ = self.steps, params if target is None else target
-        tau_ = 0.0 if target is None else tau
-
-        def summed(span: tuple[int, int]) -> float:
-            a, b = span
-            for copy in copies:
-                np.add(grads[a:b], copy[a:b], out=grads[a:b])
-            return sum_of_squares(grads[a:b]) if max_norm is not None else 0.0
-
-        def stepped(span: tuple[int, int], scale: float) -> None:
-            a, b = span
-            adam(params[a:b], grads[a:b], self.m[a:b], self.v[a:b], step, self.lr, BETAS[0], BETAS[1], EPS, scale,
-                 target_[a:b], tau_)
-
-        if max_norm is None:  # one pass: each range summed, then stepped, on its thread
-            def both(span: tuple[int, int]) -> None:
-                summed(span)
-                stepped(span, 1.0)
-
-            run(both, ranges)
-            return
-        norm = float(np.sqrt(sum(run(summed, ranges))))
-        scale = min(1.0, max_norm / (norm + 1e-6))
-        run(lambda span: stepped(span, scale), ranges)
 
     def state_dict(self) -> dict[str, Any]:
         pairs = list(zip(self.views(self.m), self.views(self.v)))

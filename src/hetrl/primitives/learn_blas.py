@@ -106,12 +106,6 @@ class FlatNets:
         views = layout.views(flat)
         return [Dense(torch.from_numpy(w), torch.from_numpy(b), w, b) for w, b in zip(views[0::2], views[1::2])]
 
-    def step_shared(self, threads: RowShares, copies: list[np.ndarray], max_norm: float | None, tau: float = 0.0) -> None:
-        """:meth:`step` with ``copies`` (the other row shares' gradients) added into the gradient
-        first, both in parameter ranges on ``threads``, one range per share (cache-line multiples)."""
-        spans = threads.spans(len(self.params), len(copies) + 1, CACHE_LINE // 4)
-        self.adam.step_in_ranges(threads.run, spans, self.params, self.grads, copies, max_norm, self.target, tau)
-
     def gradient_copy(self) -> tuple[np.ndarray, list[Layers]]:
         """Another gradient vector laid out as ``grads``, with its layers: where another thread's rows
         of a batch write their gradients, added into ``grads`` before the step."""
@@ -437,15 +431,10 @@ class ActorCriticBlas(Learner):
                 discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def _step(self, flat: FlatNets, which: str, tau: float = 0.0) -> None:
-        """Adam on ``flat`` (``which``: critic or actor) with every share's gradient (their sum:
-        the others' vectors added into share 0's, the FlatNets' own, range by range on the shares'
-        threads); its target, if any, moves by ``tau`` in the same pass."""
-        if len(self.shares) == 1:
-            flat.step(self.cfg.max_grad_norm, tau)
-        else:
-            flat.step_shared(self.threads, [getattr(share, f"{which}_grads") for share in self.shares[1:]],
-                             self.cfg.max_grad_norm, tau)
+    def _gradients_summed(self, flat: FlatNets, which: str) -> None:
+        """Add every other share's gradient vector (``which``: critic or actor) into share 0's, the FlatNets' own."""
+        for share in self.shares[1:]:
+            np.add(flat.grads, getattr(share, f"{which}_grads"), out=flat.grads)
 
     def _target_q(self, share: Share, next_obs: np.ndarray) -> np.ndarray:
         """The minimum over the target heads of Q'(s', a') for the share's rows, into its rows of
@@ -481,7 +470,8 @@ class ActorCriticBlas(Learner):
 
     def _critic_step(self, tau: float) -> None:
         """Adam on the shares' summed critic gradient; its targets move by ``tau`` in the same pass."""
-        self._step(self.critic_flat, "critic", tau)
+        self._gradients_summed(self.critic_flat, "critic")
+        self.critic_flat.step(self.cfg.max_grad_norm, tau)
 
 
 class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
@@ -525,7 +515,8 @@ class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
         out = {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
         if targets_move:
             actor_loss = sum(self.threads.run(lambda share: self._actor_backward(share, obs), self.shares))
-            self._step(self.actor_flat, "actor", cfg.tau)
+            self._gradients_summed(self.actor_flat, "actor")
+            self.actor_flat.step(cfg.max_grad_norm, cfg.tau)
             out["actor_loss"] = torch.from_numpy(np.array(actor_loss, np.float32))  # a new tensor: the executor keeps it
         return out
 
@@ -667,7 +658,8 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
         """The actor's step (:meth:`_actor_backward` on every share, then Adam), then the temperature's
         on -mean(log_alpha * (log pi(a|s) + target entropy)). Returns the actor's loss."""
         loss = sum(self.threads.run(lambda share: self._actor_backward(share, obs, alpha), self.shares))
-        self._step(self.actor_flat, "actor")
+        self._gradients_summed(self.actor_flat, "actor")
+        self.actor_flat.step(self.cfg.max_grad_norm)
         self.actor_loss = torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
         if self.alpha_optimizer is not None:
             gap = np.mean(self.log_prob + np.float32(self.target_entropy), dtype=np.float32)  # log pi + target entropy
@@ -780,16 +772,12 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
             return loss
 
         loss = sum(self.threads.run(share_loss, self.shares))
+        for share in self.shares[1:]:
+            np.add(self.grads, share.grads, out=self.grads)
         self.updates += 1
         # Polyak averaging every update, or a hard copy every target_update_every (DQNLearner.periodic_due)
         target_moves = cfg.tau < 1.0 or self.updates % cfg.target_update_every == 0
-        tau = cfg.tau if target_moves else 0.0
-        if len(self.shares) == 1:
-            self.optimizer.step(self.params, self.grads, cfg.max_grad_norm, self.target, tau)
-        else:  # the other shares' gradients added in, and Adam, by parameter ranges on the shares' threads
-            spans = self.threads.spans(self.layout.size, len(self.shares), CACHE_LINE // 4)
-            self.optimizer.step_in_ranges(self.threads.run, spans, self.params, self.grads,
-                                          [share.grads for share in self.shares[1:]], cfg.max_grad_norm, self.target, tau)
+        self.optimizer.step(self.params, self.grads, cfg.max_grad_norm, self.target, cfg.tau if target_moves else 0.0)
         return {"td_errors": torch.from_numpy(td), "loss": torch.from_numpy(np.array(loss, np.float32))}
 
 

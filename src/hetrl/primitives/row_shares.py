@@ -35,13 +35,6 @@ class RowShares:
         bounds = [batch * i // k for i in range(k + 1)]
         return list(zip(bounds[:-1], bounds[1:]))
 
-    @staticmethod
-    def spans(n: int, k: int, align: int) -> list[tuple[int, int]]:
-        """[start, stop) of ``k`` near-equal ranges of a vector of ``n`` elements, each starting at a
-        multiple of ``align`` (a cache line: no two threads write one line)."""
-        bounds = [min(n, -(-(n * i // k) // align) * align) for i in range(k)] + [n]
-        return list(zip(bounds[:-1], bounds[1:]))
-
     def run(self, fn: Callable[[S], T], shares: Sequence[S]) -> list[T]:
         """``fn(share)`` for every share, in order: the first on this thread, each other on a pool
         thread, with torch at one thread meanwhile (each share's products on one MKL thread) and
