@@ -14,8 +14,6 @@ from hetrl.nets.flat_q import FlatQ, supports
 from hetrl.primitives.learn_blas import LearnBlas
 from hetrl.primitives.learn_torch import LearnTorch
 
-from test_learn_blas import threads  # noqa: F401 (a fixture: 1 thread, and 2 threads with row shares)
-
 
 def _image_spec(env_id: str, shape: tuple[int, int, int], n_actions: int = 5) -> EnvSpec:
     return EnvSpec(env_id, shape, True, n_actions, (), (), (), None, False, obs_dtype="uint8")
@@ -54,19 +52,18 @@ def _torch(batch):
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_blas_dqn_matches_torch_update_by_update(case, threads):
+def test_blas_dqn_matches_torch_update_by_update(case):
     spec, cfg = CASES[case]
     algo = make_algorithm("dqn", spec, cfg)
     blas, plain = LearnBlas(algo, "cpu", seed=3), LearnTorch(algo, "cpu", seed=3)
     start = {k: v.clone() for k, v in plain.learner.q.state_dict().items()}
     rng = np.random.default_rng(0)
     for _ in range(8):
-        batch = _batch(rng, spec, b=37)  # two shares of 18 and 19 rows at 2 threads
+        batch = _batch(rng, spec)
         a, b = blas.learn(**batch), plain.learn(**_torch(batch))
         np.testing.assert_allclose(a["loss"].item(), b["loss"].item(), rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(a["td_errors"].numpy(), b["td_errors"].numpy(), rtol=1e-4, atol=1e-5)
     assert blas.learner.updates == plain.learner.updates == 8
-    assert len(blas.learner.shares) == threads and torch.get_num_threads() == threads
     mine, theirs = blas.learner.state_dict(), plain.learner.state_dict()
     for net in ("q", "q_target"):
         for name in theirs[net]:

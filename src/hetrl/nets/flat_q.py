@@ -90,7 +90,7 @@ def _zeros(*shape: int) -> torch.Tensor:
     return torch.from_numpy(aligned_zeros(shape))
 
 
-@numba.njit(cache=True, fastmath=True, error_model="numpy", nogil=True)  # nogil: Learn/blas's row shares run it on several threads
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
 def relu_backward(grad, out):  # pragma: no cover - compiled
     """grad <- grad where the ReLU's output ``out`` is positive, else 0 (in place, any matching shape)."""
     g, o = grad.reshape(-1), out.reshape(-1)

@@ -224,8 +224,8 @@ def _compile_now() -> None:
     squashed_gaussian_backward(two, col, col, col, np.float32(1.0), one[:1], two)
     soft_actor_loss(col, col, one, np.float32(1.0), col, col, 2)
     q, index = np.zeros((2, 2), np.float32), np.zeros(2, np.int64)
-    dqn_td_loss(q, index, one, one, q, index, one, q, one, 2)
-    dqn_td_loss(q, index, one, one, q, index[:0], one, q, one, 2)
+    dqn_td_loss(q, index, one, one, q, index, one, q, one)
+    dqn_td_loss(q, index, one, one, q, index[:0], one, q, one)
     squash_backward(col, one, col, col)
 
 
@@ -670,15 +670,14 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
 
 
 @narrow.jit
-def dqn_td_loss(q, actions, rewards, discounts, next_q_all, best, weights, q_grad, td_abs, batch):  # pragma: no cover - compiled
-    """DQN's loss over these rows as part of a mean over ``batch`` rows, sum(w * huber(Q(s, a) -
-    target)) / batch, returned, from Q-values laid out (actions, rows), with target = r + discount * Q'(s', b)
+def dqn_td_loss(q, actions, rewards, discounts, next_q_all, best, weights, q_grad, td_abs):  # pragma: no cover - compiled
+    """DQN's loss, mean(w * huber(Q(s, a) - target)), returned, from Q-values laid out (actions, batch), with target = r + discount * Q'(s', b)
     where b is ``best`` (double Q-learning) or, where ``best`` is empty, the argmax of Q'(s', .); its
     gradient with respect to every Q-value into ``q_grad`` (zero but at the taken action); |target -
     Q(s, a)| into ``td_abs``. As DQNLearner.step with F.huber_loss (delta 1)."""
-    n_actions, n = q.shape  # (actions, rows): feature-major, as hetrl.nets.flat_q computes them
+    n_actions, n = q.shape  # (actions, batch): feature-major, as hetrl.nets.flat_q computes them
     loss = 0.0
-    inv_n = np.float32(1.0 / batch)
+    inv_n = np.float32(1.0 / n)
     for r in range(n):
         if len(best):
             nq = next_q_all[best[r], r]
@@ -693,27 +692,14 @@ def dqn_td_loss(q, actions, rewards, discounts, next_q_all, best, weights, q_gra
         for a in range(n_actions):
             q_grad[a, r] = 0.0
         q_grad[actions[r], r] = weights[r] * max(np.float32(-1.0), min(np.float32(1.0), d)) * inv_n
-    return loss / batch
-
-
-@dataclass
-class QShare:
-    """One thread's rows of a DQN batch (:class:`Share`'s counterpart): its passes at its size and
-    the gradient it writes (share 0 the learner's own vector)."""
-
-    rows: slice
-    online: QPass
-    scratch: QPass
-    grads: np.ndarray
-    grad_tensors: list[torch.Tensor]
+    return loss / n
 
 
 class DQNBlasLearner(DQNCheckpoint, Learner):
     """DQN's update with the Q-network written out (:mod:`hetrl.nets.flat_q`): convolutions as gathers
     and products, the backward pass by hand, Adam and the target update in one compiled pass. It
     computes what :class:`hetrl.algos.dqn.DQNLearner` computes, to float32 tolerance, and keeps its
-    checkpoint format. With torch at several threads the batch's rows are shared out as in
-    :class:`ActorCriticBlas` (one phase: targets, loss and backward pass per share)."""
+    checkpoint format."""
 
     def __init__(self, algo: DQN, seed: int) -> None:
         cfg: DQNConfig = algo.config
@@ -727,26 +713,17 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
         self.weights, self.target_weights, self.grad_tensors = (layout.tensors(flat) for flat in (self.params, self.target, self.grads))
         self.optimizer = FlatAdam(layout.size, layout.views, cfg.lr)  # torch Adam's checkpoint layout
         self.cfg, self.updates = cfg, 0
-        self._shape, self._no_best = (-1, -1), np.zeros(0, np.int64)
-        self.threads = RowShares()
-        self.shares: list[QShare] = []
+        self._batch, self._no_best = -1, np.zeros(0, np.int64)
 
     @property
     def policy_network(self) -> nn.Module:
         return self.q
 
     def _passes(self, batch: int) -> None:
-        """The shares' passes for a batch size and thread count, made once (a run changes neither)."""
-        ranges = self.threads.ranges(batch)
-        if (batch, len(ranges)) == self._shape:
-            return
-        self._shape = (batch, len(ranges))
-        self.shares = []
-        for i, (start, stop) in enumerate(ranges):
-            grads = self.grads if i == 0 else aligned_zeros(self.layout.size)
-            grad_tensors = self.grad_tensors if i == 0 else self.layout.tensors(grads)
-            self.shares.append(QShare(slice(start, stop), QPass(self.layout, stop - start), QPass(self.layout, stop - start),
-                                      grads, grad_tensors))
+        """The passes' buffers for a batch size, made once (a run's batch size does not change)."""
+        if batch != self._batch:
+            self._batch = batch
+            self.online, self.scratch = QPass(self.layout, batch), QPass(self.layout, batch)
 
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One update from host arrays (numpy, or CPU tensors; uint8 observations stay bytes)."""
@@ -756,24 +733,15 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
         rewards, discounts, weights = (host_array(batch[k]) for k in ("rewards", "discounts", "weights"))
         size = len(actions)
         self._passes(size)
+        best = self._no_best
+        if cfg.double:  # the online network picks the next action, the target network values it
+            best = self.scratch.forward(self.weights, next_obs).argmax(dim=0).numpy()
+        next_q_all = self.scratch.forward(self.target_weights, next_obs).numpy()
+        q_all = self.online.forward(self.weights, obs).numpy()
         td = np.empty(size, np.float32)  # a new array: the executor keeps it
-
-        def share_loss(share: QShare) -> float:
-            rows = share.rows
-            best = self._no_best
-            if cfg.double:  # the online network picks the next action, the target network values it
-                best = share.scratch.forward(self.weights, next_obs[rows]).argmax(dim=0).numpy()
-            next_q_all = share.scratch.forward(self.target_weights, next_obs[rows]).numpy()
-            q_all = share.online.forward(self.weights, obs[rows]).numpy()
-            q_grad = share.online.q_grad_t
-            loss = dqn_td_loss(q_all, actions[rows], rewards[rows], discounts[rows], next_q_all, best, weights[rows],
-                               q_grad.numpy(), td[rows], size)
-            share.online.backward(self.weights, share.grad_tensors, q_grad)
-            return loss
-
-        loss = sum(self.threads.run(share_loss, self.shares))
-        for share in self.shares[1:]:
-            np.add(self.grads, share.grads, out=self.grads)
+        q_grad = self.online.q_grad_t
+        loss = dqn_td_loss(q_all, actions, rewards, discounts, next_q_all, best, weights, q_grad.numpy(), td)
+        self.online.backward(self.weights, self.grad_tensors, q_grad)
         self.updates += 1
         # Polyak averaging every update, or a hard copy every target_update_every (DQNLearner.periodic_due)
         target_moves = cfg.tau < 1.0 or self.updates % cfg.target_update_every == 0
