@@ -54,17 +54,8 @@ CASES = {
 }
 
 
-@pytest.fixture(params=[1, 2], ids=["1 thread", "2 threads: row shares"])
-def threads(request):
-    """torch's thread count for the test: at 2, Learn/blas splits each batch into two row shares."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
 @pytest.mark.parametrize("case", CASES)
-def test_blas_learner_matches_torch_update_by_update(case, threads):
+def test_blas_learner_matches_torch_update_by_update(case):
     name, env, cfg = CASES[case]
     spec = env_spec(env) if isinstance(env, str) else env
     algo = make_algorithm(name, spec, cfg)
@@ -83,7 +74,6 @@ def test_blas_learner_matches_torch_update_by_update(case, threads):
             actor_steps += 1
     assert actor_steps == 12 // cfg.policy_delay
     assert blas.learner.updates == plain.learner.updates == 12
-    assert len(blas.learner.shares) == threads and torch.get_num_threads() == threads  # its thread count restored
     mine, theirs = blas.learner.state_dict(), plain.learner.state_dict()
     for net in ("actor", "critic", "actor_target", "critic_target"):
         _assert_same(mine[net], theirs[net])
@@ -227,35 +217,6 @@ def test_learner_buffers_start_on_cache_lines():
     learner.update(_batch(np.random.default_rng(5), spec, b=33))
     flat = learner.critic_flat
     heads = [flat.params[start:end] for start, end in flat.spans]
-    share = learner.shares[0]
-    arrays = [flat.params, flat.target, flat.grads, *heads, *share.critic_passes[1].h_np, *share.actor_pass.g_np]
+    arrays = [flat.params, flat.target, flat.grads, *heads, *learner.critic_passes[1].h_np, *learner.actor_pass.g_np]
     assert len(heads) == 2 and all(a.ctypes.data % CACHE_LINE == 0 for a in arrays if a.size)
     assert aligned_zeros((3, 5)).shape == (3, 5) and not aligned_zeros(7).any()
-
-
-def test_row_shares_run_on_their_own_threads_and_repeat_bit_for_bit(threads):
-    """At 2 threads each share runs on its own thread, products on one MKL thread each; the result
-    depends on the thread count only, not on the run: two learners agree bit for bit."""
-    import threading
-
-    spec = env_spec("Pendulum-v1")
-    algo = make_algorithm("td3", spec, TD3Config(hidden=(64, 64)))
-    learners = [LearnBlas(algo, "cpu", seed=1).learner for _ in range(2)]
-    seen: list[tuple[int, int]] = []
-    first = learners[0]
-    backward = first._critic_backward
-
-    def spy(share, *args):
-        seen.append((threading.get_ident(), torch.get_num_threads()))
-        return backward(share, *args)
-
-    first._critic_backward = spy
-    rng = np.random.default_rng(2)
-    for _ in range(4):
-        batch = _batch(rng, spec, b=64)
-        outs = [learner.update(batch) for learner in learners]
-        np.testing.assert_array_equal(outs[0]["td_errors"].numpy(), outs[1]["td_errors"].numpy())
-    np.testing.assert_array_equal(learners[0].critic_flat.params, learners[1].critic_flat.params)
-    np.testing.assert_array_equal(learners[0].actor_flat.params, learners[1].actor_flat.params)
-    assert len({ident for ident, _ in seen}) == threads  # one thread per share
-    assert {n for _, n in seen} == {1}  # each share's products on one thread (one share: torch at 1 here)

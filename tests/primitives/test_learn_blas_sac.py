@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_learn_blas import WIDE, _batch, _torch, threads  # noqa: F401 (a fixture) DDPG's cases: the same batches, and the wide observation's env
+from test_learn_blas import WIDE, _batch, _torch  # DDPG's cases: the same batches, and the wide observation's env
 
 from hetrl.algos import make_algorithm
 from hetrl.algos.sac import SACConfig
@@ -48,7 +48,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_blas_sac_matches_torch_update_by_update(case, threads):
+def test_blas_sac_matches_torch_update_by_update(case):
     env, cfg, clamped = CASES[case]
     spec = env_spec(env) if isinstance(env, str) else env
     algo = make_algorithm("sac", spec, cfg)

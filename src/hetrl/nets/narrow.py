@@ -21,9 +21,8 @@ import numpy as np
 NARROW = 16  # at most this many outputs: a layer's product is forward_few_outputs's dot products, not BLAS
 FOUR = 4  # at most this many inputs (an observation, and an action): the first layer's products are unrolled kernels
 
-# numpy's error model: no zero-division branch in the loops, which keeps them vectorised; no GIL, so
-# that Learn/blas's row shares (hetrl.primitives.row_shares) run them on several threads at once
-jit = numba.njit(cache=True, fastmath=True, error_model="numpy", nogil=True)
+# numpy's error model: no zero-division branch in the loops, which keeps them vectorised
+jit = numba.njit(cache=True, fastmath=True, error_model="numpy")
 
 
 @numba.njit(cache=True, fastmath=True, error_model="numpy", inline="always")

@@ -48,7 +48,6 @@ from hetrl.nets.fused_mlp import CACHE_LINE, FlatAdam, FlatMLP, aligned_zeros
 from hetrl.nets.mlp import LOG_STD_MAX, LOG_STD_MIN, TANH_EPS
 from hetrl.nets.narrow import FOUR, NARROW
 from hetrl.primitives.learn_host import LearnOnHost, host_array
-from hetrl.primitives.row_shares import RowShares
 from hetrl.protocol import LEARN_INPUTS, implements
 
 
@@ -106,12 +105,6 @@ class FlatNets:
         views = layout.views(flat)
         return [Dense(torch.from_numpy(w), torch.from_numpy(b), w, b) for w, b in zip(views[0::2], views[1::2])]
 
-    def gradient_copy(self) -> tuple[np.ndarray, list[Layers]]:
-        """Another gradient vector laid out as ``grads``, with its layers: where another thread's rows
-        of a batch write their gradients, added into ``grads`` before the step."""
-        grads = aligned_zeros(len(self.grads))
-        return grads, self._split(grads)
-
     def views(self, flat: np.ndarray) -> list[np.ndarray]:
         """Per-tensor views of ``flat`` in the modules' parameter order (the torch optimiser's)."""
         return [view for layout, (start, end) in zip(self.layouts, self.spans) for view in layout.views(flat[start:end])]
@@ -158,7 +151,7 @@ def squash_backward(g, scale, tanh, out):  # pragma: no cover - compiled
 
 # no fastmath: reassociated or fused, 1 - tanh^2 + eps would round otherwise than in torch, and the
 # log density magnifies that where the tanh saturates
-_exact = numba.njit(cache=True, error_model="numpy", nogil=True)  # nogil: row shares run them on several threads
+_exact = numba.njit(cache=True, error_model="numpy")
 
 
 @_exact
@@ -200,19 +193,19 @@ def squashed_gaussian_backward(out, noise, squashed, action_grad, coef, scale, o
 
 
 @narrow.jit
-def soft_actor_loss(q0, q1, log_prob, alpha, g0, g1, batch):  # pragma: no cover - compiled
-    """SAC's actor loss over these rows as part of a mean over ``batch`` rows: sum(alpha * log_prob -
-    min(q0, q1)) / batch, returned; its gradient with respect to each head's Q-values (rows x 1) into
-    ``g0`` and ``g1``: -1/batch at the smaller (the first where they tie), 0 at the other."""
+def soft_actor_loss(q0, q1, log_prob, alpha, g0, g1):  # pragma: no cover - compiled
+    """SAC's actor loss, mean(alpha * log_prob - min(q0, q1)), returned; its gradient with respect to
+    each head's Q-values (batch x 1) into ``g0`` and ``g1``: -1/batch at the smaller (the first where
+    they tie), 0 at the other."""
     n = log_prob.shape[0]
     loss = 0.0
-    step, zero = np.float32(-1.0 / batch), np.float32(0.0)
+    step, zero = np.float32(-1.0 / n), np.float32(0.0)
     for r in range(n):
         first = q0[r, 0] <= q1[r, 0]
         loss += alpha * log_prob[r] - (q0[r, 0] if first else q1[r, 0])
         g0[r, 0] = step if first else zero
         g1[r, 0] = zero if first else step
-    return loss / batch
+    return loss / n
 
 
 def _compile_now() -> None:
@@ -222,7 +215,7 @@ def _compile_now() -> None:
     two = np.zeros((2, 2), np.float32)
     squashed_gaussian(two, col, one[:1], one[:1], two[:, 1:], col, one)  # the actions go into a pass's input columns
     squashed_gaussian_backward(two, col, col, col, np.float32(1.0), one[:1], two)
-    soft_actor_loss(col, col, one, np.float32(1.0), col, col, 2)
+    soft_actor_loss(col, col, one, np.float32(1.0), col, col)
     q, index = np.zeros((2, 2), np.float32), np.zeros(2, np.int64)
     dqn_td_loss(q, index, one, one, q, index, one, q, one)
     dqn_td_loss(q, index, one, one, q, index[:0], one, q, one)
@@ -317,45 +310,12 @@ class MLPPass:
         return self.g_np[0]
 
 
-@dataclass
-class Share:
-    """One thread's rows of a batch, ``rows`` (``size`` of the batch's ``batch``), with the passes it
-    runs them through and the gradient vectors it writes: share 0 the FlatNets' own, the others
-    copies that are summed into them before each step (:meth:`FlatNets.gradient_copy`)."""
-
-    rows: slice
-    size: int
-    batch: int
-    actor_pass: MLPPass
-    actor_target_pass: MLPPass | None
-    critic_passes: list[MLPPass]
-    critic_target_passes: list[MLPPass]
-    critic_grads: np.ndarray
-    critic_grad_layers: list[Layers]
-    actor_grads: np.ndarray
-    actor_grad_layers: list[Layers]
-
-    @property
-    def fraction(self) -> float:
-        """Its part of a mean over the batch: a share's mean times this sums to the batch's."""
-        return self.size / self.batch
-
-
 class ActorCriticBlas(Learner):
     """What the hand-written actor-critic learners share (DDPG/TD3's, SAC's): the actor's MLP and the
     critic's heads in :class:`FlatNets` (the torch modules' parameters are views of them), a generator
     for the update's noise seeded as the torch learner's, buffers made once per batch size, and the
     critic's step: the target heads' minimum, each head's weighted squared error and backward pass,
     then Adam and the targets' Polyak average in one pass.
-
-    **Both cores.** With torch at T > 1 threads, the batch's rows are split into T shares
-    (:class:`~hetrl.primitives.row_shares.RowShares`), each run by its own thread through its own
-    passes, every product on one MKL thread: rows are independent through the forward passes, the
-    losses and the input gradients, and only the weight gradients sum over rows, so each share
-    writes its own gradient vector and the step adds them. A phase (the target and the critic's
-    backward pass; the actor's) is one hand-off per thread, where MKL's own threads meet at every
-    product and every kernel between them runs on one core. At one thread it is one share: the
-    update as before.
 
     A subclass writes ``_update`` (one update on host arrays) and allocates its own buffers in
     ``_own_scratch``; ``has_actor_target`` says whether the actor has a target (DDPG's) or not (SAC's)."""
@@ -381,9 +341,7 @@ class ActorCriticBlas(Learner):
         self.generator.manual_seed(seed + 1)
         self.obs_dim, self.act_dim = int(self.actor_flat.layouts[0].dims[0]), len(self.actor.scale)
         self.scale, self.center = self.actor.scale.numpy(), self.actor.center.numpy()  # views of the actor's buffers
-        self.cfg, self.updates, self._shape = cfg, 0, (-1, -1)
-        self.threads = RowShares()
-        self.shares: list[Share] = []
+        self.cfg, self.updates, self._batch = cfg, 0, -1
         narrow.compile_now()
         _compile_now()
 
@@ -392,32 +350,21 @@ class ActorCriticBlas(Learner):
         return self.actor
 
     def _scratch(self, batch: int) -> None:
-        """Buffers for a batch size and thread count, allocated once (a run changes neither)."""
-        ranges = self.threads.ranges(batch)
-        if (batch, len(ranges)) == self._shape:
+        """Buffers for a batch size, allocated once (a run's batch size does not change)."""
+        if batch == self._batch:
             return
-        self._shape = (batch, len(ranges))
-        critic_dims, actor_dims, heads = self.critic_flat.layouts[0].dims, self.actor_flat.layouts[0].dims, len(self.critic_flat.layouts)
-        self.shares = []
-        for i, (start, stop) in enumerate(ranges):
-            size = stop - start
-            critic_grads, critic_layers = ((self.critic_flat.grads, self.critic_flat.grad_layers) if i == 0
-                                           else self.critic_flat.gradient_copy())
-            actor_grads, actor_layers = ((self.actor_flat.grads, self.actor_flat.grad_layers) if i == 0
-                                         else self.actor_flat.gradient_copy())
-            self.shares.append(Share(
-                slice(start, stop), size, batch, MLPPass(actor_dims, size),
-                MLPPass(actor_dims, size) if self.has_actor_target else None,
-                # the heads' passes also serve the actor's step, which asks them for the actions' gradient
-                [MLPPass(critic_dims, size, self.act_dim) for _ in range(heads)],
-                [MLPPass(critic_dims, size) for _ in range(heads)],
-                critic_grads, critic_layers, actor_grads, actor_layers))
+        self._batch = batch
+        critic_dims, heads = self.critic_flat.layouts[0].dims, len(self.critic_flat.layouts)
+        self.actor_pass = MLPPass(self.actor_flat.layouts[0].dims, batch)
+        # the heads' passes also serve the actor's step, which asks them for the actions' gradient
+        self.critic_passes = [MLPPass(critic_dims, batch, self.act_dim) for _ in range(heads)]
+        self.critic_target_passes = [MLPPass(critic_dims, batch) for _ in range(heads)]
         self.next_q, self.target, self.td_abs = (np.zeros(batch, np.float32) for _ in range(3))
-        self.q_grads = [np.zeros((batch, 1), np.float32) for _ in range(heads)]
+        self.q_grad = np.zeros((batch, 1), np.float32)
         self._own_scratch(batch)
 
     def _own_scratch(self, batch: int) -> None:
-        """The subclass's buffers for a batch size (whole-batch arrays: each share works on its rows)."""
+        """The subclass's buffers for a batch size."""
 
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One update from host arrays (numpy, or CPU tensors, read without a copy)."""
@@ -431,47 +378,35 @@ class ActorCriticBlas(Learner):
                 discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
         raise NotImplementedError
 
-    def _gradients_summed(self, flat: FlatNets, which: str) -> None:
-        """Add every other share's gradient vector (``which``: critic or actor) into share 0's, the FlatNets' own."""
-        for share in self.shares[1:]:
-            np.add(flat.grads, getattr(share, f"{which}_grads"), out=flat.grads)
-
-    def _target_q(self, share: Share, next_obs: np.ndarray) -> np.ndarray:
-        """The minimum over the target heads of Q'(s', a') for the share's rows, into its rows of
-        ``self.next_q``; a' is what the caller wrote into the share's first target pass's action columns."""
-        od, next_q = self.obs_dim, self.next_q[share.rows]
-        first = share.critic_target_passes[0].h_np[0]
-        first[:, :od] = next_obs[share.rows]
-        for i, (net, layers) in enumerate(zip(share.critic_target_passes, self.critic_flat.target_layers)):
+    def _target_q(self, next_obs: np.ndarray) -> np.ndarray:
+        """The minimum over the target heads of Q'(s', a'), into ``self.next_q``; a' is what the
+        caller wrote into the first target head's action columns."""
+        od = self.obs_dim
+        first = self.critic_target_passes[0].h_np[0]
+        first[:, :od] = next_obs
+        for i, (net, layers) in enumerate(zip(self.critic_target_passes, self.critic_flat.target_layers)):
             if i:
                 net.h_np[0][...] = first
             q = net.forward(layers)[:, 0]
             if i:
-                np.minimum(next_q, q, out=next_q)
+                np.minimum(self.next_q, q, out=self.next_q)
             else:
-                next_q[...] = q
-        return next_q
+                self.next_q[...] = q
+        return self.next_q
 
-    def _critic_backward(self, share: Share, obs: np.ndarray, actions: np.ndarray, weights: np.ndarray, loss_scale: float,
-                         td_errors: np.ndarray) -> float:
-        """The share's part of the critic's loss, loss_scale * sum over heads of mean(w * (Q(s, a) -
-        target)^2) over the batch, returned, with its gradient in the share's vector; ``self.target``
-        set on its rows; |TD errors| of the first head into its rows of ``td_errors``."""
-        od, rows, critic = self.obs_dim, share.rows, self.critic_flat
-        loss = 0.0
-        for i, (net, layers, grads) in enumerate(zip(share.critic_passes, critic.layers, share.critic_grad_layers)):
-            net.h_np[0][:, :od] = obs[rows]
-            net.h_np[0][:, od:] = actions[rows]
-            td_abs = td_errors[rows] if i == 0 else self.td_abs[rows]
-            q_grad = self.q_grads[i][rows]
-            loss += td_loss(net.forward(layers), self.target[rows], weights[rows], q_grad, td_abs, loss_scale * share.fraction)
-            net.backward(layers, q_grad, grads)
-        return loss
-
-    def _critic_step(self, tau: float) -> None:
-        """Adam on the shares' summed critic gradient; its targets move by ``tau`` in the same pass."""
-        self._gradients_summed(self.critic_flat, "critic")
-        self.critic_flat.step(self.cfg.max_grad_norm, tau)
+    def _critic_step(self, obs: np.ndarray, actions: np.ndarray, weights: np.ndarray, loss_scale: float,
+                     tau: float) -> dict[str, torch.Tensor]:
+        """The critic's step on loss_scale * sum over heads of mean(w * (Q(s, a) - target)^2), with
+        ``self.target`` set; its targets move by ``tau`` in the same pass as Adam."""
+        od, critic = self.obs_dim, self.critic_flat
+        loss, td_errors = 0.0, np.empty(len(weights), np.float32)  # new arrays: the executor keeps them
+        for i, (net, layers, grads) in enumerate(zip(self.critic_passes, critic.layers, critic.grad_layers)):
+            net.h_np[0][:, :od] = obs
+            net.h_np[0][:, od:] = actions
+            loss += td_loss(net.forward(layers), self.target, weights, self.q_grad, td_errors if i == 0 else self.td_abs, loss_scale)
+            net.backward(layers, self.q_grad, grads)
+        critic.step(self.cfg.max_grad_norm, tau)
+        return {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
 
 
 class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
@@ -483,76 +418,60 @@ class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
     cfg: DDPGConfig
 
     def _own_scratch(self, batch: int) -> None:
+        self.actor_target_pass = MLPPass(self.actor_flat.layouts[0].dims, batch)
         self.tanh, self.action_grad = (np.zeros((batch, self.act_dim), np.float32) for _ in range(2))
         self.noise = torch.empty(batch, self.act_dim)  # drawn by torch's generator, as DDPGLearner draws it
         self.actor_q_grad = np.full((batch, 1), -1.0 / batch, np.float32)  # d(-mean Q)/dQ
 
-    def _act(self, share: Share, net: MLPPass, layers: Layers, obs: np.ndarray, into: np.ndarray) -> None:
-        """The actor's actions for the share's rows of ``obs`` into ``into`` (tanh(output) * scale +
-        center); keeps tanh in its rows of self.tanh."""
-        tanh = self.tanh[share.rows]
-        net.h_np[0][...] = obs[share.rows]
-        np.tanh(net.forward(layers), out=tanh)
-        np.multiply(tanh, self.scale, out=into)
+    def _act(self, net: MLPPass, layers: Layers, obs: np.ndarray, into: np.ndarray) -> None:
+        """The actor's actions for ``obs`` into ``into`` (tanh(output) * scale + center); keeps tanh in self.tanh."""
+        net.h_np[0][...] = obs
+        np.tanh(net.forward(layers), out=self.tanh)
+        np.multiply(self.tanh, self.scale, out=into)
         into += self.center
 
     def _update(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
                 discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
         self.updates += 1
-        cfg = self.cfg
-        targets_move = self.updates % cfg.policy_delay == 0  # with the actor's step (TD3: every policy_delay updates)
-        if cfg.target_noise > 0:  # the whole batch's noise, drawn as DDPGLearner draws it
-            torch.randn(self.noise.shape, generator=self.generator, out=self.noise)
-        td_errors = np.empty(len(weights), np.float32)  # a new array: the executor keeps it
-
-        def critic_share(share: Share) -> float:
-            self._set_target(share, rewards, next_obs, discounts)
-            return self._critic_backward(share, obs, actions, weights, 1.0, td_errors)
-
-        loss = sum(self.threads.run(critic_share, self.shares))
+        targets_move = self.updates % self.cfg.policy_delay == 0  # with the actor's step (TD3: every policy_delay updates)
+        self._set_target(rewards, next_obs, discounts)
         # the critic's target moves in the same pass as its Adam step (the actor's step, which follows, does not read it)
-        self._critic_step(cfg.tau if targets_move else 0.0)
-        out = {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
+        out = self._critic_step(obs, actions, weights, 1.0, self.cfg.tau if targets_move else 0.0)
         if targets_move:
-            actor_loss = sum(self.threads.run(lambda share: self._actor_backward(share, obs), self.shares))
-            self._gradients_summed(self.actor_flat, "actor")
-            self.actor_flat.step(cfg.max_grad_norm, cfg.tau)
-            out["actor_loss"] = torch.from_numpy(np.array(actor_loss, np.float32))  # a new tensor: the executor keeps it
+            out["actor_loss"] = self._actor_step(obs)
         return out
 
-    def _set_target(self, share: Share, rewards: np.ndarray, next_obs: np.ndarray, discounts: np.ndarray) -> None:
-        """The share's rows of self.target = r + discount * min over heads of Q'(s', mu'(s')), with
-        TD3's clipped noise on mu'(s')."""
-        cfg, od, rows = self.cfg, self.obs_dim, share.rows
-        next_actions = share.critic_target_passes[0].h_np[0][:, od:]
-        self._act(share, share.actor_target_pass, self.actor_flat.target_layers[0], next_obs, next_actions)
+    def _set_target(self, rewards: np.ndarray, next_obs: np.ndarray, discounts: np.ndarray) -> None:
+        """self.target = r + discount * min over heads of Q'(s', mu'(s')), with TD3's clipped noise on mu'(s')."""
+        cfg, od = self.cfg, self.obs_dim
+        next_actions = self.critic_target_passes[0].h_np[0][:, od:]
+        self._act(self.actor_target_pass, self.actor_flat.target_layers[0], next_obs, next_actions)
         if cfg.target_noise > 0:
             scale, center = self.scale, self.center
-            noise = self.noise.numpy()[rows]
+            torch.randn(self.noise.shape, generator=self.generator, out=self.noise)
+            noise = self.noise.numpy()
             noise *= cfg.target_noise
             np.clip(noise, -cfg.target_noise_clip, cfg.target_noise_clip, out=noise)
             noise *= scale
             next_actions += noise
             np.clip(next_actions, center - scale, center + scale, out=next_actions)
-        target = self.target[rows]
-        np.multiply(discounts[rows], self._target_q(share, next_obs), out=target)
-        target += rewards[rows]
+        np.multiply(discounts, self._target_q(next_obs), out=self.target)
+        self.target += rewards
 
-    def _actor_backward(self, share: Share, obs: np.ndarray) -> float:
-        """The share's part of the actor's loss, -mean Q(s, mu(s)) over the batch of the first head
-        (returned, from the forward pass it runs anyway), with the actor's gradient in the share's vector."""
-        od, rows = self.obs_dim, share.rows
+    def _actor_step(self, obs: np.ndarray) -> torch.Tensor:
+        """The actor ascends Q(s, mu(s)) of the first head; its target moves by Polyak averaging.
+        Returns the step's loss, -mean Q(s, mu(s)), from the forward pass it runs anyway."""
+        cfg, od = self.cfg, self.obs_dim
         critic, actor = self.critic_flat, self.actor_flat
-        net = share.critic_passes[0]  # its buffers are free again after the critic's step
-        net.h_np[0][:, :od] = obs[rows]
-        self._act(share, share.actor_pass, actor.layers[0], obs, net.h_np[0][:, od:])
-        q = net.forward(critic.layers[0])
-        # before the backward pass reuses any buffer; one share: the batch's mean as before
-        loss = -q.mean(dtype=np.float32) if share.size == share.batch else -q.sum(dtype=np.float32) / share.batch
-        action_grad = net.backward(critic.layers[0], self.actor_q_grad[rows], None, input_from=od)  # the critic's weights stay put
-        squash_backward(action_grad, self.scale, self.tanh[rows], self.action_grad[rows])
-        share.actor_pass.backward(actor.layers[0], self.action_grad[rows], share.actor_grad_layers[0])
-        return float(loss)
+        net = self.critic_passes[0]  # its buffers are free again after the critic's step
+        net.h_np[0][:, :od] = obs
+        self._act(self.actor_pass, actor.layers[0], obs, net.h_np[0][:, od:])
+        loss = -net.forward(critic.layers[0]).mean(dtype=np.float32)  # before the backward pass reuses any buffer
+        action_grad = net.backward(critic.layers[0], self.actor_q_grad, None, input_from=od)  # the critic's weights stay put
+        squash_backward(action_grad, self.scale, self.tanh, self.action_grad)
+        self.actor_pass.backward(actor.layers[0], self.action_grad, actor.grad_layers[0])
+        actor.step(cfg.max_grad_norm, cfg.tau)
+        return torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
 
 
 class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
@@ -585,16 +504,16 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
         self.next_noise, self.actor_noise = torch.empty(batch, self.act_dim), torch.empty(batch, self.act_dim)
         self.squashed, self.action_grad = (np.zeros((batch, self.act_dim), np.float32) for _ in range(2))
         self.log_prob = np.zeros(batch, np.float32)
-        self.head_grads = [np.zeros((batch, 1), np.float32) for _ in self.critic_flat.layouts]
+        self.head_grads = [np.zeros((batch, 1), np.float32) for _ in self.critic_passes]
         self.actor_out_grad = aligned_zeros((batch, 2 * self.act_dim))
 
-    def _sample(self, share: Share, obs: np.ndarray, noise: torch.Tensor, into: np.ndarray) -> None:
-        """GaussianActor.sample: actions for the share's rows of ``obs`` and ``noise`` into ``into``,
-        their tanh into its rows of ``self.squashed``, their log densities into those of ``self.log_prob``."""
-        rows, net = share.rows, share.actor_pass
-        net.h_np[0][...] = obs[rows]
+    def _sample(self, obs: np.ndarray, noise: torch.Tensor, into: np.ndarray) -> None:
+        """GaussianActor.sample: actions for ``obs`` and ``noise`` into ``into``, their tanh into
+        ``self.squashed``, their log densities into ``self.log_prob``."""
+        net = self.actor_pass
+        net.h_np[0][...] = obs
         out = net.forward(self.actor_flat.layers[0])
-        squashed_gaussian(out, noise.numpy()[rows], self.scale, self.center, into, self.squashed[rows], self.log_prob[rows])
+        squashed_gaussian(out, noise.numpy(), self.scale, self.center, into, self.squashed, self.log_prob)
 
     def _update(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
                 discounts: np.ndarray, weights: np.ndarray) -> dict[str, torch.Tensor]:
@@ -602,64 +521,45 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
         for noise in (self.next_noise, self.actor_noise):  # both every update, as SACLearner draws them
             torch.randn(noise.shape, generator=self.generator, out=noise)
         alpha = np.exp(self._log_alpha[0])  # the update's starting temperature, for the critics' target and the actor alike
-        td_errors = np.empty(len(weights), np.float32)  # a new array: the executor keeps it
-
-        def critic_share(share: Share) -> float:
-            # the target: r + discount * (min over heads of Q'(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')
-            rows = share.rows
-            self._sample(share, next_obs, self.next_noise, share.critic_target_passes[0].h_np[0][:, self.obs_dim:])
-            soft_q = self._target_q(share, next_obs)
-            log_prob = self.log_prob[rows]
-            log_prob *= alpha
-            soft_q -= log_prob
-            np.multiply(discounts[rows], soft_q, out=self.target[rows])
-            self.target[rows] += rewards[rows]
-            return self._critic_backward(share, obs, actions, weights, 0.5, td_errors)
-
-        loss = sum(self.threads.run(critic_share, self.shares))
-        self._critic_step(cfg.tau)
-        out = {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
+        # the target: r + discount * (min over heads of Q'(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')
+        self._sample(next_obs, self.next_noise, self.critic_target_passes[0].h_np[0][:, self.obs_dim:])
+        soft_q = self._target_q(next_obs)
+        self.log_prob *= alpha
+        soft_q -= self.log_prob
+        np.multiply(discounts, soft_q, out=self.target)
+        self.target += rewards
+        out = self._critic_step(obs, actions, weights, 0.5, cfg.tau)
         self.updates += 1
         if self.updates % cfg.policy_delay == 0:
             out["actor_loss"] = self._actor_step(obs, alpha)
         return out
 
-    def _actor_backward(self, share: Share, obs: np.ndarray, alpha: np.float32) -> float:
-        """The share's part of the actor's loss, mean(alpha * log pi(a|s) - min over heads of Q(s, a))
-        over the batch, a ~ pi(.|s), against the critics just stepped (whose weights stay put),
-        returned, with the actor's gradient in the share's vector."""
-        od, rows = self.obs_dim, share.rows
-        heads = share.critic_passes  # their buffers are free again after the critic's step
+    def _actor_step(self, obs: np.ndarray, alpha: np.float32) -> torch.Tensor:
+        """The actor's step on mean(alpha * log pi(a|s) - min over heads of Q(s, a)), a ~ pi(.|s), against
+        the critics just stepped (whose weights stay put), then the temperature's on
+        -mean(log_alpha * (log pi(a|s) + target entropy)). Returns the actor's loss."""
+        cfg, od = self.cfg, self.obs_dim
+        heads = self.critic_passes  # their buffers are free again after the critic's step
         first = heads[0].h_np[0]
-        first[:, :od] = obs[rows]
-        self._sample(share, obs, self.actor_noise, first[:, od:])
+        first[:, :od] = obs
+        self._sample(obs, self.actor_noise, first[:, od:])
         q = []
         for i, (net, layers) in enumerate(zip(heads, self.critic_flat.layers)):
             if i:
                 net.h_np[0][...] = first
             q.append(net.forward(layers))
-        grads = [g[rows] for g in self.head_grads]
-        loss = soft_actor_loss(q[0], q[1], self.log_prob[rows], alpha, grads[0], grads[1], share.batch)
-        action_grad_rows = self.action_grad[rows]
-        for i, (net, layers, grad) in enumerate(zip(heads, self.critic_flat.layers, grads)):
+        loss = soft_actor_loss(q[0], q[1], self.log_prob, alpha, self.head_grads[0], self.head_grads[1])
+        for i, (net, layers, grad) in enumerate(zip(heads, self.critic_flat.layers, self.head_grads)):
             action_grad = net.backward(layers, grad, None, input_from=od)
             if i:
-                action_grad_rows += action_grad
+                self.action_grad += action_grad
             else:
-                action_grad_rows[...] = action_grad
-        coef = np.float32(alpha / share.batch)  # d(loss)/d(log pi) of each sample
-        out_grad = self.actor_out_grad[rows]
-        squashed_gaussian_backward(share.actor_pass.h_np[-1], self.actor_noise.numpy()[rows], self.squashed[rows],
-                                   action_grad_rows, coef, self.scale, out_grad)
-        share.actor_pass.backward(self.actor_flat.layers[0], out_grad, share.actor_grad_layers[0])
-        return float(loss)
-
-    def _actor_step(self, obs: np.ndarray, alpha: np.float32) -> torch.Tensor:
-        """The actor's step (:meth:`_actor_backward` on every share, then Adam), then the temperature's
-        on -mean(log_alpha * (log pi(a|s) + target entropy)). Returns the actor's loss."""
-        loss = sum(self.threads.run(lambda share: self._actor_backward(share, obs, alpha), self.shares))
-        self._gradients_summed(self.actor_flat, "actor")
-        self.actor_flat.step(self.cfg.max_grad_norm)
+                self.action_grad[...] = action_grad
+        coef = np.float32(alpha / len(obs))  # d(loss)/d(log pi) of each sample
+        squashed_gaussian_backward(self.actor_pass.h_np[-1], self.actor_noise.numpy(), self.squashed, self.action_grad, coef,
+                                   self.scale, self.actor_out_grad)
+        self.actor_pass.backward(self.actor_flat.layers[0], self.actor_out_grad, self.actor_flat.grad_layers[0])
+        self.actor_flat.step(cfg.max_grad_norm)
         self.actor_loss = torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
         if self.alpha_optimizer is not None:
             gap = np.mean(self.log_prob + np.float32(self.target_entropy), dtype=np.float32)  # log pi + target entropy
