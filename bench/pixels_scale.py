@@ -89,7 +89,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
         out = pixels.run_sb3(s, args.steps, args.seed, n_envs=int(config), vec_env=args.sb3_vec, device=args.device)
     policy = out.pop("policy")
     returns = pixels.evaluate(policy, s.env_id, args.eval_episodes) if s.learning and args.eval_episodes else []
-    return {"lib": lib, "workload": workload, "config": config, "seed": args.seed, "load_before": load, **out,
+    return {"lib": lib, "workload": workload, "config": config, "seed": args.seed, "steps": args.steps, "load_before": load, **out,
             "learning_starts": s.learning_starts, "eval_returns": returns,
             "eval_mean": statistics.fmean(returns) if returns else None}
 
@@ -128,7 +128,7 @@ def label(r: dict[str, Any]) -> str:
 def chosen(r: dict[str, Any]) -> str:
     """What a run used: hetrl's executor, actors, envs per actor, inference and placement; SB3's vector env."""
     if r["lib"] == "sb3":
-        return f"{VEC[r['vec_env']]}, train_freq {r['train_freq']}, gradient_steps {r['gradient_steps']}"
+        return f"{VEC.get(r['vec_env'], r['vec_env'])}, train_freq {r['train_freq']}, gradient_steps {r['gradient_steps']}"
     p = r["placement"]
     where = "; ".join(f"{k}: {p[k]}" for k in ("EnvStep", "Act", "ReplaySample", "Learn") if k in p)
     envs = f"{r['num_envs']} env{'s' if r['num_envs'] != 1 else ''}"
@@ -173,8 +173,9 @@ def table(runs: list[dict[str, Any]], workload: str, args: argparse.Namespace) -
     head = ["run", "env steps/s", "updates", "updates per env step after warm-up", "J per env step", "load avg at start"]
     head += [f"greedy return ({args.eval_episodes} ep.)"] if evals else []
     head += ["what it ran"]
-    lines = [f"### {s.env_id}: {steps_of(workload, args):,} env steps per run ({s.learning_starts:,} warm-up), "
-             (f"1 update per {s.train_every} env steps" if s.train_every > 1 else "1 update per env step"), "",
+    steps = min(r.get("steps", r["env_steps"]) for r in mine)  # as the runs were asked (a saved run's, too)
+    lines = [f"### {s.env_id}: {steps:,} env steps per run ({mine[0]['learning_starts']:,} warm-up), "
+             + (f"1 update per {s.train_every} env steps" if s.train_every > 1 else "1 update per env step"), "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 2) + "---|"]
     for r in mine:
         row = [label(r) + (f" (seed {r['seed']})" if len(args.seeds) > 1 else ""), f"{rate(r):,.0f}", f"{r['updates']:,}",
@@ -313,6 +314,8 @@ def main() -> int:
         saved = json.loads(args.from_json.read_text())
         out, args = args.out, parse(saved["args"])
         args.out, args.argv, args.device = out, saved["args"], saved.get("device", args.device)
+        for r in saved["runs"]:  # the warm-ups the runs had (a --quick of another version had others)
+            setattr(args, "atari_warmup" if r["workload"].startswith("atari") else "minatar_warmup", r["learning_starts"])
         write_section(args.out, report(saved["runs"], saved["failures"], args, saved["seconds"], saved["complete"]),
                       BEGIN, END)
         print(f"wrote {args.out}")
