@@ -82,7 +82,8 @@ SETTINGS = {
 
 
 # --- worker side ---------------------------------------------------------------------------------
-def run_hetrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
+def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``options``: further run settings (executor, actors, device, ...) over the ones made from ``s``."""
     import hetrl
     from hetrl.config import make_config
     from hetrl.training import Session, greedy_policy
@@ -93,7 +94,7 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
         "learning_starts": s.learning_starts, "train_every": s.train_every, "replay_ratio": 1 / s.train_every,
         "target_update_every": max(1, s.target_every // s.train_every), "tau": 1.0, "double": False, "dueling": False,
         "eps_start": s.eps_start, "eps_end": s.eps_end, "eps_decay_steps": s.eps_decay_steps(steps),
-        "max_grad_norm": s.max_grad_norm, "log_every": max(1000, steps // 200),
+        "max_grad_norm": s.max_grad_norm, "log_every": max(1000, steps // 200), **(options or {}),
     }
     overrides = [f"{k}={v}" for k, v in values.items()]
     with tempfile.TemporaryDirectory(prefix="hetrl_pixels_") as tmp:
@@ -112,7 +113,10 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
     return {"version": hetrl.__version__, "env_steps": result.env_steps, "updates": result.updates,
             "seconds": result.wall_s, "call_seconds": call_seconds,
             "policy": policy, "curve": curve, "replay_bytes": result.replay_bytes, "replay_capacity": result.replay_capacity,
-            "placement": result.placement, "executor": result.executor}
+            "placement": result.placement, "executor": result.executor, "actors": result.actors,
+            "num_envs": session.num_envs, "inference": session.inference,
+            "predicted_env_steps_per_s": result.predicted_env_steps_per_s,
+            "joules_per_env_step": result.joules_per_env_step, "energy": result.energy}
 
 
 def _minatar_extractor():
@@ -135,37 +139,72 @@ def _minatar_extractor():
     return MinAtarExtractor
 
 
-def run_sb3(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
+def sb3_train_freq(train_every: int, n_envs: int) -> tuple[int, int]:
+    """SB3's (train_freq in vector steps, gradient_steps) giving one update per ``train_every`` env
+    steps with ``n_envs`` envs per vector step (the zoo's convention: fewer vector steps between
+    bursts, or more updates per burst)."""
+    if n_envs >= train_every:
+        if n_envs % train_every:
+            raise ValueError(f"n_envs {n_envs} is not a multiple of train_every {train_every}; pick n_envs that is")
+        return 1, n_envs // train_every
+    if train_every % n_envs:
+        raise ValueError(f"train_every {train_every} is not a multiple of n_envs {n_envs}; pick n_envs that divides it")
+    return train_every // n_envs, 1
+
+
+def run_sb3(s: PixelSettings, steps: int, seed: int, n_envs: int = 1, vec_env: str = "dummy",
+            device: str = "cpu") -> dict[str, Any]:
+    """``n_envs`` envs in a DummyVecEnv (``vec_env="dummy"``, as make_atari_env and the zoo default to)
+    or a SubprocVecEnv; updates per env step stay those of ``s`` (:func:`sb3_train_freq`)."""
     import numpy as np
     import stable_baselines3 as sb3
     from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
+    from hetrl.energy.discovery import discover_meters
+    from hetrl.energy.measurement import EnergyMeasurement
     from hetrl.envs import make_env
 
-    env = Monitor(make_env(s.env_id, training=True))
+    def one() -> Any:
+        return Monitor(make_env(s.env_id, training=True))
+
+    env = one() if n_envs == 1 and vec_env == "dummy" else (DummyVecEnv if vec_env == "dummy" else SubprocVecEnv)([one] * n_envs)
+    train_freq, gradient_steps = sb3_train_freq(s.train_every, n_envs)
     kwargs: dict[str, Any] = {"net_arch": []}
     if s.network == "minatar":
         kwargs.update(features_extractor_class=_minatar_extractor(), normalize_images=False)
     model = sb3.DQN(
         "CnnPolicy", env, learning_rate=s.lr, buffer_size=s.buffer_size, learning_starts=s.learning_starts,
-        batch_size=s.batch_size, tau=1.0, gamma=s.gamma, train_freq=(s.train_every, "step"), gradient_steps=1,
+        batch_size=s.batch_size, tau=1.0, gamma=s.gamma, train_freq=(train_freq, "step"), gradient_steps=gradient_steps,
         target_update_interval=s.target_every, exploration_fraction=s.eps_decay_steps(steps) / steps,
         exploration_initial_eps=s.eps_start, exploration_final_eps=s.eps_end,
         max_grad_norm=s.max_grad_norm if s.max_grad_norm is not None else float("inf"),
-        policy_kwargs=kwargs, seed=seed, device="cpu", verbose=0,
+        policy_kwargs=kwargs, seed=seed, device=device, verbose=0,
     )
-    start = time.perf_counter()
-    model.learn(total_timesteps=steps)
-    seconds = time.perf_counter() - start
+    with discover_meters() as meters:  # the meters hetrl's session reads over its training loop
+        energy = EnergyMeasurement(meters)
+        start = time.perf_counter()
+        energy.start()
+        model.learn(total_timesteps=steps)
+        seconds = time.perf_counter() - start
+        joules = energy.stop()
     rb = model.replay_buffer
     stored = [rb.observations, rb.actions, rb.rewards, rb.dones, rb.timeouts]
     if not rb.optimize_memory_usage:
         stored.append(rb.next_observations)
-    ends = np.cumsum(env.get_episode_lengths())
+    # each env's episodes, placed at the global step they ended (about n_envs x that env's own steps)
+    venv = model.get_env()
+    curve = sorted((int(t) * n_envs, float(r)) for lengths, rewards in zip(venv.env_method("get_episode_lengths"),
+                                                                         venv.env_method("get_episode_rewards"))
+                   for t, r in zip(np.cumsum(lengths), rewards))
+    if n_envs > 1:
+        venv.close()  # SubprocVecEnv's workers
     return {"version": sb3.__version__, "env_steps": model.num_timesteps, "updates": model._n_updates, "seconds": seconds,
-            "policy": lambda obs: model.predict(obs, deterministic=True)[0],
-            "curve": [(int(t), float(r)) for t, r in zip(ends, env.get_episode_rewards())],
-            "replay_bytes": sum(a.nbytes for a in stored), "replay_capacity": rb.buffer_size}
+            "policy": lambda obs: model.predict(obs, deterministic=True)[0], "curve": curve,
+            "replay_bytes": sum(a.nbytes for a in stored), "replay_capacity": rb.buffer_size,
+            "joules_per_env_step": joules.joules_per_step(model.num_timesteps) if model.num_timesteps else None,
+            "energy": joules.describe(), "n_envs": n_envs, "vec_env": vec_env,
+            "train_freq": train_freq, "gradient_steps": gradient_steps}
 
 
 def run_cleanrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
@@ -229,10 +268,12 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 
 
 # --- parent side ---------------------------------------------------------------------------------
-def run_job(job: list[str], args: argparse.Namespace) -> dict[str, Any]:
+def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None) -> dict[str, Any]:
+    """Run ``SCRIPT --worker JOB...`` (this file unless named) in a fresh interpreter; returns its
+    JSON, or raises RuntimeError with the tail of its stderr."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *job, "--eval-episodes", str(args.eval_episodes)]
+    cmd = [sys.executable, str(script or Path(__file__).resolve()), "--worker", *job, "--eval-episodes", str(args.eval_episodes)]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
