@@ -228,12 +228,20 @@ def cell_rows(cell: Cell, results: list[dict[str, Any]], peak1: float, peak_all:
     regime = "compute" if share >= 0.5 and gflops >= 0.5 * peak1 else "overhead"
     aim = (gflops >= 0.75 * peak_all and ratio >= 1.8) if regime == "compute" else ratio >= 3.0
     evals = {lib: [r["eval_return_mean"] for r in runs if r["lib"] == lib] for lib in by_lib}
-    hetrl_eval = statistics.fmean(evals["hetrl"])
-    lowest_peer = min(v for lib in peers for v in evals[lib])
+    episodes = {lib: [x for r in runs if r["lib"] == lib for x in r["eval_returns"]] for lib in by_lib}
     return {"cell": cell, "median": median, "best": best, "default": default, "fastest": fastest, "ratio": ratio,
             "ratio_default": ratio_default, "share": share, "gflops": gflops, "regime": regime, "aim": aim,
-            "evals": evals, "parity": hetrl_eval >= lowest_peer, "backend": hetrl_best[0].get("learn_backend", "?"),
+            "evals": evals, "parity": parity(episodes["hetrl"], [episodes[p] for p in peers]), "backend": hetrl_best[0].get("learn_backend", "?"),
             "threads_used": hetrl_best[0].get("threads_used")}
+
+
+def parity(hetrl: list[float], peers: list[list[float]]) -> bool:
+    """hetrl's mean evaluation return is above the weakest peer's, or below it by less than two
+    standard errors of the difference (every library plays the same evaluation episodes)."""
+    weakest = min(peers, key=statistics.fmean)
+    gap = statistics.fmean(weakest) - statistics.fmean(hetrl)
+    se = (statistics.pvariance(hetrl) / len(hetrl) + statistics.pvariance(weakest) / len(weakest)) ** 0.5
+    return gap <= 2 * se
 
 
 def _threads(t: int) -> str:
@@ -305,7 +313,7 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
     if rows:
         heat_map(rows, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
-    command = " ".join(["python bench/grid.py", *args.argv])
+    command = " ".join(["python bench/grid.py", *raw.get("argv", args.argv)])  # the measuring run's (--from-json keeps it)
     versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
     lines = [BEGIN, f"## The speed grid{quick}", "",
              f"`{command}` on {datetime.date.today()}, {platform.processor() or platform.machine()}, {args.cores} cores, "
@@ -321,8 +329,9 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
              "(bench/peer_runners.py `update_flops`, backward as 2× forward) × updates over the Learn timer. Regime: "
              "compute-bound where the Learn share is >= 50% and the learner >= 50% of the 1-core peak. Aim: "
              "compute-bound cells >= 75% of the all-cores peak and >= 1.8×; overhead-bound cells >= 3×. Parity: hetrl's "
-             "mean eval return >= the lowest peer run's (at these budgets most policies are still learning: a check "
-             "that nothing is broken, not a learning result).", "",
+             "mean eval return over its runs' episodes is above the weakest peer's, or below it by less than two standard "
+             "errors of the difference (the same evaluation episodes for every library; at these budgets most policies "
+             "are still learning: a check that nothing is broken, not a learning result).", "",
              f"![hetrl ÷ fastest peer over the grid]({os.path.relpath(png, out.parent)})", ""]
     lines += table(rows, peak1, peak_all, args.libs)
     missed = [r for r in rows if not r["aim"]]
@@ -352,6 +361,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="the most threads tried (default: every core)")
     parser.add_argument("--quick", action="store_true", help="4 cells, 2500 env steps, 2 evaluation episodes: under 10 minutes")
     parser.add_argument("--resume", action="store_true", help="keep the runs already in the raw JSON and run only the rest")
+    parser.add_argument("--from-json", type=Path, help="write the report from this raw JSON (of an earlier run) without running")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
                         help="markdown file for the section (default docs/benchmarks.md); heat map <stem>_grid.png and raw "
                              "runs <stem>_grid.json beside it (rewritten after every run)")
@@ -387,6 +397,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out.resolve()
     png, raw_path = out.with_name(f"{out.stem}_grid.png"), out.with_name(f"{out.stem}_grid.json")
     raw: dict[str, Any] = {"results": [], "failures": [], "matmul": {}}
+    if args.from_json:
+        raw = json.loads(args.from_json.read_text())
+        cells = [Cell(**c) for c in raw["cells"]]
+        args.steps = raw.get("steps", args.steps)
+        section = report(raw, cells, args, out, png, raw.get("seconds", 0.0))
+        write_section(out, section, BEGIN, END)
+        raw_path.write_text(json.dumps(raw, indent=1) + "\n")
+        print(section)
+        return 0
     if args.resume and raw_path.exists():
         raw = json.loads(raw_path.read_text())
         raw["failures"] = []
@@ -397,6 +416,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def save() -> None:
         raw_path.parent.mkdir(parents=True, exist_ok=True)
         raw["cells"] = [asdict(c) for c in cells]
+        raw["steps"], raw["seconds"], raw["argv"] = args.steps, time.perf_counter() - started, args.argv
         raw_path.write_text(json.dumps(raw, indent=1) + "\n")
 
     for threads in sorted({1, args.cores}):
