@@ -15,8 +15,15 @@ SMALL = {
     "ddpg": dict(hidden=(16, 16), learning_starts=200, batch_size=16, buffer_size=500),
     "td3": dict(hidden=(16, 16), learning_starts=200, batch_size=16, buffer_size=500),
     "sac": dict(hidden=(16, 16), learning_starts=100, batch_size=16, buffer_size=500, policy_delay=2),
+    # exploration that remembers between steps: held gSDE matrices (redrawn every 7 steps, so a
+    # checkpoint falls inside a hold) and Ornstein-Uhlenbeck noise
+    "sac-gsde": dict(hidden=(16, 16), learning_starts=100, batch_size=16, buffer_size=500, use_sde=True, sde_sample_freq=7,
+                     use_expln=True),
+    "td3-ou": dict(hidden=(16, 16), learning_starts=200, batch_size=16, buffer_size=500, noise_type="ornstein-uhlenbeck",
+                   action_noise=0.5),
 }
-ENV = {"dqn": "CartPole-v1", "ddpg": "Pendulum-v1", "td3": "Pendulum-v1", "sac": "Pendulum-v1"}
+ENV = {"dqn": "CartPole-v1", "ddpg": "Pendulum-v1", "td3": "Pendulum-v1", "sac": "Pendulum-v1", "sac-gsde": "Pendulum-v1",
+       "td3-ou": "Pendulum-v1"}
 
 
 def _state(run_dir):
@@ -56,11 +63,12 @@ def _assert_identical(a, b, path="state"):
         assert a == b, path
 
 
-@pytest.mark.parametrize("algo", ["dqn", "ddpg", "td3", "sac"])
-def test_resume_is_bit_exact(tmp_path, algo):
-    common = dict(seed=3, progress=False, eval_every=0, eval_episodes=2, log_every=100, checkpoint_every=10_000, **SMALL[algo])
-    straight = hetrl.train(algo, ENV[algo], steps=900, run_dir=tmp_path / "straight", **common)
-    first = hetrl.train(algo, ENV[algo], steps=500, run_dir=tmp_path / "split", **common)
+@pytest.mark.parametrize("variant", ["dqn", "ddpg", "td3", "sac", "sac-gsde", "td3-ou"])
+def test_resume_is_bit_exact(tmp_path, variant):
+    algo = variant.split("-")[0]
+    common = dict(seed=3, progress=False, eval_every=0, eval_episodes=2, log_every=100, checkpoint_every=10_000, **SMALL[variant])
+    straight = hetrl.train(algo, ENV[variant], steps=900, run_dir=tmp_path / "straight", **common)
+    first = hetrl.train(algo, ENV[variant], steps=500, run_dir=tmp_path / "split", **common)
     assert first.env_steps == 500 and first.updates > 0
     resumed = hetrl.resume(tmp_path / "split", steps=900, progress=False)
     assert resumed.env_steps == straight.env_steps == 900

@@ -30,6 +30,7 @@ def test_the_translation_of_sb3_settings():
     mcc = tuned.translate("td3", tuned.ZOO["td3"]["MountainCarContinuous-v0"])  # keys the zoo omits: SB3's defaults
     assert mcc["gamma"] == 0.99 and mcc["learning_starts"] == 100 and mcc["buffer_size"] == 1_000_000
     assert mcc["policy_delay"] == 2 and mcc["target_noise"] == 0.2 and mcc["action_noise"] == 0.5
+    assert mcc["noise_type"] == "ornstein-uhlenbeck" and tuned.TUNED[("td3", "Pendulum-v1")]["noise_type"] == "normal"
 
 
 def test_the_translation_of_sac_rows():
@@ -41,7 +42,9 @@ def test_the_translation_of_sac_rows():
     assert lunar["lr"] == 7.3e-4 and "lr" in tuned.deviations("sac", "LunarLanderContinuous-v3")
     car = tuned.TUNED[("sac", "MountainCarContinuous-v0")]  # a fixed temperature, 32 updates per 32 env steps
     assert car["ent_coef"] == "0.1" and car["train_every"] == 32 and car["replay_ratio"] == 1.0 and car["gamma"] == 0.9999
-    assert "gSDE" in tuned.deviations("sac", "MountainCarContinuous-v0")["ent_coef"][1]
+    assert car["use_sde"] and car["log_std_init"] == -3.67 and car["use_expln"] and car["sde_sample_freq"] == -1
+    assert not tuned.deviations("sac", "MountainCarContinuous-v0")  # gSDE as the zoo has it
+    assert not tuned.TUNED[("sac", "Pendulum-v1")]["use_sde"]
     assert default_config("sac", "Pendulum-v1").agent.lr == 1e-3
 
 

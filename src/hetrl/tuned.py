@@ -20,15 +20,14 @@ How SB3's settings become hetrl's:
 - ``exploration_fraction * n_timesteps`` -> ``eps_decay_steps`` (absolute env steps, so extending
   a run does not stretch the schedule); ``exploration_initial_eps``/``final_eps`` -> ``eps_start``/``eps_end``.
 - ``policy_kwargs: net_arch`` -> ``hidden`` (SB3 builds actor and critic with the same list).
-- ``noise_type: normal, noise_std`` -> ``action_noise``: SB3 adds the noise to the action scaled to
-  [-1, 1], the unit of hetrl's ``action_noise`` (a fraction of half the action range).
-  ``ornstein-uhlenbeck`` has no hetrl counterpart: the row uses Gaussian noise of the same std (a
-  deviation, listed).
+- ``noise_type, noise_std`` -> ``noise_type, action_noise``: SB3 adds the noise to the action scaled
+  to [-1, 1], the unit of hetrl's ``action_noise`` (a fraction of half the action range);
+  ``ornstein-uhlenbeck`` is SB3's process with its theta 0.15 and dt 0.01, reset at episode ends.
 - SAC: ``ent_coef`` (``auto``, ``auto_X`` or a number) is hetrl's ``ent_coef`` as it is; SB3 updates the
-  actor and temperature every gradient step and the target every step (``policy_delay=1``). The zoo's
-  linear learning-rate schedules (``lin_X``) and gSDE exploration (``use_sde``, ``log_std_init``,
-  ``use_expln``) have no hetrl counterpart: a constant ``lr=X`` and the plain squashed Gaussian
-  (deviations, listed).
+  actor and temperature every gradient step and the target every step (``policy_delay=1``). gSDE
+  (``use_sde``, ``log_std_init``, ``use_expln``, ``sde_sample_freq``) keeps its names. The zoo's
+  linear learning-rate schedules (``lin_X``) have no hetrl counterpart: a constant ``lr=X`` (a
+  deviation, listed).
 - SB3's DQN is not double DQN (``double=False``); its loss is Huber with gradient-norm clipping at 10,
   as hetrl's. SB3's DDPG is its TD3 with one critic, no target smoothing and no policy delay, as hetrl's.
 - SB3 trains from ``learning_starts`` on even with fewer stored transitions than a batch (it samples
@@ -55,7 +54,7 @@ SB3_DEFAULTS: dict[str, dict[str, Any]] = {
             "noise_std": 0.0, "policy_delay": 2, "target_policy_noise": 0.2, "target_noise_clip": 0.5},
     "sac": {"learning_rate": 3e-4, "buffer_size": 1_000_000, "learning_starts": 100, "batch_size": 256, "tau": 0.005,
             "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "ent_coef": "auto", "net_arch": [256, 256],
-            "use_sde": False},
+            "use_sde": False, "log_std_init": -3.0, "use_expln": False, "sde_sample_freq": -1},
 }
 
 _CLASSIC_CONTINUOUS = {  # ddpg.yml and td3.yml hold the same rows for these envs
@@ -125,19 +124,9 @@ DEVIATIONS: dict[str, dict[str, dict[str, tuple[Any, str]]]] = {
                          "policy solved in 9 of 10 seeds"),
         "steps": (100_000, "at lr 2.5e-4 the policy is first solved at 20k-85k env steps (median 60k), past the zoo's 50k"),
     }},
-    "ddpg": {"MountainCarContinuous-v0": {
-        "action_noise": (0.5, "the zoo uses Ornstein-Uhlenbeck noise (std 0.5); hetrl has Gaussian noise only, same std")}},
-    "td3": {"MountainCarContinuous-v0": {
-        "action_noise": (0.5, "the zoo uses Ornstein-Uhlenbeck noise (std 0.5); hetrl has Gaussian noise only, same std")}},
     "sac": {"LunarLanderContinuous-v3": {
         "lr": (7.3e-4, "the zoo decays the learning rate linearly from 7.3e-4 to 0 (lin_7.3e-4); hetrl's lr is constant")}},
 }
-_GSDE = ("the zoo explores with gSDE (use_sde, log_std_init, use_expln); hetrl's SAC has the plain squashed Gaussian "
-         "of Haarnoja et al., the same policy class without state-dependent noise")
-for _env, _row in ZOO["sac"].items():
-    if _row.get("use_sde"):
-        DEVIATIONS["sac"].setdefault(_env, {})["ent_coef"] = (
-            str(_row["ent_coef"]), _GSDE + "; the zoo's ent_coef is kept")
 
 # envs that need an optional extra of hetrl (checked when the env is made: hetrl.envs.spec)
 BOX2D_ENVS = ("LunarLander-v3", "LunarLanderContinuous-v3", "BipedalWalker-v3", "BipedalWalkerHardcore-v3", "CarRacing-v3")
@@ -164,11 +153,15 @@ def translate(algo: str, row: dict[str, Any]) -> dict[str, Any]:
             "eps_decay_steps": int(round(z["exploration_fraction"] * z["n_timesteps"])),
         })
     elif algo == "sac":
-        out.update({"tau": float(z["tau"]), "ent_coef": str(z["ent_coef"]), "policy_delay": 1})
+        out.update({"tau": float(z["tau"]), "ent_coef": str(z["ent_coef"]), "policy_delay": 1, "use_sde": bool(z["use_sde"])})
+        if z["use_sde"]:
+            out.update({"log_std_init": float(z["log_std_init"]), "use_expln": bool(z["use_expln"]),
+                        "sde_sample_freq": int(z["sde_sample_freq"])})
     else:
         if z["noise_type"] not in (None, "normal", "ornstein-uhlenbeck"):
             raise ValueError(f"no translation for SB3 noise type {z['noise_type']!r}")
-        out.update({"tau": float(z["tau"]), "action_noise": float(z["noise_std"] if z["noise_type"] else 0.0)})
+        out.update({"tau": float(z["tau"]), "action_noise": float(z["noise_std"] if z["noise_type"] else 0.0),
+                    "noise_type": z["noise_type"] or "normal"})
         if algo == "td3":
             out.update({"policy_delay": int(z["policy_delay"]), "target_noise": float(z["target_policy_noise"]),
                         "target_noise_clip": float(z["target_noise_clip"])})

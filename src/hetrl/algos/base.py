@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from hetrl.algos.exploration import FreshDraws
 from hetrl.envs.spec import EnvSpec
 from hetrl.errors import field_type_problems
 
@@ -202,6 +203,12 @@ class Algorithm(ABC):
     @abstractmethod
     def draw_exploration(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         """The ``explore`` and ``random_actions`` inputs of Act for ``n`` envs."""
+
+    def exploration_process(self, n: int) -> FreshDraws:
+        """What an acting role draws ``explore`` from, step after step, for ``n`` envs: fresh draws of
+        :meth:`draw_exploration` unless the algorithm's noise is correlated in time
+        (``hetrl.algos.exploration``)."""
+        return FreshDraws(self, n)
 
     @abstractmethod
     def exploration(self, env_steps: int) -> float:

@@ -6,7 +6,9 @@ Gaussian noise on the target action) and delayed actor and target updates.
 The config's defaults are the generic ones, used for an env without a row in ``hetrl.tuned``: the
 tuned Pendulum-v1 values of rl-baselines3-zoo (lr 1e-3, gamma 0.98, tau 0.005, batch 256, 400x300
 networks, Gaussian exploration noise 0.1 in units of half the action range, 10k random steps
-before learning, one update per env step).
+before learning, one update per env step). ``noise_type=ornstein-uhlenbeck`` makes the exploration
+noise correlated in time (``hetrl.algos.exploration.OrnsteinUhlenbeck``), as the zoo's
+MountainCarContinuous rows use it: ``action_noise`` is then the process's sigma.
 """
 
 from __future__ import annotations
@@ -21,7 +23,11 @@ import torch
 import torch.nn.functional as F
 
 from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, frozen, polyak_, seeded_init
+from hetrl.algos.exploration import FreshDraws, OrnsteinUhlenbeck
 from hetrl.nets import Actor, Critic
+
+
+NOISE_TYPES = ("normal", "ornstein-uhlenbeck")
 
 
 @dataclass
@@ -35,13 +41,14 @@ class DDPGConfig(AgentConfig):
     replay_ratio: float = 1.0
     train_every: int = 1
     tau: float = 0.005
-    action_noise: float = 0.1  # exploration: Gaussian std, as a fraction of half the action range
+    action_noise: float = 0.1  # exploration: the noise's std, as a fraction of half the action range
+    noise_type: str = "normal"  # "normal": fresh Gaussian noise each step; "ornstein-uhlenbeck": correlated in time
     twin_critics: bool = False
     target_noise: float = 0.0  # target policy smoothing std (fraction of half range); 0 = off
     target_noise_clip: float = 0.5
     policy_delay: int = 1  # critic updates per actor (and target) update
 
-    COST_FREE = AgentConfig.COST_FREE | {"action_noise", "target_noise_clip"}
+    COST_FREE = AgentConfig.COST_FREE | {"action_noise", "noise_type", "target_noise_clip"}
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -52,6 +59,8 @@ class DDPGConfig(AgentConfig):
         if self.action_noise < 0 or self.target_noise < 0 or self.target_noise_clip < 0:
             problems.append(f"action_noise, target_noise and target_noise_clip must be >= 0 (got {self.action_noise}, "
                             f"{self.target_noise}, {self.target_noise_clip})")
+        if self.noise_type not in NOISE_TYPES:
+            problems.append(f"noise_type must be one of {', '.join(NOISE_TYPES)} (got {self.noise_type!r})")
         return problems
 
 
@@ -208,6 +217,12 @@ class DDPG(Algorithm):
     def draw_exploration(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
         noise = rng.standard_normal((n, self._low.size), dtype=np.float32) * self._half_range
         return noise, np.zeros((n, self._low.size), dtype=np.float32)
+
+    def exploration_process(self, n: int) -> FreshDraws:
+        """Gaussian noise drawn afresh each step, or an Ornstein-Uhlenbeck process per env (``noise_type``)."""
+        if self.config.noise_type == "ornstein-uhlenbeck":
+            return OrnsteinUhlenbeck(self, n, self._half_range)
+        return FreshDraws(self, n)
 
     def exploration(self, env_steps: int) -> float:
         return self.config.action_noise

@@ -34,6 +34,14 @@ Acting: the policy network's output is its mean and log std; the behaviour actio
 ``tanh(mu + level * std * eps) * scale + center`` with ``eps`` the executor's standard normal draws
 (``level`` is 1: the policy's own noise), the greedy action ``tanh(mu) * scale + center``.
 
+gSDE (``use_sde``; Raffin et al. 2022, as Stable-Baselines3 has it): the actor is
+``hetrl.nets.SDEActor``, whose noise is ``z(s) @ (sigma * E)`` for the last hidden layer's features
+``z(s)``, a learned std matrix ``sigma`` and a matrix of standard normals ``E`` that each env holds for
+``sde_period()`` env steps (``hetrl.algos.exploration.HeldDraws``), so exploration is smooth in time,
+which sparse-reward tasks such as MountainCarContinuous need. The learner draws one ``E`` per update
+for the batch (the next-state actions and the actor's step alike), as SB3 does. Learn/torch runs it;
+the host learners (blas) and the CUDA-graph learner refuse it with the reason.
+
 Defaults are rl-baselines3-zoo's for Pendulum-v1 (lr 1e-3, 20k steps) over SB3's SAC defaults:
 256x256 networks, batch 256, 100 random steps, tau 0.005, gamma 0.99, one update per env step,
 ``ent_coef="auto"`` starting at alpha 1. Updates start once the replay holds a batch (256
@@ -55,7 +63,8 @@ import torch
 import torch.nn.functional as F
 
 from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, frozen, polyak_, seeded_init
-from hetrl.nets import Critic, GaussianActor
+from hetrl.algos.exploration import FreshDraws, HeldDraws
+from hetrl.nets import Critic, GaussianActor, SDEActor
 
 
 @dataclass
@@ -72,6 +81,17 @@ class SACConfig(AgentConfig):
     ent_coef: str = "auto"  # "auto" (tuned, starting at alpha 1), "auto_X" (tuned, starting at X), or a fixed alpha "X"
     target_entropy: float | None = None  # of the tuned temperature; none: -dim(A)
     policy_delay: int = 1  # critic updates per actor and temperature update
+    use_sde: bool = False  # gSDE exploration (Raffin et al. 2022): the actor is hetrl.nets.SDEActor
+    log_std_init: float = -3.0  # gSDE: the initial log of every entry of the noise's std matrix
+    use_expln: bool = False  # gSDE: expln instead of exp for the std (grows like log above 1)
+    sde_sample_freq: int = -1  # gSDE: env steps between new noise matrices while acting; -1: every train_every steps
+
+    COST_FREE = AgentConfig.COST_FREE | {"log_std_init", "use_expln", "sde_sample_freq"}
+
+    def sde_period(self) -> int:
+        """Env steps (of each env) an actor holds one gSDE noise matrix: ``sde_sample_freq``, or with
+        -1 ``train_every``, as Stable-Baselines3 redraws at the start of every rollout of ``train_freq``."""
+        return self.sde_sample_freq if self.sde_sample_freq > 0 else self.train_every
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -79,6 +99,9 @@ class SACConfig(AgentConfig):
             problems.append(f"tau must be in (0, 1] (got {self.tau})")
         if self.policy_delay < 1:
             problems.append(f"policy_delay must be >= 1 (got {self.policy_delay})")
+        if self.sde_sample_freq == 0 or self.sde_sample_freq < -1:
+            problems.append(f"sde_sample_freq must be -1 (a new gSDE matrix every train_every steps) or >= 1 "
+                            f"(got {self.sde_sample_freq})")
         if self.n_step != 1:
             problems.append(f"n_step must be 1 for sac: the stored n-step reward would lack the entropy bonus of the "
                             f"steps inside it (got {self.n_step})")
@@ -160,7 +183,7 @@ class SACLearner(SACCheckpoint, TorchLearner):
         cfg = algo.config
         with seeded_init(seed):
             nets = algo.make_networks()
-        self.actor: GaussianActor = nets["actor"].to(device)
+        self.actor: GaussianActor | SDEActor = nets["actor"].to(device)
         self.critic: Critic = nets["critic"].to(device)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.actor_optimizer = adam(self.actor.parameters(), cfg.lr)
@@ -179,7 +202,7 @@ class SACLearner(SACCheckpoint, TorchLearner):
         self.alpha_loss: torch.Tensor | None = None
 
     @property
-    def policy_network(self) -> GaussianActor:
+    def policy_network(self) -> GaussianActor | SDEActor:
         return self.actor
 
     @property
@@ -190,8 +213,12 @@ class SACLearner(SACCheckpoint, TorchLearner):
         return [self.critic_optimizer, self.actor_optimizer] + ([self.alpha_optimizer] if self.alpha_optimizer else [])
 
     def draw_inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Standard normal noise for the next-state actions and for the actor's step, one per action."""
+        """Standard normal noise for the next-state actions and for the actor's step, one per action;
+        with gSDE one (features x actions) matrix for both, as SB3 resets its noise once per gradient step."""
         shape, device = batch["actions"].shape, batch["actions"].device
+        if self.cfg.use_sde:
+            matrix = torch.randn((self.actor.features, shape[1]), generator=self.generator, device=device)
+            return {"next_noise": matrix, "actor_noise": matrix}
         return {"next_noise": torch.randn(shape, generator=self.generator, device=device),
                 "actor_noise": torch.randn(shape, generator=self.generator, device=device)}
 
@@ -271,8 +298,11 @@ class SAC(Algorithm):
     def make_networks(self) -> dict[str, torch.nn.Module]:
         cfg, spec = self.config, self.spec
         obs_dim = int(np.prod(spec.obs_shape))
+        actor = (SDEActor(obs_dim, self.action_dim, cfg.hidden, spec.action_low, spec.action_high, cfg.log_std_init,
+                          cfg.use_expln) if cfg.use_sde
+                 else GaussianActor(obs_dim, self.action_dim, cfg.hidden, spec.action_low, spec.action_high))
         return {
-            "actor": GaussianActor(obs_dim, self.action_dim, cfg.hidden, spec.action_low, spec.action_high),
+            "actor": actor,
             "critic": Critic(obs_dim, self.action_dim, cfg.hidden, n=2),
         }
 
@@ -280,8 +310,14 @@ class SAC(Algorithm):
         return rng.uniform(self._low, self._high, size=(n, self.action_dim)).astype(np.float32)
 
     def draw_exploration(self, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Standard normal draws for the Gaussian policy's sample (``explore``); ``random_actions`` is unused."""
-        return rng.standard_normal((n, self.action_dim), dtype=np.float32), np.zeros((n, self.action_dim), dtype=np.float32)
+        """Standard normal draws for the Gaussian policy's sample (``explore``): one per action, or
+        with gSDE a (features x actions) matrix per env, flattened; ``random_actions`` is unused."""
+        width = self.action_dim * (self.config.hidden[-1] if self.config.use_sde else 1)
+        return rng.standard_normal((n, width), dtype=np.float32), np.zeros((n, self.action_dim), dtype=np.float32)
+
+    def exploration_process(self, n: int) -> FreshDraws:
+        """gSDE holds each env's noise matrix for ``sde_period`` steps; the plain policy draws afresh."""
+        return HeldDraws(self, n, self.config.sde_period()) if self.config.use_sde else FreshDraws(self, n)
 
     def exploration(self, env_steps: int) -> float:
         return 1.0  # the policy's own noise, unscaled
@@ -290,8 +326,11 @@ class SAC(Algorithm):
         return np.clip(np.tanh(u) * self._scale + self._center, self._low, self._high).astype(np.float32, copy=False)
 
     def action_rule(self, out: np.ndarray, explore: np.ndarray, random_actions: np.ndarray, level: float) -> np.ndarray:
-        mu, log_std = out[:, :self.action_dim], out[:, self.action_dim:]
-        return self._squash(mu + level * np.exp(log_std) * explore)
+        a = self.action_dim
+        if self.config.use_sde:  # out: mu, then z_f * sigma[f, a]; explore: E[f, a] (SDEActor)
+            noise = np.einsum("nfa,nfa->na", out[:, a:].reshape(len(out), -1, a), explore.reshape(len(out), -1, a))
+            return self._squash(out[:, :a] + level * noise)
+        return self._squash(out[:, :a] + level * np.exp(out[:, a:]) * explore)
 
     def greedy_rule(self, out: np.ndarray) -> np.ndarray:
         return self._squash(out[:, :self.action_dim])

@@ -1,4 +1,5 @@
-"""MLP networks for DQN (Q-network, optionally dueling), DDPG/TD3 (actor, critic) and SAC (Gaussian actor, critic)."""
+"""MLP networks for DQN (Q-network, optionally dueling), DDPG/TD3 (actor, critic) and SAC (Gaussian actor,
+its gSDE variant, critic)."""
 
 from __future__ import annotations
 
@@ -132,6 +133,80 @@ class GaussianActor(nn.Module):
         out = numpy_sequential(params, "net", len(self.net), obs)
         np.clip(out[:, self.action_dim:], LOG_STD_MIN, LOG_STD_MAX, out=out[:, self.action_dim:])
         return out
+
+
+SDE_EPS = 1e-6  # Stable-Baselines3's epsilon of gSDE: in the variance and in expln
+
+
+class SDEActor(nn.Module):
+    """SAC's policy with generalized state-dependent exploration (gSDE; Raffin, Kober and Stulp 2022,
+    "Smooth exploration for robotic reinforcement learning"), as Stable-Baselines3 writes it
+    (``StateDependentNoiseDistribution`` with ``full_std``, features not learned through the noise).
+
+    The pre-squash action is ``u = mu(s) + z(s) @ (sigma * E)``: ``z(s)`` the last hidden layer's
+    features (detached in the noise), ``sigma`` a learned (features x actions) matrix of standard
+    deviations (``exp(log_std)``, or ``expln`` with ``use_expln``), ``E`` a matrix of standard normals.
+    While ``E`` is held, the noise is a smooth function of the state: an actor holds it for several env
+    steps (``hetrl.algos.exploration.HeldDraws``); the learner draws one per update (as SB3 resets its
+    noise every gradient step). Given ``s``, ``u`` is Gaussian with variance ``z(s)^2 @ sigma^2``,
+    whose density the log probability uses. ``mu`` is clipped to [-2, 2] (SB3's ``clip_mean``).
+
+    ``forward`` (and ``forward_numpy``) return ``mu`` and the noise's per-feature scales side by side,
+    shape (N, A + F * A): columns A + f * A + a hold ``z_f(s) * sigma[f, a]``, so that an action rule
+    makes the noise from them and a held ``E`` (flattened alike) without the actor's parameters.
+    """
+
+    CLIP_MEAN = 2.0
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: Sequence[int], low: Sequence[float], high: Sequence[float],
+                 log_std_init: float = -3.0, use_expln: bool = False) -> None:
+        super().__init__()
+        self.action_dim, self.features, self.use_expln = action_dim, hidden[-1], use_expln
+        self.latent = mlp(obs_dim, hidden)
+        self.mu = nn.Linear(hidden[-1], action_dim)
+        self.log_std = nn.Parameter(torch.full((hidden[-1], action_dim), float(log_std_init)))
+        low_t, high_t = torch.tensor(low, dtype=torch.float32), torch.tensor(high, dtype=torch.float32)
+        self.register_buffer("scale", (high_t - low_t) / 2)
+        self.register_buffer("center", (high_t + low_t) / 2)
+
+    def std(self) -> torch.Tensor:
+        """sigma: exp(log_std), or with ``use_expln`` exp below 0 and log1p(x) + 1 above (grows slowly)."""
+        if not self.use_expln:
+            return self.log_std.exp()
+        below = self.log_std.exp() * (self.log_std <= 0)
+        above = (torch.log1p(self.log_std * (self.log_std > 0) + SDE_EPS) + 1.0) * (self.log_std > 0)
+        return below + above
+
+    def _mean(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.latent(obs)
+        return self.mu(z).clamp(-self.CLIP_MEAN, self.CLIP_MEAN), z
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        mu, z = self._mean(obs)
+        return torch.cat([mu, (z.unsqueeze(2) * self.std()).flatten(1)], dim=1)
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Reparameterised actions for one (features x actions) matrix of standard normals ``noise``
+        shared by the batch, and their log density (N,) as squashed actions in [-1, 1]
+        (:meth:`GaussianActor.sample` says why the map to the bounds is left out)."""
+        mu, z = self._mean(obs)
+        z, std = z.detach(), self.std()
+        u = mu + z @ (std * noise)
+        sigma = torch.sqrt(z.square() @ std.square() + SDE_EPS)
+        gaussian = -0.5 * ((u - mu) / sigma).square() - sigma.log() - 0.5 * math.log(2 * math.pi)
+        y = torch.tanh(u)
+        log_prob = (gaussian - torch.log(1 - y.square() + TANH_EPS)).sum(dim=1)
+        return y * self.scale + self.center, log_prob
+
+    def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+        z = numpy_sequential(params, "latent", len(self.latent), obs)
+        mu = np.clip(z @ params["mu.weight"].T + params["mu.bias"], -self.CLIP_MEAN, self.CLIP_MEAN)
+        log_std = params["log_std"]
+        if self.use_expln:
+            std = np.where(log_std <= 0, np.exp(np.minimum(log_std, 0)), np.log1p(np.maximum(log_std, 0) + SDE_EPS) + 1.0)
+        else:
+            std = np.exp(log_std)
+        return np.concatenate([mu, (z[:, :, None] * std).reshape(len(z), -1)], axis=1).astype(np.float32, copy=False)
 
 
 class Critic(nn.Module):

@@ -672,6 +672,8 @@ class LearnBlas(LearnOnHost):
             return f"the blas learner implements DQN, DDPG, TD3 and SAC only, not {algorithm.name}; {use_torch}"
         if not algorithm.mlp_networks():
             return f"the blas learner runs DDPG, TD3 and SAC with MLP networks only; {use_torch}"
+        if isinstance(algorithm, SAC) and algorithm.config.use_sde:
+            return f"the blas learner writes out SAC's plain Gaussian actor, not its gSDE actor (use_sde); {use_torch}"
         return None
 
     @staticmethod

@@ -48,6 +48,7 @@ class ActingRole:
         self.env = build("EnvStep", placement.env, algo, seed, num_envs=num_envs)
         self.policy = build("Act", placement.act, algo, seed, source=source) if remote is None else None
         self.nstep = NStepAssembler(num_envs, cfg.n_step, cfg.gamma)
+        self.exploration = algo.exploration_process(num_envs)  # noise correlated in time remembers here
         self.obs = self.env.reset()
         self.stacks = StackFrames(num_envs, algo.spec.obs_shape[0], first_frame_id) if frames else None
         if self.stacks is not None:
@@ -74,7 +75,7 @@ class ActingRole:
         if env_steps < algo.config.learning_starts:
             actions = algo.random_actions(self.rng, n)
         else:
-            explore, random_actions = algo.draw_exploration(self.rng, n)
+            explore, random_actions = self.exploration.draw(self.rng)
             start = time.perf_counter()
             if self.remote is not None:
                 actions = self.remote(self.obs, explore, random_actions)
@@ -85,6 +86,7 @@ class ActingRole:
         start = time.perf_counter()
         out = self.env.step(actions)
         self.timers.add("EnvStep", time.perf_counter() - start)
+        self.exploration.episodes_ended(out["terminated"] | out["truncated"])
         if self.stacks is None:
             ready = self.nstep(self.obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
         else:

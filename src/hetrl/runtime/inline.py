@@ -134,6 +134,7 @@ class InlineExecutor:
             "obs": self.acting.obs,
             "finished": list(self.finished),
             "nstep": self.acting.nstep.state_dict(),
+            "exploration": self.acting.exploration.state_dict(),
             **self.learning.state_dict(),
             "policy": self.acting.policy.state_dict(),
             "executor": self.name,
@@ -158,5 +159,7 @@ class InlineExecutor:
             acting.obs = acting.env.reset()
         self.finished = list(state["finished"])
         acting.nstep.load_state_dict(state["nstep"])
+        if "exploration" in state:  # absent from checkpoints written before exploration had a memory
+            acting.exploration.load_state_dict(state["exploration"])
         self.learning.load_state_dict(state)
         acting.policy.load_state_dict(state["policy"])
