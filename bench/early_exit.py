@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -208,25 +209,39 @@ def main() -> int:
     p.add_argument("--validation-episodes", type=int, default=20)
     p.add_argument("--test-episodes", type=int, default=20)
     p.add_argument("--min-score-ratio", type=float, default=0.9)
+    p.add_argument("--jobs", type=int, default=1, help="(game, seed) pairs trained side by side (each --threads threads)")
     p.add_argument("--workdir", help="where the runs go (default: a temporary folder, removed at the end)")
     p.add_argument("--out", help="a markdown file to write (default: print only)")
     args = p.parse_args()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="early_exit_") as tmp:
         work = Path(args.workdir or tmp)
+        runs = []  # (env, seed, baseline's run dir, exit-dqn's run dir)
         for game in args.games:
             env = game if game.startswith("MinAtar/") else f"MinAtar/{game}"
             for seed in range(args.seeds):
                 stem = work / f"{env.replace('/', '-')}_s{seed}"
-                base_dir, exit_dir = stem.with_name(stem.name + "_dqn"), stem.with_name(stem.name + "_exit")
+                runs.append((env, seed, stem.with_name(stem.name + "_dqn"), stem.with_name(stem.name + "_exit")))
+
+        def train_pair(run: tuple[str, int, Path, Path]) -> tuple[str, int, Path, Path]:
+            env, seed, base_dir, exit_dir = run
+            if not (base_dir / "summary.json").exists():  # a --workdir of an earlier, cut-short run keeps its runs
                 print(f"{env} seed {seed}: dqn", file=sys.stderr, flush=True)
                 train("dqn", env, seed, args.steps, base_dir, args.threads, args.settings)
+            if not (exit_dir / "summary.json").exists():
                 print(f"{env} seed {seed}: exit-dqn", file=sys.stderr, flush=True)
                 train("exit-dqn", env, seed, args.steps, exit_dir, args.threads, args.settings + args.exit_settings)
-                rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
-                                    args.min_score_ratio))
-                if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
-                    Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+            return run
+
+        # Training runs side by side (--jobs); the measurements (latency included) come after all of it,
+        # one pair at a time, with no training beside them.
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            trained = list(pool.map(train_pair, runs))
+        for env, seed, base_dir, exit_dir in trained:
+            rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
+                                args.min_score_ratio))
+            if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
+                Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = report(rows, args)
     print(text)
     if args.out:
