@@ -41,7 +41,9 @@ from hetrl.protocol import Slot
 from hetrl.run import safe_state
 
 VALIDATION_SEED_OFFSET = 2_000_029  # validation episodes: apart from training's seeds and evaluation's (1_000_003)
-THRESHOLDS = (NEVER, 0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5)
+# down to 0 (every decision leaves at the first exit): where confidence heads are cautious, the
+# validation score may hold at thresholds below one half
+THRESHOLDS = (NEVER, 0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
 MIN_SCORE_RATIO = 0.9
 KEPT_OBSERVATIONS = 512  # observations kept per threshold (a uniform sample) to time decisions on
 
