@@ -85,7 +85,10 @@ class Cell:
 
     @classmethod
     def parse(cls, key: str) -> Cell:
+        """A cell from ``algo:env:hidden:batch:ratio``; ValueError for any other shape or ratio."""
         algo, env_id, hidden, batch, ratio = key.split(":")
+        if ratio not in RATIOS:
+            raise ValueError(f"ratio {ratio!r} is not one of {list(RATIOS)}")
         return cls(algo, env_id, hidden, int(batch), ratio)
 
     def workload(self) -> Any:
@@ -385,9 +388,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                 parser.error(f"--pairs takes algo:env with algo dqn, ddpg, td3 or sac (got {pair!r})")
         for key in args.cells or []:
             try:
-                c = Cell.parse(key)
-                assert c.ratio in RATIOS
-            except (ValueError, AssertionError):
+                Cell.parse(key)
+            except ValueError:
                 parser.error(f"--cells takes algo:env:hidden:batch:ratio with ratio in {list(RATIOS)} (got {key!r})")
     return args
 
