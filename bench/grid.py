@@ -40,7 +40,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,7 +48,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from peers import write_section  # one writer of marked sections in docs/benchmarks.md
+from peers import write_section
+from workers import run_worker  # one writer of marked sections in docs/benchmarks.md
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -137,19 +137,10 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 def run_job(job: list[str], threads: int, args: argparse.Namespace, steps: int = 0, seed: int = 0) -> dict[str, Any]:
     """``grid.py --worker JOB`` in a fresh interpreter; RuntimeError with its stderr's tail on failure.
     At the default threads no thread variable is set: the library sees the machine as a user's run does."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    if threads != DEFAULT:
-        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))
-    env["XDG_CACHE_HOME"] = str(args.cache)  # hetrl's profiles measured by this code, in this run (untimed)
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *job, "--threads", str(threads),
-           "--steps", str(steps), "--seed", str(seed), "--eval-episodes", str(args.eval_episodes)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-8:]
-        raise RuntimeError("\n".join(tail) or f"exit code {proc.returncode}")
-    return json.loads(lines[-1])
+    argv = [*job, "--threads", str(threads), "--steps", str(steps), "--seed", str(seed), "--eval-episodes",
+            str(args.eval_episodes)]
+    return run_worker(Path(__file__).resolve(), argv, None if threads == DEFAULT else threads, tail_lines=8,
+                      env={"XDG_CACHE_HOME": str(args.cache)})  # hetrl's profiles measured by this code, in this run
 
 
 def thread_settings(lib: str, cores: int) -> list[int]:

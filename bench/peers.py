@@ -27,13 +27,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from workers import run_worker
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -111,16 +112,9 @@ def run_job(job: list[str], args: argparse.Namespace) -> dict[str, Any]:
     """Run ``peers.py --worker JOB...`` in a fresh interpreter; returns its JSON, or raises
     RuntimeError with the tail of its stderr."""
     first = [str(args.baseline_src)] if BASELINE in job and args.baseline_src else []  # that checkout's hetrl wins
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads),
-           "PYTHONPATH": os.pathsep.join(filter(None, [*first, str(BENCH), os.environ.get("PYTHONPATH", "")]))}
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", *job, "--threads", str(args.threads),
-           "--device", args.device, "--eval-episodes", str(args.eval_episodes)] + (["--quick"] if args.quick else [])
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
-        raise RuntimeError("\n".join(tail) or f"exit code {proc.returncode}")
-    return json.loads(lines[-1])
+    argv = [*job, "--threads", str(args.threads), "--device", args.device, "--eval-episodes", str(args.eval_episodes)]
+    return run_worker(Path(__file__).resolve(), argv + (["--quick"] if args.quick else []), args.threads,
+                      first_on_path=first)
 
 
 def probe(libs: Sequence[str], args: argparse.Namespace) -> tuple[dict[str, str], list[Failure]]:

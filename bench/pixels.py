@@ -33,13 +33,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from workers import run_worker
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -271,14 +272,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None) -> dict[str, Any]:
     """Run ``SCRIPT --worker JOB...`` (this file unless named) in a fresh interpreter; returns its
     JSON, or raises RuntimeError with the tail of its stderr."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(BENCH), os.environ.get("PYTHONPATH", "")]))}
-    cmd = [sys.executable, str(script or Path(__file__).resolve()), "--worker", *job, "--eval-episodes", str(args.eval_episodes)]
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, env=env, cwd=ROOT)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError("\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:]) or f"exit {proc.returncode}")
-    return json.loads(lines[-1])
+    return run_worker(script or Path(__file__).resolve(), [*job, "--eval-episodes", str(args.eval_episodes)], 1)
 
 
 def steps_of(workload: str, args: argparse.Namespace) -> int:
