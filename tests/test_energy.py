@@ -314,7 +314,7 @@ def test_measurement_with_meters_labels_every_figure(tmp_path: Path, powercap: P
     gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
     nvml = FakeNvml([gpu])
     with discover_meters(tmp_path, nvml, cuda_index_by_pci={(0, 0x3B, 0): 0}, rapl_poll_s=None) as report:
-        span = EnergyMeasurement(report)
+        span = EnergyMeasurement(report, min_window_s=0)  # labels here; the window: below
         span.start()
         write(powercap / "intel-rapl:0/energy_uj", 1_000_000 + 30_000_000)
         write(powercap / "intel-rapl:1/energy_uj", 2_000_000 + 10_000_000)
@@ -335,7 +335,7 @@ def test_measurement_with_meters_labels_every_figure(tmp_path: Path, powercap: P
 
 def test_a_meter_failing_mid_span_becomes_unavailable(tmp_path: Path, powercap: Path) -> None:
     with discover_meters(tmp_path, FakeNvml([]), rapl_poll_s=None) as report:
-        span = EnergyMeasurement(report)
+        span = EnergyMeasurement(report, min_window_s=0)  # labels here; the window: below
         span.start()
         write(powercap / "intel-rapl:0/energy_uj", 3_000_000)
         (powercap / "intel-rapl:1/energy_uj").unlink()
@@ -344,6 +344,32 @@ def test_a_meter_failing_mid_span_becomes_unavailable(tmp_path: Path, powercap: 
     assert result.total_joules == pytest.approx(2.0)
     assert any(u.kind == "rapl" and u.reason.startswith("rapl:package-1 failed: [Errno 2]") for u in result.unavailable)
     assert "not measured: " in result.describe()
+
+
+def test_a_span_shorter_than_the_window_reports_no_number_and_says_why(tmp_path: Path, powercap: Path) -> None:
+    """NVML's counter updates every 20-100 ms: under MIN_WINDOW_S a difference is mostly the update
+    step, so the span names the meters unavailable, with the span's length, instead of a figure."""
+    from hetrl.energy.measurement import MIN_WINDOW_S
+
+    now = [100.0]
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    with discover_meters(tmp_path, FakeNvml([gpu]), cuda_index_by_pci={(0, 0x3B, 0): 0}, rapl_poll_s=None) as report:
+        for seconds, reported in ((0.4, False), (MIN_WINDOW_S, True)):
+            span = EnergyMeasurement(report, clock=lambda: now[0])
+            span.start()
+            write(powercap / "intel-rapl:0/energy_uj", 1_000_000 + int(seconds * 30e6))
+            gpu.energy_mj += 60_000
+            now[0] += seconds
+            result = span.stop()
+            assert bool(result.readings) is reported and result.seconds == pytest.approx(seconds)
+        # a 0.4 s span's reasons: each meter, the span's length, the window
+        span = EnergyMeasurement(report, clock=iter([0.0, 0.4]).__next__)
+        span.start()
+        too_short = span.stop()
+    assert result.total_joules is not None and "rapl:package-0: energy counter" in result.methods
+    assert too_short.status == "unavailable" and too_short.joules_per_step(10) is None
+    assert "nvml:gpu0: the span of 0.40 s is shorter than the 1 s a reading needs" in too_short.describe()
+    assert too_short.with_host_power(50.0).status == "user's figure, not measured"  # watts x seconds needs no counter
 
 
 def test_stop_before_start_is_an_error() -> None:
@@ -359,7 +385,7 @@ def test_a_gpu_meter_alone_takes_the_users_cpu_figure_labelled_as_such(tmp_path:
     user's watts over its length, which every figure labels as the user's, not measured."""
     gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
     with discover_meters(tmp_path, FakeNvml([gpu]), cuda_index_by_pci={(0, 0x3B, 0): 0}) as report:
-        span = EnergyMeasurement(report)
+        span = EnergyMeasurement(report, min_window_s=0)  # labels here; the window: below
         span.start()
         gpu.energy_mj = 40_000
         measured = span.stop()
@@ -376,7 +402,7 @@ def test_a_gpu_meter_alone_takes_the_users_cpu_figure_labelled_as_such(tmp_path:
 
 def test_a_rapl_meter_wins_over_the_users_figure(tmp_path: Path, powercap: Path) -> None:
     with discover_meters(tmp_path, FakeNvml([]), rapl_poll_s=None) as report:
-        span = EnergyMeasurement(report)
+        span = EnergyMeasurement(report, min_window_s=0)  # labels here; the window: below
         span.start()
         write(powercap / "intel-rapl:0/energy_uj", 3_000_000)
         measured = span.stop()
@@ -434,6 +460,9 @@ def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: p
     import hetrl
     from hetrl.energy import discovery
 
+    from hetrl.energy import measurement
+
+    monkeypatch.setattr(measurement, "MIN_WINDOW_S", 0.0)  # a run this short is under the window: the labels are the point here
     gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
     monkeypatch.setattr(discovery, "discover_meters", functools.partial(discovery.discover_meters, tmp_path / "root", FakeNvml([gpu]),
                                                                         cuda_index_by_pci={(0, 0x3B, 0): 0}))
@@ -444,8 +473,12 @@ def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: p
     assert "nvml:gpu0 (cuda:0) 0.0 J" in summary["energy"] and "cpu_watts (cpu) " in summary["energy"]
     assert "user's figure, not measured: 40 W x " in summary["energy"]
     assert summary["joules_per_env_step"] == pytest.approx(result.joules_per_env_step) and result.joules_per_env_step > 0
+    # the same joules per gradient update
+    assert result.joules_per_update == pytest.approx(result.joules_per_env_step * result.env_steps / result.updates)
+    assert summary["joules_per_update"] == pytest.approx(result.joules_per_update)
     from hetrl.run.report import summary_table
 
     shown = io.StringIO()
     Console(file=shown, width=400).print(summary_table(result))
     assert "J per env step measured, and the user's figure (not measured)" in shown.getvalue()
+    assert "J per gradient update" in shown.getvalue()

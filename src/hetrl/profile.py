@@ -33,6 +33,7 @@ from rich.table import Table
 
 from hetrl.algos import AgentConfig, Algorithm, make_algorithm
 from hetrl.devices import available_devices
+from hetrl.energy.measurement import MIN_WINDOW_S
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import HetrlError
 from hetrl.files import file_part, read_json, write_json
@@ -57,7 +58,7 @@ REPLAY_FILL_BYTES = 256 << 20  # ...and at most this many bytes of stored observ
 BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at least this long
 # Where a meter works, each primitive also runs this long while the meters read: RAPL and NVML
 # counters advance in steps of milliseconds to tens of milliseconds.
-ENERGY_SECONDS = 0.25
+ENERGY_SECONDS = MIN_WINDOW_S  # a meter is read over at least this long (hetrl.energy.measurement)
 
 
 TimingKey = tuple[str, str, str, "int | None", "int | None"]  # primitive, backend, device, size, threads
@@ -161,23 +162,28 @@ def time_calls(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 7
     return float(median), float(p10), float(p90), repeats * inner
 
 
-def energy_per_call(fn: Callable[[], Any], sync: Callable[[], None], meters: Any, per_call_s: float) -> tuple[float | None, str | None]:
+def energy_per_call(fn: Callable[[], Any], sync: Callable[[], None], meters: Any, per_call_s: float,
+                    clock: Callable[[], float] = time.perf_counter) -> tuple[float | None, str | None]:
     """Joules per call of ``fn`` on every working meter of ``meters`` (a MeterReport), over at least
-    ENERGY_SECONDS of calls; (None, None) where no meter works."""
+    ENERGY_SECONDS of calls by ``clock`` (as many as ``per_call_s`` predicts, then more until the
+    window is full); (None, None) where no meter works."""
     from hetrl.energy.measurement import EnergyMeasurement
 
     if meters is None or not meters.meters:
         return None, None
     calls = max(1, int(ENERGY_SECONDS / max(per_call_s, 1e-9)))
-    span = EnergyMeasurement(meters)
+    span = EnergyMeasurement(meters, min_window_s=ENERGY_SECONDS, clock=clock)
     span.start()
-    for _ in range(calls):
-        fn()
+    start, done = clock(), 0
+    while done < calls or clock() - start < ENERGY_SECONDS:
+        for _ in range(calls if done == 0 else calls // 4 + 1):
+            fn()
+        done += calls if done == 0 else calls // 4 + 1
     sync()
     result = span.stop()
     if result.total_joules is None:
         return None, None
-    return result.total_joules / calls, ", ".join(r.meter for r in result.readings)
+    return result.total_joules / done, ", ".join(r.meter for r in result.readings)
 
 
 def sync_for(device: str) -> Callable[[], None]:

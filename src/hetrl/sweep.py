@@ -29,7 +29,8 @@ class SweepPoint:
     learner_utilisation: float  # 1 - the learner's share of wall time waiting for transitions
     actor_wait_share: float  # actors' share of wall time held back by the rate limiter
     joules_per_env_step: float | None  # None where no meter works
-    energy: str  # what was measured, or why not
+    joules_per_update: float | None  # likewise, and None without updates
+    energy: str  # what was measured (each figure's meter and method), or why not
 
 
 def learner_utilisation(result: TrainResult) -> float:
@@ -71,7 +72,7 @@ def sweep(config: TrainConfig, counts: list[int], out: Path, console: Console) -
             raise HetrlError(f"the run with {actors} actors never got past learning_starts; raise --steps")
         actor_wait = {name: share for name, _, _, share in result.timers}.get("ActorWait", 0.0)
         points.append(SweepPoint(actors, result.learning_env_steps_per_s, learner_utilisation(result), actor_wait,
-                                 result.joules_per_env_step, result.energy))
+                                 result.joules_per_env_step, result.joules_per_update, result.energy))
     chosen = knee(points)
     write_json(out / "sweep.json", {"algo": config.algo, "env": config.env, "knee_actors": chosen.actors,
                                     "knee_fraction": KNEE_FRACTION, "points": [asdict(p) for p in points]})
@@ -83,14 +84,15 @@ def table(points: list[SweepPoint]) -> Table:
     chosen = knee(points)
     t = Table(title=f"actor sweep (measured); knee: {chosen.actors} actors reach {KNEE_FRACTION:.0%} of the best rate",
               title_justify="left")
-    for col in ("actors", "env steps/s", "learner busy", "actors waiting", "J / env step"):
+    for col in ("actors", "env steps/s", "learner busy", "actors waiting", "J / env step", "J / update"):
         t.add_column(col, justify="right")
     for p in points:
         energy = f"{p.joules_per_env_step:.3f}" if p.joules_per_env_step is not None else "unavailable"
+        per_update = f"{p.joules_per_update:.3f}" if p.joules_per_update is not None else "unavailable"
         t.add_row(f"{p.actors}{' (knee)' if p is chosen else ''}", f"{p.env_steps_per_s:,.0f}",
-                  f"{p.learner_utilisation:.0%}", f"{p.actor_wait_share:.0%}", energy)
-    if all(p.joules_per_env_step is None for p in points):
-        t.caption = points[0].energy
+                  f"{p.learner_utilisation:.0%}", f"{p.actor_wait_share:.0%}", energy, per_update)
+    # what each figure is (meters and methods, the user's figure labelled), or why there is none
+    t.caption = points[-1].energy
     return t
 
 

@@ -417,6 +417,7 @@ class Session:
             replay_ratio_window_error=ex.ratio_error(),
             energy=energy.describe(),
             joules_per_env_step=energy.joules_per_step(ex.env_steps - start_steps) if ex.env_steps > start_steps else None,
+            joules_per_update=energy.joules_per_step(ex.updates - start_updates) if ex.updates > start_updates else None,
             energy_status=energy.status,
             predicted_joules_per_env_step=prediction.joules_per_env_step if prediction else None,
             defaults=self.defaults,

@@ -15,11 +15,16 @@ every report shows beside the measured ones, never as a measurement.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hetrl.energy.discovery import MeterReport
 from hetrl.energy.meters import Meter, MeterError, Unavailable
 
+# The shortest span a figure is reported for: NVML's energy counter (and a GPU's power reading)
+# updates every 20-100 ms and RAPL's every ~1 ms, so a shorter span's difference is mostly the
+# update step. A shorter span reports its meters as unavailable, with this reason, not a number.
+MIN_WINDOW_S = 1.0
 USER_FIGURE = "user's figure, not measured"  # the source of a reading the user's power figure made
 HOST_POWER = "cpu_watts"  # the setting (and the reading's name) of the host CPU's power, in watts
 
@@ -74,10 +79,17 @@ class EnergyResult:
         return sum(r.joules for r in self.readings) if self.readings else None
 
     def joules_per_step(self, steps: int) -> float | None:
+        """Joules per env step, or per any count of work (gradient updates) over the span."""
         if steps <= 0:
             raise ValueError(f"steps must be > 0 (got {steps})")
         total = self.total_joules
         return None if total is None else total / steps
+
+    @property
+    def methods(self) -> str:
+        """How each figure was obtained, e.g. "rapl:package-0: energy counter ...; cpu_watts: user's figure ..."."""
+        return "; ".join(f"{r.meter}: {r.method if r.source == 'measured' else r.source + ', ' + r.method}"
+                         for r in self.readings)
 
     def describe(self) -> str:
         missing = "; ".join(str(u) for u in self.unavailable)
@@ -98,10 +110,13 @@ class EnergyMeasurement:
     """Energy per meter between :meth:`start` and :meth:`stop` (or over a ``with`` block: see ``result``).
 
     The meters stay open (their :class:`MeterReport` owns them). A meter that fails to read is moved
-    to the unavailable list with its error, never given a guessed value.
+    to the unavailable list with its error, never given a guessed value; so is every meter when the
+    span is shorter than ``min_window_s`` (:data:`MIN_WINDOW_S`). ``clock``: seconds, monotonic.
     """
 
-    def __init__(self, report: MeterReport) -> None:
+    def __init__(self, report: MeterReport, min_window_s: float | None = None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        self.min_window_s, self._clock = MIN_WINDOW_S if min_window_s is None else min_window_s, clock
         self._meters = list(report.meters)
         self._unavailable = list(report.unavailable)
         self._begin: dict[Meter, float] = {}
@@ -116,7 +131,7 @@ class EnergyMeasurement:
             return None
 
     def start(self) -> None:
-        self._t0 = time.perf_counter()
+        self._t0 = self._clock()
         self._begin = {m: j for m in self._meters if (j := self._read(m)) is not None}
 
     def stop(self) -> EnergyResult:
@@ -127,7 +142,13 @@ class EnergyMeasurement:
             end = self._read(meter)
             if end is not None:
                 readings.append(EnergyReading(meter.name, meter.device, end - begin, meter.source, meter.method))
-        self.result = EnergyResult(time.perf_counter() - self._t0, tuple(readings), tuple(self._unavailable))
+        seconds = self._clock() - self._t0
+        if seconds < self.min_window_s:
+            self._unavailable += [Unavailable(meter.kind, f"{meter.name}: the span of {seconds:.2f} s is shorter than the "
+                                                          f"{self.min_window_s:g} s a reading needs")
+                                  for meter in self._meters if any(r.meter == meter.name for r in readings)]
+            readings = []
+        self.result = EnergyResult(seconds, tuple(readings), tuple(self._unavailable))
         return self.result
 
     def __enter__(self) -> EnergyMeasurement:

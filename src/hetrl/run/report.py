@@ -134,6 +134,8 @@ def _energy(result: "TrainResult") -> str:
     text = result.energy
     if result.joules_per_env_step:
         text += f"; {result.joules_per_env_step:.4f} J per env step {result.energy_status}"
+        if result.joules_per_update:
+            text += f", {result.joules_per_update:.4f} J per gradient update"
     if result.predicted_joules_per_env_step:
         text += f", {result.predicted_joules_per_env_step:.4f} predicted by the plan's model"
     return text
