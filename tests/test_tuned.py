@@ -67,6 +67,23 @@ def test_the_table_is_picked_by_env_id():
     assert generic.agent.batch_size == 64 and generic.steps == 100_000
 
 
+def test_every_atari_game_takes_the_zoos_atari_row():
+    """The zoo's ``atari`` row, translated: target every 1,000 env steps at 1 update per 4 env steps
+    is 250 updates; epsilon 1 -> 0.01 over a tenth of 10M steps; the network from the frames."""
+    for algo in ("dqn", "exit-dqn"):
+        for env in ("ALE/Breakout-v5", "ALE/Pong-v5"):
+            cfg = default_config(algo, env)
+            a = cfg.agent
+            assert (cfg.steps, a.lr, a.batch_size, a.buffer_size, a.learning_starts) == (10_000_000, 1e-4, 32, 100_000, 100_000)
+            assert (a.train_every, a.replay_ratio, a.target_update_every, a.tau, a.double) == (4, 0.25, 250, 1.0, False)
+            assert (a.eps_start, a.eps_end, a.eps_decay_steps, a.max_grad_norm, a.network) == (1.0, 0.01, 1_000_000, 10.0, "auto")
+            assert not a.validate()
+            assert defaults_origin(algo, env).startswith(f"tuned for {env} as an Atari game, from ")
+    assert make_config("dqn", "ALE/Breakout-v5", None, ["learning_starts=1000"]).agent.learning_starts == 1000
+    assert "every ALE/ id" in defaults_origin("dqn", "CartPole-v0")  # the generic line lists the family
+    assert default_config("ddpg", "ALE/Breakout-v5", tuned=True) == default_config("ddpg", "ALE/Breakout-v5", tuned=False)
+
+
 def test_precedence_generic_tuned_config_set(tmp_path):
     base = tmp_path / "partial.json"
     base.write_text(json.dumps({"algo": "dqn", "env": "CartPole-v1", "agent": {"batch_size": 32, "lr": 1e-2}}))

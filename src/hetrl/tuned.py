@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hetrl.envs.pixels import ALE_PREFIX
+
 ZOO_SOURCE = "rl-baselines3-zoo"
 
 # SB3 2.x defaults for the keys the zoo rows leave out (DQN, and TD3; DDPG = TD3 with its variant keys)
@@ -188,7 +190,10 @@ def lookup(algo: str, env: str) -> tuple[dict[str, Any], str]:
     key = (algo.lower(), env)
     if key in TUNED:
         return dict(TUNED[key]), f"tuned for {env}, from {SOURCE[key]}"
-    tuned_envs = sorted(e for a, e in TUNED if a == key[0])
+    family = (key[0], env_family(env))
+    if family in FAMILY_TUNED:
+        return dict(FAMILY_TUNED[family]), f"tuned for {env} as an Atari game, from {FAMILY_SOURCE[family]}"
+    tuned_envs = sorted(e for a, e in TUNED if a == key[0]) + [f"every {ALE_PREFIX} id" for a, _ in FAMILY_TUNED if a == key[0]]
     return {}, f"generic {key[0]} defaults (no tuned row for {env}; rows exist for {', '.join(tuned_envs) or 'no env'})"
 
 
@@ -240,6 +245,30 @@ for _game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders"):
         SOURCE[("dqn", f"MinAtar/{_game}-{_version}")] = MINATAR_SOURCE
 
 
+# --- Atari: the zoo's "atari" row, for every ALE id ----------------------------------------------
+# rl-baselines3-zoo gives its ``atari`` row to every env whose entry point is ale-py's AtariEnv,
+# wrapped in SB3's AtariWrapper with a 4-frame stack; hetrl's Atari preprocessing
+# (hetrl.envs.pixels: no-op starts, frame skip 4 with max-pool, 84x84 grayscale, 4 frames, clipped
+# rewards, life loss as terminal in training) is that wrapper's, so every ``ALE/`` id takes this row.
+# The translation is the MLP rows' (target every 1,000 env steps at 1 update per 4: 250 updates;
+# epsilon 1 -> 0.01 over the first 1M of 10M steps). ``net_arch`` does not apply: the network is
+# chosen from the observations (the Nature CNN for 84x84 frames), as the zoo's CnnPolicy is.
+ATARI_FAMILY = "atari"
+ZOO_ATARI: dict[str, Any] = {
+    "n_timesteps": 10_000_000, "buffer_size": 100_000, "learning_rate": 1e-4, "batch_size": 32,
+    "learning_starts": 100_000, "target_update_interval": 1_000, "train_freq": 4, "gradient_steps": 1,
+    "exploration_fraction": 0.1, "exploration_final_eps": 0.01,
+}
+DQN_ATARI: dict[str, Any] = {k: v for k, v in translate("dqn", ZOO_ATARI).items() if k != "hidden"} | {"network": "auto"}
+FAMILY_TUNED: dict[tuple[str, str], dict[str, Any]] = {("dqn", ATARI_FAMILY): DQN_ATARI}
+FAMILY_SOURCE: dict[tuple[str, str], str] = {("dqn", ATARI_FAMILY): f"{ZOO_SOURCE}'s atari row"}
+
+
+def env_family(env: str) -> str | None:
+    """The family of rows ``env`` takes where it has no row of its own (Atari games), or None."""
+    return ATARI_FAMILY if env.startswith(ALE_PREFIX) else None
+
+
 # --- exit-dqn: DQN's rows ------------------------------------------------------------------------
 # The early-exit DQN is judged against the baseline DQN at the same budget, so it starts from the
 # very same settings (its own, the exit_* ones, keep their defaults).
@@ -247,3 +276,7 @@ for (_algo, _env), _row in list(TUNED.items()):
     if _algo == "dqn":
         TUNED[("exit-dqn", _env)] = dict(_row)
         SOURCE[("exit-dqn", _env)] = f"dqn's row: {SOURCE[(_algo, _env)]}"
+for (_algo, _family), _row in list(FAMILY_TUNED.items()):
+    if _algo == "dqn":
+        FAMILY_TUNED[("exit-dqn", _family)] = dict(_row)
+        FAMILY_SOURCE[("exit-dqn", _family)] = f"dqn's row: {FAMILY_SOURCE[(_algo, _family)]}"
