@@ -369,7 +369,33 @@ def test_a_span_shorter_than_the_window_reports_no_number_and_says_why(tmp_path:
     assert result.total_joules is not None and "rapl:package-0: energy counter" in result.methods
     assert too_short.status == "unavailable" and too_short.joules_per_step(10) is None
     assert "nvml:gpu0: the span of 0.40 s is shorter than the 1 s a reading needs" in too_short.describe()
-    assert too_short.with_host_power(50.0).status == "user's figure, not measured"  # watts x seconds needs no counter
+
+
+def test_a_span_shorter_than_the_window_takes_no_users_figure_either(tmp_path: Path, powercap: Path) -> None:
+    """Watts x seconds needs no counter, but a report that set a figure beside a measurement it
+    could not make would mix the two: the user's figure of a too-short span is unavailable with
+    the meters' reason, and a long enough span takes it as before."""
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    with discover_meters(tmp_path / "no-rapl", FakeNvml([gpu]), cuda_index_by_pci={(0, 0x3B, 0): 0}) as report:
+        short = EnergyMeasurement(report, clock=iter([0.0, 0.4]).__next__)
+        short.start()
+        too_short = short.stop().with_host_power(50.0)
+        long = EnergyMeasurement(report, clock=iter([0.0, 2.0]).__next__)
+        long.start()
+        gpu.energy_mj += 500_000
+        enough = long.stop().with_host_power(50.0)
+    assert too_short.readings == () and too_short.total_joules is None and too_short.status == "unavailable"
+    assert too_short.joules_per_step(10) is None
+    reason = "the span of 0.40 s is shorter than the 1 s a reading needs"
+    assert f"nvml:gpu0: {reason}" in too_short.describe() and f"cpu_watts: {reason}" in too_short.describe()
+    assert {"kind": "cpu_watts", "reason": reason} in too_short.to_dict()["unavailable"]
+    assert enough.total_joules == pytest.approx(500.0 + 50.0 * 2.0) and "cpu_watts" not in str(enough.unavailable)
+    # a RAPL meter the short span dropped still covers the CPU: the figure is not listed as wanted
+    with discover_meters(tmp_path, FakeNvml([]), rapl_poll_s=None) as report:
+        span = EnergyMeasurement(report, clock=iter([0.0, 0.4]).__next__)
+        span.start()
+        rapl_short = span.stop()
+    assert rapl_short.with_host_power(50.0) is rapl_short and rapl_short.dropped == ("cpu-package-0", "cpu-package-1")
 
 
 def test_stop_before_start_is_an_error() -> None:
