@@ -374,7 +374,8 @@ class Session:
             self.console.print(f"{interrupted.name}: stopping at env step {ex.env_steps:,}; writing the checkpoint",
                                highlight=False)
         wall = end - start
-        energy = self._energy.stop().with_host_power(cfg.cpu_watts)  # the user's figure where no meter covers the CPU
+        energy = (self._energy.stop().with_host_power(cfg.cpu_watts)  # the user's figures where no meter covers the CPU,
+                  .with_gpu_power(cfg.gpu_watts, self.placement.devices()))  # or a GPU the run used
         ex.drain_staleness()  # folds the last interval into the run's figures
         staleness_mean, staleness_max = ex.run_staleness()
         learning_rate = None

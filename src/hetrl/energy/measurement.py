@@ -7,8 +7,9 @@
 
 A result carries one reading per meter (joules, source "measured", meter name, method) and the
 reasons for what was not measured. With no working meter it holds reasons and no number at all.
-Where no RAPL meter covers the host CPU, the user may give its power (``cpu_watts``):
-:meth:`EnergyResult.with_host_power` adds it as a reading of source :data:`USER_FIGURE`, which
+Where no RAPL meter covers the host CPU, the user may give its power (``cpu_watts``), and where no
+NVML meter covers a GPU the run uses, the GPU's (``gpu_watts``): :meth:`EnergyResult.with_host_power`
+and :meth:`EnergyResult.with_gpu_power` add them as readings of source :data:`USER_FIGURE`, which
 every report shows beside the measured ones, never as a measurement. A span shorter than
 :data:`MIN_WINDOW_S` gives no number at all: its meters and the user's figure alike are listed
 unavailable with that reason, so a report never sets a figure beside a measurement it could not make.
@@ -17,7 +18,7 @@ unavailable with that reason, so a report never sets a figure beside a measureme
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from hetrl.energy.discovery import MeterReport
@@ -29,6 +30,12 @@ from hetrl.energy.meters import Meter, MeterError, Unavailable
 MIN_WINDOW_S = 1.0
 USER_FIGURE = "user's figure, not measured"  # the source of a reading the user's power figure made
 HOST_POWER = "cpu_watts"  # the setting (and the reading's name) of the host CPU's power, in watts
+GPU_POWER = "gpu_watts"  # the setting (and the readings' name) of the power of each unmetered GPU a run uses
+
+
+def device_key(device: str) -> str:
+    """One name per device: torch's ``cuda`` (the current GPU, the first in a run) is ``cuda:0``, as NVML's meters name it."""
+    return f"{device}:0" if device in ("cuda", "mps", "xpu") else device
 
 
 def short_span(seconds: float, window_s: float) -> str:
@@ -98,6 +105,17 @@ class EnergyResult:
         if watts is None or any(d.startswith("cpu-") for d in self._measured_devices()):  # RAPL's devices: cpu-package-N
             return self
         return self._with_figure(HOST_POWER, "cpu", watts)
+
+    def with_gpu_power(self, watts: float | None, devices: Iterable[str]) -> EnergyResult:
+        """This span with each accelerator of ``devices`` (those the run used; ``cpu`` is passed over)
+        that no meter measured at ``watts`` (the user's ``gpu_watts``) for its whole length, as a
+        reading of source :data:`USER_FIGURE`; as :meth:`with_host_power` otherwise."""
+        result = self
+        if watts is not None:
+            measured = {device_key(d) for d in self._measured_devices()}
+            for device in sorted({device_key(d) for d in devices} - {"cpu"} - measured):
+                result = result._with_figure(GPU_POWER, device, watts)
+        return result
 
     @property
     def total_joules(self) -> float | None:
