@@ -331,6 +331,27 @@ def test_measurement_with_meters_labels_every_figure(tmp_path: Path, powercap: P
     assert result.unavailable == ()
     assert result.describe().startswith("100.0 J measured over ")
     assert all(r["source"] == "measured" and r["method"] for r in result.to_dict()["readings"])
+    # each figure says how it was measured, in the line every report prints and in methods
+    described = result.describe()
+    assert "rapl:package-0 (cpu-package-0) 30.0 J, energy counter (powercap energy_uj); " in described
+    assert "nvml:gpu0 (cuda:0) 60.0 J, energy counter (nvmlDeviceGetTotalEnergyConsumption))" in described
+    assert result.methods == ("rapl:package-0: energy counter (powercap energy_uj); rapl:package-1: energy counter "
+                              "(powercap energy_uj); nvml:gpu0: energy counter (nvmlDeviceGetTotalEnergyConsumption)")
+
+
+def test_power_samples_integrated_are_named_so_beside_their_joules() -> None:
+    """A GPU without the energy counter: its joules say they are power samples integrated, and how often."""
+    gpu = FakeGpu("Fake P100", bus=1, power_mw=100_000)
+    nvml = FakeNvml([gpu])
+    meters, _ = discover_nvml(nvml, cuda_index_by_pci={(0, 1, 0): 0}, power_interval_s=3600)
+    report = MeterReport(meters, [])
+    span = EnergyMeasurement(report, min_window_s=0)
+    span.start()
+    result = span.stop()
+    report.close()
+    assert "nvml:gpu0 (cuda:0) " in result.describe()
+    assert " J, power samples (nvmlDeviceGetPowerUsage) integrated every 3600 s)" in result.describe()
+    assert result.methods == "nvml:gpu0: power samples (nvmlDeviceGetPowerUsage) integrated every 3600 s"
 
 
 def test_a_meter_failing_mid_span_becomes_unavailable(tmp_path: Path, powercap: Path) -> None:
@@ -562,6 +583,29 @@ def test_which_gpu_a_meter_measured_comes_from_the_profiles_machine() -> None:
         make_plan(elsewhere, agent, 1, objective="efficiency")
 
 
+def test_the_profile_and_plan_tables_name_each_meters_method() -> None:
+    """The profile's mJ/call and the plan's predicted joules say how their energy was measured: each
+    meter's method, as the profile's machine lists its meters."""
+    from hetrl.algos import DQNConfig
+    from hetrl.planner.search import make_plan
+    from hetrl.planner.tables import plan_tables
+    from hetrl.profile import profile_table
+
+    counter = "energy counter (nvmlDeviceGetTotalEnergyConsumption)"
+    rapl = {"kind": "rapl", "available": True, "name": "rapl:package-0", "device": "cpu-package-0",
+            "method": "energy counter (powercap energy_uj)"}
+    nvml = {"kind": "nvml", "available": True, "name": "nvml:gpu0", "device": "cuda:0", "method": counter}
+    profile = rapl_metered_profile([rapl, nvml])
+    profile.timings = [replace(t, energy_meters="nvml:gpu0, rapl:package-0" if t.energy_meters else None) for t in profile.timings]
+    methods = f"nvml:gpu0: {counter}; rapl:package-0: energy counter (powercap energy_uj)"
+    assert f"mJ/call: measured, the sum over {methods}" in profile_table(profile).caption
+    plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1, objective="efficiency")
+    assert plan.meters == [f"nvml:gpu0: {counter}", "rapl:package-0: energy counter (powercap energy_uj)"]
+    assert f"J per env step (from energy per call measured by {methods})" in plan_tables(plan)[0].caption
+    # a profile whose machine does not list its meters (a synthetic one): the caption says so
+    assert "mJ/call: measured, the sum over rapl:package-0: method not recorded" in profile_table(rapl_metered_profile()).caption
+
+
 def test_a_runs_energy_takes_the_users_gpu_figure_for_each_unmetered_gpu_it_used(tmp_path: Path, powercap: Path) -> None:
     """RAPL measures the host, NVML nothing: each GPU of the run's placement gets gpu_watts x the
     span, labelled the user's; a GPU NVML measured, the host and a too-short span take none."""
@@ -610,7 +654,11 @@ def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: p
                          learning_starts=50, batch_size=16, eval_episodes=2, log_every=100, eval_every=0, cpu_watts=40.0)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["energy_status"] == "measured, and the user's figure (not measured)"
-    assert "nvml:gpu0 (cuda:0) 0.0 J" in summary["energy"] and "cpu_watts (cpu) " in summary["energy"]
+    assert "nvml:gpu0 (cuda:0) 0.0 J, energy counter (nvmlDeviceGetTotalEnergyConsumption)" in summary["energy"]
+    assert "cpu_watts (cpu) " in summary["energy"]
+    assert summary["energy_methods"] == result.energy_methods
+    assert summary["energy_methods"].startswith("nvml:gpu0: energy counter (nvmlDeviceGetTotalEnergyConsumption); "
+                                                "cpu_watts: user's figure, not measured, 40 W x ")
     assert "user's figure, not measured: 40 W x " in summary["energy"]
     assert summary["joules_per_env_step"] == pytest.approx(result.joules_per_env_step) and result.joules_per_env_step > 0
     # the same joules per gradient update
@@ -619,6 +667,7 @@ def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: p
     from hetrl.run.report import summary_table
 
     shown = io.StringIO()
-    Console(file=shown, width=400).print(summary_table(result))
+    Console(file=shown, width=2000).print(summary_table(result))  # one line per row
     assert "J per env step measured, and the user's figure (not measured)" in shown.getvalue()
+    assert "energy counter (nvmlDeviceGetTotalEnergyConsumption)" in shown.getvalue()
     assert "J per gradient update" in shown.getvalue()

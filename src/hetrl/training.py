@@ -419,7 +419,7 @@ class Session:
             energy=energy.describe(),
             joules_per_env_step=energy.joules_per_step(ex.env_steps - start_steps) if ex.env_steps > start_steps else None,
             joules_per_update=energy.joules_per_step(ex.updates - start_updates) if ex.updates > start_updates else None,
-            energy_status=energy.status,
+            energy_status=energy.status, energy_methods=energy.methods,
             predicted_joules_per_env_step=prediction.joules_per_env_step if prediction else None,
             defaults=self.defaults,
             best_eval_return_mean=self.best[0] if self.best else None,

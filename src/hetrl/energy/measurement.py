@@ -3,7 +3,7 @@
     with discover_meters() as report, EnergyMeasurement(report) as span:
         train()
     span.result.joules_per_step(steps)   # None when nothing measured
-    span.result.describe()               # "1234.5 J measured (rapl:package-0 ...)" or "energy unavailable: ..."
+    span.result.describe()               # "1234.5 J measured ... (rapl:package-0 ... J, energy counter ...)" or "energy unavailable: ..."
 
 A result carries one reading per meter (joules, source "measured", meter name, method) and the
 reasons for what was not measured. With no working meter it holds reasons and no number at all.
@@ -136,10 +136,11 @@ class EnergyResult:
                          for r in self.readings)
 
     def describe(self) -> str:
+        """Every reading with its meter, device and method (the user's figure labelled), then what was not measured."""
         missing = "; ".join(str(u) for u in self.unavailable)
         if not self.readings:
             return f"energy unavailable: {missing}"
-        parts = ", ".join(f"{r.meter} ({r.device}) {r.joules:.1f} J" + (f", {r.source}: {r.method}" if r.source != "measured" else "")
+        parts = "; ".join(f"{r.meter} ({r.device}) {r.joules:.1f} J, " + (r.method if r.source == "measured" else f"{r.source}: {r.method}")
                           for r in self.readings)
         text = f"{self.total_joules:.1f} J {self.status} over {self.seconds:.1f} s ({parts})"
         return f"{text}; not measured: {missing}" if missing else text

@@ -205,6 +205,8 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
     if gpu_profile is not None and blind(best.placement):
         meters.append(gpu_power_label(gpu_watts))
+    methods = profile.meter_methods()  # shown with the prediction: each meter's method, where the profile's machine lists it
+    meters = [f"{m}: {methods[m]}" if m in methods else m for m in meters]
     return Plan(profile.algo, profile.env, best.num_envs, objective, profile.fingerprint, best.placement, prediction,
                 runner_ups, best.executor, best.actors, meters, steps, best.inference,
                 what_if=sorted({t.modelled for t in profile.timings if t.modelled}))
@@ -212,7 +214,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
 
 def profile_meters(profile: Profile) -> list[str]:
     """The meters whose energy the profile's rows sum (e.g. ["nvml:gpu0", "rapl:package-0"])."""
-    return sorted({m.strip() for t in profile.timings if t.energy_meters for m in t.energy_meters.split(",")})
+    return profile.meter_names()
 
 
 def host_metered(meters: list[str]) -> bool:
