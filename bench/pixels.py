@@ -117,7 +117,7 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] |
             "placement": result.placement, "executor": result.executor, "actors": result.actors,
             "num_envs": session.num_envs, "inference": session.inference,
             "predicted_env_steps_per_s": result.predicted_env_steps_per_s,
-            "joules_per_env_step": result.joules_per_env_step, "energy": result.energy}
+            "joules_per_env_step": result.joules_per_env_step, "energy": result.energy, "energy_methods": result.energy_methods}
 
 
 def _minatar_extractor():
@@ -204,7 +204,7 @@ def run_sb3(s: PixelSettings, steps: int, seed: int, n_envs: int = 1, vec_env: s
             "policy": lambda obs: model.predict(obs, deterministic=True)[0], "curve": curve,
             "replay_bytes": sum(a.nbytes for a in stored), "replay_capacity": rb.buffer_size,
             "joules_per_env_step": joules.joules_per_step(model.num_timesteps) if model.num_timesteps else None,
-            "energy": joules.describe(), "n_envs": n_envs, "vec_env": vec_env,
+            "energy": joules.describe(), "energy_methods": joules.methods, "n_envs": n_envs, "vec_env": vec_env,
             "train_freq": train_freq, "gradient_steps": gradient_steps}
 
 

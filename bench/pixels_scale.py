@@ -147,6 +147,19 @@ def joules(r: dict[str, Any]) -> str:
     return f"{r['joules_per_env_step']:.3g}" if r.get("joules_per_env_step") is not None else "unavailable"
 
 
+def energy_note(runs: list[dict[str, Any]]) -> str:
+    """What the J per env step column is: each method the runs' joules came from (a saved run without
+    ``energy_methods``: its energy line), or why no run has one."""
+    methods = list(dict.fromkeys(r.get("energy_methods") or r["energy"] for r in runs if r.get("joules_per_env_step") is not None))
+    missing = next((r["energy"] for r in runs if r.get("joules_per_env_step") is None), None)
+    if not methods:
+        return (f"Energy: `unavailable` for every library: {(missing or 'no run').removeprefix('energy unavailable: ')}. "
+                "Where a meter works, each run's joules come from the same meters over its training call.")
+    note = ("Energy: each run's joules from the same meters (hetrl.energy) over its training call; J per env step by "
+            + " | ".join(methods) + ".")
+    return note + (f" Runs with `unavailable`: {missing}." if missing else "")
+
+
 def best(runs: list[dict[str, Any]], lib: str, workload: str) -> dict[str, Any] | None:
     """The run of ``lib`` with the highest median env steps/s over seeds, by configuration."""
     mine = [r for r in runs if r["lib"] == lib and r["workload"] == workload]
@@ -237,7 +250,6 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     plot(runs, args, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     device = "every library on CUDA" if args.gpu else "every library on the CPU"
-    energy = next((r["energy"] for r in runs if r.get("joules_per_env_step") is None), None)
     loads = [r["load_before"] for r in runs]
     lines = [BEGIN, f"## DQN on pixels as the actors grow: hetrl's executors and SB3's n_envs{quick}", "",
              f"`python bench/pixels_scale.py {' '.join(args.argv)}` on {datetime.date.today()}, {read_cpu().model}, "
@@ -258,10 +270,7 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
              f"![env steps/s per run]({os.path.relpath(png, args.out.parent)})", ""]
     for w in args.workloads:
         lines += table(runs, w, args)
-    lines += ["Energy: " + (f"`unavailable` for every library: {energy.removeprefix('energy unavailable: ')}. Where a "
-                            "meter works, each run's joules come from the same meters over its training call."
-                            if energy else "each run's joules from the same meters (hetrl.energy) over its training call."),
-              ""]
+    lines += [energy_note(runs), ""]
     if failures:
         lines += ["**Not measured:**", ""] + [f"- {f}" for f in failures] + [""]
     lines.append(END)

@@ -4,15 +4,19 @@ files, and the search's smooth cost."""
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 from torch import nn
 
 from hetrl.cosearch.fpga import (BRAM_BITS, DEVICES, Budget, FpgaDevice, Layer, Parallelism, allocate, budget_penalty,
-                                 cost_tables, evaluate, expected_cost, layers_of, repair, shipped_devices, smooth_max)
+                                 cost_tables, evaluate, expected_cost, layers_of, repair, shipped_devices, smooth_max,
+                                 stage_cost)
 from hetrl.cosearch import fpga
 from hetrl.errors import HetrlError
+from hetrl.nets.layer_description import LayerDescription
+from hetrl.nets.searched import Architecture, Op
 
 
 def device(**changes) -> FpgaDevice:
@@ -35,7 +39,7 @@ def test_an_mlp_design_is_the_hand_computed_pipeline():
     assert [s.dsp for s in d.stages] == [32, 64, 16] and d.dsp == 112
     # weights 4*64+64 = 320, 64*64+64 = 4,160, 64*2+2 = 130; blocks max(ceil(w*16/32768), ceil(p_in p_out*16/64)):
     # max(1, 8) = 8; max(ceil(66,560/32,768) = 3, 16) = 16; max(1, 4) = 4
-    assert [layer.weights for layer in MLP] == [320, 4160, 130]
+    assert [layer.params for layer in MLP] == [320, 4160, 130]
     assert [s.weight_blocks for s in d.stages] == [8, 16, 4]
     # line buffers ceil(C_in*16/32768) = 1 each; BRAM36 = 3 + 28
     assert [s.line_buffer_bram36 for s in d.stages] == [1, 1, 1] and d.bram36 == 31 and d.uram == 0
@@ -179,6 +183,26 @@ def test_layers_are_read_from_a_torch_network():
         layers_of(nn.Conv2d(4, 8, 3, groups=2), torch.zeros(1, 4, 5, 5))
 
 
+def test_weight_memory_counts_biases_only_for_layers_that_have_them():
+    """A searched network's layer descriptions are the model's layers (one class), and the model
+    stores a bias only where the layer has one: the depthwise half of a separable convolution has
+    none (its nn.Conv2d has bias=False), so its weights are k^2 C, not k^2 C + C."""
+    assert Layer is LayerDescription
+    arch = Architecture((4, 10, 10), 3, convs=(Op("sepconv", 8, 3),), dense=(Op("dense", 16),))
+    net = arch.build()
+    described = arch.describe()
+    dw = described[0]
+    assert (dw.kind, dw.bias, dw.params) == ("dwconv", False, 3 * 3 * 4)
+    # read from torch: the same layers (the model does not read whether a ReLU follows)
+    read = layers_of(net, torch.zeros(1, 4, 10, 10))
+    assert [replace(layer, relu=d.relu) for layer, d in zip(read, described)] == described
+    # every parameter torch holds, none more: 2 bytes each at int16
+    design = allocate(described, device(), "int16")
+    assert design.weight_bytes == 2 * sum(p.numel() for p in net.parameters())
+    # off chip, the depthwise stage reads 36 weights of 2 bytes a sample (not 40)
+    assert stage_cost(dw, Parallelism(), "ddr", "int16", device()).ddr_bytes == 36 * 2
+
+
 # --- the search's smooth cost -------------------------------------------------------------------
 SAME = [Layer("conv", 4, 16, 3, 1, 1, 10, 10), Layer("conv", 4, 16, 5, 1, 2, 10, 10)]  # both 16 x 10 x 10 out
 OPTIONS = [Parallelism(1, 1), Parallelism(4, 4)]
@@ -263,7 +287,7 @@ def test_the_search_cost_is_the_bottleneck_of_each_layers_interval_within_its_sh
     for k, layer in enumerate(space.layers):
         op = layer.candidates[0]
         j = 0 if k == 0 else layer.in_widths.index(widths[-1])
-        stages = [fpga.as_layer(d) for d in op.describe(layer.in_widths[j], layer.height, layer.width)]
+        stages = op.describe(layer.in_widths[j], layer.height, layer.width)
         intervals.append(fpga.allocate(stages, cost.device, budget=cost.share).interval_cycles)
         widths.append(op.width * (layer.height * layer.width if layer.conv and k + 1 < n and not space.layers[k + 1].conv else 1))
     value = float(cost(probs))

@@ -331,6 +331,27 @@ def test_measurement_with_meters_labels_every_figure(tmp_path: Path, powercap: P
     assert result.unavailable == ()
     assert result.describe().startswith("100.0 J measured over ")
     assert all(r["source"] == "measured" and r["method"] for r in result.to_dict()["readings"])
+    # each figure says how it was measured, in the line every report prints and in methods
+    described = result.describe()
+    assert "rapl:package-0 (cpu-package-0) 30.0 J, energy counter (powercap energy_uj); " in described
+    assert "nvml:gpu0 (cuda:0) 60.0 J, energy counter (nvmlDeviceGetTotalEnergyConsumption))" in described
+    assert result.methods == ("rapl:package-0: energy counter (powercap energy_uj); rapl:package-1: energy counter "
+                              "(powercap energy_uj); nvml:gpu0: energy counter (nvmlDeviceGetTotalEnergyConsumption)")
+
+
+def test_power_samples_integrated_are_named_so_beside_their_joules() -> None:
+    """A GPU without the energy counter: its joules say they are power samples integrated, and how often."""
+    gpu = FakeGpu("Fake P100", bus=1, power_mw=100_000)
+    nvml = FakeNvml([gpu])
+    meters, _ = discover_nvml(nvml, cuda_index_by_pci={(0, 1, 0): 0}, power_interval_s=3600)
+    report = MeterReport(meters, [])
+    span = EnergyMeasurement(report, min_window_s=0)
+    span.start()
+    result = span.stop()
+    report.close()
+    assert "nvml:gpu0 (cuda:0) " in result.describe()
+    assert " J, power samples (nvmlDeviceGetPowerUsage) integrated every 3600 s)" in result.describe()
+    assert result.methods == "nvml:gpu0: power samples (nvmlDeviceGetPowerUsage) integrated every 3600 s"
 
 
 def test_a_meter_failing_mid_span_becomes_unavailable(tmp_path: Path, powercap: Path) -> None:
@@ -369,7 +390,33 @@ def test_a_span_shorter_than_the_window_reports_no_number_and_says_why(tmp_path:
     assert result.total_joules is not None and "rapl:package-0: energy counter" in result.methods
     assert too_short.status == "unavailable" and too_short.joules_per_step(10) is None
     assert "nvml:gpu0: the span of 0.40 s is shorter than the 1 s a reading needs" in too_short.describe()
-    assert too_short.with_host_power(50.0).status == "user's figure, not measured"  # watts x seconds needs no counter
+
+
+def test_a_span_shorter_than_the_window_takes_no_users_figure_either(tmp_path: Path, powercap: Path) -> None:
+    """Watts x seconds needs no counter, but a report that set a figure beside a measurement it
+    could not make would mix the two: the user's figure of a too-short span is unavailable with
+    the meters' reason, and a long enough span takes it as before."""
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    with discover_meters(tmp_path / "no-rapl", FakeNvml([gpu]), cuda_index_by_pci={(0, 0x3B, 0): 0}) as report:
+        short = EnergyMeasurement(report, clock=iter([0.0, 0.4]).__next__)
+        short.start()
+        too_short = short.stop().with_host_power(50.0)
+        long = EnergyMeasurement(report, clock=iter([0.0, 2.0]).__next__)
+        long.start()
+        gpu.energy_mj += 500_000
+        enough = long.stop().with_host_power(50.0)
+    assert too_short.readings == () and too_short.total_joules is None and too_short.status == "unavailable"
+    assert too_short.joules_per_step(10) is None
+    reason = "the span of 0.40 s is shorter than the 1 s a reading needs"
+    assert f"nvml:gpu0: {reason}" in too_short.describe() and f"cpu_watts: {reason}" in too_short.describe()
+    assert {"kind": "cpu_watts", "reason": reason} in too_short.to_dict()["unavailable"]
+    assert enough.total_joules == pytest.approx(500.0 + 50.0 * 2.0) and "cpu_watts" not in str(enough.unavailable)
+    # a RAPL meter the short span dropped still covers the CPU: the figure is not listed as wanted
+    with discover_meters(tmp_path, FakeNvml([]), rapl_poll_s=None) as report:
+        span = EnergyMeasurement(report, clock=iter([0.0, 0.4]).__next__)
+        span.start()
+        rapl_short = span.stop()
+    assert rapl_short.with_host_power(50.0) is rapl_short and rapl_short.dropped == ("cpu-package-0", "cpu-package-1")
 
 
 def test_stop_before_start_is_an_error() -> None:
@@ -452,6 +499,143 @@ def test_efficiency_with_an_unmetered_cpu_needs_the_users_figure_and_labels_it(t
     assert measured.meters == ["nvml:gpu0", "rapl:package-0"] and measured.placement.learn.device == "cpu"
 
 
+# --- a GPU the plan uses, unmetered: the user's power figure (gpu_watts) ----------------------------
+
+
+def rapl_metered_profile(machine_meters: list[dict] | None = None, gpu_slowdown: float = 1.0):
+    """A profile only a RAPL meter measured (the host's 70 W while each primitive ran, a GPU's energy
+    missing), with a GPU learner 5x faster than the host's (``gpu_slowdown``: every GPU row that
+    many times slower); ``machine_meters``: the meters its machine lists (hardware.Machine.to_dict)."""
+    from test_plan import GPU, synthetic
+
+    rows = [r if r[2] != "cuda" else (*r[:5], r[5] * gpu_slowdown) for r in GPU]
+    profile = synthetic(rows + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)], watts={"cpu": 70.0, "cuda": 70.0})
+    profile.timings = [replace(t, energy_meters="rapl:package-0" if t.energy_meters else None) for t in profile.timings]
+    if machine_meters is not None:
+        profile.machine = {**profile.machine, "meters": machine_meters}
+    return profile
+
+
+def test_efficiency_refuses_a_plan_on_an_unmetered_gpu_unless_the_user_gives_its_power(tmp_path: Path) -> None:
+    """RAPL measured the host, nothing the GPU: the GPU learner's work would look free and its plan
+    frugal. Without gpu_watts the efficiency objective refuses it, naming the fix; with the figure it
+    costs the GPU's plans with it, labelled the user's, and the figure decides."""
+    from hetrl.algos import DQNConfig
+    from hetrl.errors import HetrlError
+    from hetrl.planner.model import predict
+    from hetrl.planner.search import make_plan
+    from hetrl.planner.tables import plan_tables
+
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    profile = rapl_metered_profile()
+    with pytest.raises(HetrlError, match=r"no meter measured cuda:0 \(only rapl:package-0 measured this profile; .* "
+                                         r"give its power with --set gpu_watts=WATTS") as info:
+        make_plan(profile, agent, 1, objective="efficiency")
+    assert "\n" not in str(info.value)
+    frugal = make_plan(profile, agent, 1, objective="efficiency", gpu_watts=5.0)
+    hungry = make_plan(profile, agent, 1, objective="efficiency", gpu_watts=2_000.0)
+    assert frugal.placement.learn.device == "cuda" and hungry.placement.learn.device == "cpu"
+    label = "gpu_watts=5 W (user's figure, not measured)"
+    assert frugal.meters == ["rapl:package-0", label] and hungry.meters == ["rapl:package-0"]  # the host plan uses no GPU
+    alone = predict(frugal.placement, profile, agent, 1)
+    assert frugal.prediction.joules_per_env_step == pytest.approx(alone.joules_per_env_step + 5.0 * sum(alone.per_env_step_s.values()))
+    assert f"measured by rapl:package-0; a GPU at {label}" in plan_tables(frugal)[0].caption
+    assert json.loads(frugal.save(tmp_path / "frugal.json").read_text())["energy_meters"] == ["rapl:package-0", label]
+    # the throughput objective is not refused: energy does not choose its plan
+    assert make_plan(profile, agent, 1).placement.learn.device == "cuda"
+
+
+def test_efficiency_takes_a_host_plan_that_beats_the_unmetered_gpu_and_hides_the_gpus(tmp_path: Path) -> None:
+    """A GPU plan costed without the GPU's energy is a lower bound: where the host plan beats it even
+    so, the host plan is the honest choice, and the GPU plans are not shown as runner-ups."""
+    from hetrl.algos import DQNConfig
+    from hetrl.planner.search import make_plan
+
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    profile = rapl_metered_profile(gpu_slowdown=25)
+    plan = make_plan(profile, agent, 1, objective="efficiency")
+    assert plan.placement.devices() == {"cpu"} and plan.meters == ["rapl:package-0"]
+    assert plan.runner_ups == []  # the only host plan won; every other uses the GPU
+    costed = make_plan(profile, agent, 1, objective="efficiency", gpu_watts=1.0)  # with the figure they are costed and shown
+    assert costed.placement == plan.placement and costed.runner_ups
+    assert all("cuda" in c.placement.devices() for c, _ in costed.runner_ups)
+
+
+def test_which_gpu_a_meter_measured_comes_from_the_profiles_machine() -> None:
+    """The profile's machine lists each meter's device: an NVML meter on cuda:0 covers the rows run
+    on ``cuda`` (torch's current GPU); one on another GPU does not."""
+    from hetrl.algos import DQNConfig
+    from hetrl.errors import HetrlError
+    from hetrl.planner.search import make_plan, unmetered_accelerators
+
+    rapl = {"kind": "rapl", "available": True, "name": "rapl:package-0", "device": "cpu-package-0"}
+    nvml = {"kind": "nvml", "available": True, "name": "nvml:gpu0", "device": "cuda:0"}
+    other = {"kind": "nvml", "available": True, "name": "nvml:gpu1", "device": "nvidia-gpu1 (not a torch device here)"}
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    both = rapl_metered_profile([rapl, nvml, {"kind": "nvml", "available": False, "reason": "x"}])
+    both.timings = [replace(t, energy_meters="nvml:gpu0, rapl:package-0" if t.energy_meters else None) for t in both.timings]
+    assert unmetered_accelerators(both, ["nvml:gpu0", "rapl:package-0"]) == set()
+    assert make_plan(both, agent, 1, objective="efficiency").placement.learn.device == "cuda"
+    elsewhere = rapl_metered_profile([rapl, other])
+    elsewhere.timings = [replace(t, energy_meters="nvml:gpu1, rapl:package-0" if t.energy_meters else None) for t in elsewhere.timings]
+    assert unmetered_accelerators(elsewhere, ["nvml:gpu1", "rapl:package-0"]) == {"cuda:0"}
+    with pytest.raises(HetrlError, match="no meter measured cuda:0"):
+        make_plan(elsewhere, agent, 1, objective="efficiency")
+
+
+def test_the_profile_and_plan_tables_name_each_meters_method() -> None:
+    """The profile's mJ/call and the plan's predicted joules say how their energy was measured: each
+    meter's method, as the profile's machine lists its meters."""
+    from hetrl.algos import DQNConfig
+    from hetrl.planner.search import make_plan
+    from hetrl.planner.tables import plan_tables
+    from hetrl.profile import profile_table
+
+    counter = "energy counter (nvmlDeviceGetTotalEnergyConsumption)"
+    rapl = {"kind": "rapl", "available": True, "name": "rapl:package-0", "device": "cpu-package-0",
+            "method": "energy counter (powercap energy_uj)"}
+    nvml = {"kind": "nvml", "available": True, "name": "nvml:gpu0", "device": "cuda:0", "method": counter}
+    profile = rapl_metered_profile([rapl, nvml])
+    profile.timings = [replace(t, energy_meters="nvml:gpu0, rapl:package-0" if t.energy_meters else None) for t in profile.timings]
+    methods = f"nvml:gpu0: {counter}; rapl:package-0: energy counter (powercap energy_uj)"
+    assert f"mJ/call: measured, the sum over {methods}" in profile_table(profile).caption
+    plan = make_plan(profile, DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1), 1, objective="efficiency")
+    assert plan.meters == [f"nvml:gpu0: {counter}", "rapl:package-0: energy counter (powercap energy_uj)"]
+    assert f"J per env step (from energy per call measured by {methods})" in plan_tables(plan)[0].caption
+    # a profile whose machine does not list its meters (a synthetic one): the caption says so
+    assert "mJ/call: measured, the sum over rapl:package-0: method not recorded" in profile_table(rapl_metered_profile()).caption
+
+
+def test_a_runs_energy_takes_the_users_gpu_figure_for_each_unmetered_gpu_it_used(tmp_path: Path, powercap: Path) -> None:
+    """RAPL measures the host, NVML nothing: each GPU of the run's placement gets gpu_watts x the
+    span, labelled the user's; a GPU NVML measured, the host and a too-short span take none."""
+    from hetrl.energy.measurement import EnergyResult
+
+    with discover_meters(tmp_path, FakeNvml([]), rapl_poll_s=None) as report:
+        span = EnergyMeasurement(report, clock=iter([0.0, 2.0]).__next__)
+        span.start()
+        write(powercap / "intel-rapl:0/energy_uj", 3_000_000)
+        measured = span.stop()
+    assert measured.with_gpu_power(None, {"cpu", "cuda"}) is measured
+    assert measured.with_gpu_power(300.0, {"cpu"}) is measured
+    result = measured.with_gpu_power(300.0, {"cpu", "cuda"})
+    assert [(r.meter, r.device, r.source) for r in result.readings] == [
+        ("rapl:package-0", "cpu-package-0", "measured"), ("rapl:package-1", "cpu-package-1", "measured"),
+        ("gpu_watts", "cuda:0", "user's figure, not measured")]
+    assert result.total_joules == pytest.approx(2.0 + 300.0 * 2.0)
+    assert result.status == "measured, and the user's figure (not measured)"
+    assert "gpu_watts (cuda:0) 600.0 J, user's figure, not measured: 300 W x 2.0 s" in result.describe()
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    with discover_meters(tmp_path / "no-rapl", FakeNvml([gpu]), cuda_index_by_pci={(0, 0x3B, 0): 0}) as report:
+        span = EnergyMeasurement(report, clock=iter([0.0, 2.0]).__next__)
+        span.start()
+        gpu.energy_mj = 400_000
+        on_gpu = span.stop()
+    assert on_gpu.with_gpu_power(300.0, {"cuda:0", "cpu"}) is on_gpu  # the measurement wins
+    short = EnergyResult(0.5, (), (), window_s=1.0).with_gpu_power(300.0, {"cuda"})
+    assert short.total_joules is None and str(short.unavailable[0]) == "gpu_watts: the span of 0.50 s is shorter than the 1 s a reading needs"
+
+
 def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A run with cpu_watts on a machine whose only meter is a GPU's (fake NVML, no RAPL): its energy
     is the GPU's measured joules and the user's figure, and the summary says which is which."""
@@ -470,7 +654,11 @@ def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: p
                          learning_starts=50, batch_size=16, eval_episodes=2, log_every=100, eval_every=0, cpu_watts=40.0)
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["energy_status"] == "measured, and the user's figure (not measured)"
-    assert "nvml:gpu0 (cuda:0) 0.0 J" in summary["energy"] and "cpu_watts (cpu) " in summary["energy"]
+    assert "nvml:gpu0 (cuda:0) 0.0 J, energy counter (nvmlDeviceGetTotalEnergyConsumption)" in summary["energy"]
+    assert "cpu_watts (cpu) " in summary["energy"]
+    assert summary["energy_methods"] == result.energy_methods
+    assert summary["energy_methods"].startswith("nvml:gpu0: energy counter (nvmlDeviceGetTotalEnergyConsumption); "
+                                                "cpu_watts: user's figure, not measured, 40 W x ")
     assert "user's figure, not measured: 40 W x " in summary["energy"]
     assert summary["joules_per_env_step"] == pytest.approx(result.joules_per_env_step) and result.joules_per_env_step > 0
     # the same joules per gradient update
@@ -479,6 +667,7 @@ def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: p
     from hetrl.run.report import summary_table
 
     shown = io.StringIO()
-    Console(file=shown, width=400).print(summary_table(result))
+    Console(file=shown, width=2000).print(summary_table(result))  # one line per row
     assert "J per env step measured, and the user's figure (not measured)" in shown.getvalue()
+    assert "energy counter (nvmlDeviceGetTotalEnergyConsumption)" in shown.getvalue()
     assert "J per gradient update" in shown.getvalue()

@@ -6,6 +6,7 @@ size the settings give."""
 
 import re
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -91,48 +92,65 @@ def test_actors_spread_over_the_nodes_and_the_learner_stays_on_the_head(head, wo
         ex.close()
 
 
-def test_a_lost_node_s_actor_is_restarted_on_a_node_with_room(head, worker):
-    """Head: learner + 1 actor + 1 free CPU; the second node's actor comes back on the head."""
-    second = worker()
-    said = []
-    ex = executor(actors=2, log=said.append)
-    sizes = []
-    try:
-        run_until(ex, 600, reported=True)
-        assert second.node_id in ex.nodes()["actors"]
-        before = ex.replay_size
-        head.remove_node(second)
-        run_until(ex, 2_000, lambda: sizes.append(ex.replay_size))
-        assert ex.restarts == 1 and ex.actors_lost == 0, said
-        assert any("left the cluster; restarted it" in line for line in said), said
-        learned = ex.state_dict()["env_steps"]  # the env steps the learner was sent
-        assert ex.replay_size >= before and sizes == sorted(sizes)  # nothing the replay held is lost
-        assert ex.replay_size == learned, (ex.replay_size, learned, ex.lost_steps)  # nor anything sent to it
-    finally:
-        ex.close()
+@dataclass
+class NodeLoss:
+    """A run that lost the node one of its actors was on (:func:`lose_a_node`)."""
+
+    ex: RayExecutor
+    said: list[str]  # what the executor logged
+    node_id: str  # the node removed
+    before: int  # the replay's size when it was removed
+    sizes: list[int]  # the replay's size after each iteration since
 
 
-def test_without_room_the_run_goes_on_with_fewer_actors_and_says_so(head, worker):
-    """Head: learner + 2 actors fill it; the second node's actor has nowhere to go."""
-    second = worker()
-    said = []
-    ex = executor(actors=3, log=said.append)
-    sizes = []
-    try:
+@pytest.fixture
+def lose_a_node(head, worker):
+    """``lose(actors)``: a 1-CPU worker node and an executor of ``actors`` actors (exactly one of
+    them on that node), run until every actor reported, the node removed, then run on to 2,000 env
+    steps. The executor is closed at the end whatever happens."""
+    made = []
+
+    def lose(actors: int) -> NodeLoss:
+        second = worker()
+        said: list[str] = []
+        ex = executor(actors=actors, log=said.append)
+        made.append(ex)
         run_until(ex, 600, reported=True)
         assert ex.nodes()["actors"].count(second.node_id) == 1, ex.nodes()
-        before = ex.replay_size
+        before, sizes = ex.replay_size, []
         head.remove_node(second)
         run_until(ex, 2_000, lambda: sizes.append(ex.replay_size))
-        assert ex.actors_lost == 1 and ex.restarts == 0 and ex.live_actors() == 2, said
-        lost = [line for line in said if "goes on with 2 actors (1 lost)" in line]
-        assert len(lost) == 1, said
-        assert ex.nodes()["actors"].count(None) == 1 and second.node_id not in ex.nodes()["actors"]
-        state = ex.state_dict()
-        assert ex.replay_size >= before and sizes == sorted(sizes)
-        assert ex.replay_size == state["env_steps"] and state["actors_lost"] == 1
+        return NodeLoss(ex, said, second.node_id, before, sizes)
+
+    try:
+        yield lose
     finally:
-        ex.close()
+        for ex in made:
+            ex.close()
+
+
+def test_a_lost_node_s_actor_is_restarted_on_a_node_with_room(lose_a_node):
+    """Head: learner + 1 actor + 1 free CPU; the second node's actor comes back on the head."""
+    run = lose_a_node(actors=2)
+    ex, said = run.ex, run.said
+    assert ex.restarts == 1 and ex.actors_lost == 0, said
+    assert any("left the cluster; restarted it" in line for line in said), said
+    learned = ex.state_dict()["env_steps"]  # the env steps the learner was sent
+    assert ex.replay_size >= run.before and run.sizes == sorted(run.sizes)  # nothing the replay held is lost
+    assert ex.replay_size == learned, (ex.replay_size, learned, ex.lost_steps)  # nor anything sent to it
+
+
+def test_without_room_the_run_goes_on_with_fewer_actors_and_says_so(lose_a_node):
+    """Head: learner + 2 actors fill it; the second node's actor has nowhere to go."""
+    run = lose_a_node(actors=3)
+    ex, said = run.ex, run.said
+    assert ex.actors_lost == 1 and ex.restarts == 0 and ex.live_actors() == 2, said
+    lost = [line for line in said if "goes on with 2 actors (1 lost)" in line]
+    assert len(lost) == 1, said
+    assert ex.nodes()["actors"].count(None) == 1 and run.node_id not in ex.nodes()["actors"]
+    state = ex.state_dict()
+    assert ex.replay_size >= run.before and run.sizes == sorted(run.sizes)
+    assert ex.replay_size == state["env_steps"] and state["actors_lost"] == 1
 
 
 def test_a_lost_learner_is_a_clear_error_not_a_hang(head, worker):

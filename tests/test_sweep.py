@@ -20,6 +20,20 @@ def test_knee_is_the_fewest_actors_within_95_percent_of_the_best():
     assert knee([point(1, 1000), point(2, 990)]).actors == 1
 
 
+def test_the_tables_caption_says_how_the_joules_were_measured():
+    """The J columns' caption names each meter's method (the user's figure labelled), or why a count
+    has no figure; actor counts whose methods differ each get their line."""
+    from hetrl.sweep import table
+
+    methods = "rapl:package-0: energy counter (powercap energy_uj); gpu_watts: user's figure, not measured, 300 W x 2.0 s"
+    measured = [SweepPoint(n, 1000.0 * n, 1.0, 0.0, 0.01, 0.04, "... J measured ...", methods) for n in (1, 2)]
+    assert table(measured).caption == f"J: {methods}"
+    short = SweepPoint(3, 2500.0, 1.0, 0.0, None, None, "energy unavailable: rapl: rapl:package-0: the span of 0.50 s is "
+                                                        "shorter than the 1 s a reading needs")
+    caption = table([*measured, short]).caption
+    assert caption.splitlines() == [f"1, 2 actors: J: {methods}", f"3 actors: {short.energy}"]
+
+
 def test_actor_ranges_parse_and_bad_ones_explain():
     assert parse_range("1..4") == [1, 2, 3, 4] and parse_range("1,2,4") == [1, 2, 4] and parse_range("3") == [3]
     for bad in ("0..2", "a..b", "", "2..1"):
@@ -40,6 +54,7 @@ def test_sweep_runs_each_count_and_writes_table_json_and_plot(tmp_path, capsys):
         assert p["env_steps_per_s"] == pytest.approx(summary["learning_env_steps_per_s"])
         assert p["joules_per_env_step"] == summary["joules_per_env_step"] and p["energy"] == summary["energy"]
         assert p["joules_per_update"] == summary["joules_per_update"]
+        assert p["energy_methods"] == summary["energy_methods"]
         assert 0 <= p["learner_utilisation"] <= 1
     with discover_meters() as meters:  # energy where this machine has a meter, and why not where it has none
         metered = bool(meters.meters)

@@ -113,6 +113,9 @@ def test_the_type_check_of_a_dataclass_names_each_field():
     (["cpu_watts=0"], r"cpu_watts must be the host CPU's power in watts, above 0 and at most 10,000 \(got 0.0\)"),
     (["cpu_watts=inf"], "cpu_watts must be the host CPU's power in watts"),
     (["cpu_watts=65000"], r"at most 10,000 \(got 65000.0\)"),
+    (["gpu_watts=-300"], r"gpu_watts must be a GPU's power in watts, above 0 and at most 10,000 \(got -300.0\)"),
+    (["gpu_watts=nan"], "gpu_watts must be a GPU's power in watts"),
+    (["gpu_watts=700000"], r"at most 10,000 \(got 700000.0\); e.g. its TDP, or none where an NVML meter measures it"),
     (["num_envs=100000", "steps=2000"], r"num_envs \(100000\) must not exceed steps \(2000\)"),
 ])
 def test_run_settings_no_backend_could_use_are_refused(overrides, message):

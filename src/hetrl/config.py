@@ -69,6 +69,7 @@ class TrainConfig:
     ray_chunk_steps: int = 0  # ray executor: steps of each env per chunk an actor returns through the object store; 0: from the limiter's lead
     force: bool = False  # start more than OVERSUBSCRIPTION x this machine's cores of actors or learner threads (refused otherwise)
     cpu_watts: float | None = None  # the host CPU's power in W where no RAPL meter measures it: energy figures count it, labelled the user's figure, not measured
+    gpu_watts: float | None = None  # the power in W of each GPU a run uses that no NVML meter measures: energy figures count it, labelled the user's figure, not measured
     log_every: int = 1_000  # env steps between metric rows
     wandb_project: str | None = None  # also log the metric rows to this Weights & Biases project (the wandb extra)
     wandb_entity: str | None = None  # the W&B entity (user or team); none: wandb's default
@@ -114,6 +115,9 @@ class TrainConfig:
         if self.cpu_watts is not None and not (math.isfinite(self.cpu_watts) and 0 < self.cpu_watts <= MAX_CPU_WATTS):
             problems.append(f"cpu_watts must be the host CPU's power in watts, above 0 and at most {MAX_CPU_WATTS:,} "
                             f"(got {self.cpu_watts}); e.g. its TDP, or none where a RAPL meter measures it")
+        if self.gpu_watts is not None and not (math.isfinite(self.gpu_watts) and 0 < self.gpu_watts <= MAX_GPU_WATTS):
+            problems.append(f"gpu_watts must be a GPU's power in watts, above 0 and at most {MAX_GPU_WATTS:,} "
+                            f"(got {self.gpu_watts}); e.g. its TDP, or none where an NVML meter measures it")
         if self.wandb_project is not None and not self.wandb_project.strip():
             problems.append("wandb_project must name a W&B project (or be none)")
         if self.wandb_mode is not None and self.wandb_mode not in WANDB_MODES:
@@ -140,6 +144,7 @@ class TrainConfig:
 
 
 MAX_CPU_WATTS = 10_000  # cpu_watts above this is a typo (milliwatts?), not a CPU
+MAX_GPU_WATTS = 10_000  # gpu_watts above this is a typo (milliwatts?), not a GPU
 OVERSUBSCRIPTION = 4  # actors, or learner threads, per core of this machine beyond which a run needs force=true
 
 

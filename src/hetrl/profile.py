@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -98,6 +98,16 @@ class Profile:
     @property
     def fingerprint(self) -> str:
         return self.machine["fingerprint"]
+
+    def meter_names(self) -> list[str]:
+        """The meters whose energy the rows sum (e.g. ["nvml:gpu0", "rapl:package-0"])."""
+        return sorted({m.strip() for t in self.timings if t.energy_meters for m in t.energy_meters.split(",")})
+
+    def meter_methods(self) -> dict[str, str]:
+        """How each of :meth:`meter_names` measured ("energy counter (powercap energy_uj)"), as the
+        profile's machine lists its meters; a meter it does not list (a synthetic profile) is left out."""
+        listed = {s.get("name"): s.get("method") for s in self.machine.get("meters") or [] if isinstance(s, Mapping)}
+        return {n: str(listed[n]) for n in self.meter_names() if listed.get(n)}
 
     def lookup(self, primitive: str, backend: str, device: str, size: int, threads: int | None = None) -> Timing | None:
         for t in self.timings:
@@ -508,6 +518,10 @@ def profile_table(profile: Profile) -> Table:
     captions = list(profile.notes)
     if all(t.joules_per_call is None for t in profile.timings):
         captions.append("mJ/call: not measured (no RAPL or NVML meter works here; `hetrl devices` says why)")
+    else:
+        methods = profile.meter_methods()
+        captions.append("mJ/call: measured, the sum over " + "; ".join(f"{n}: {methods.get(n, 'method not recorded')}"
+                                                                       for n in profile.meter_names()))
     if captions:
         table.caption = "\n".join(captions)
     return table

@@ -31,6 +31,7 @@ class SweepPoint:
     joules_per_env_step: float | None  # None where no meter works
     joules_per_update: float | None  # likewise, and None without updates
     energy: str  # what was measured (each figure's meter and method), or why not
+    energy_methods: str = ""  # how each figure behind the joules was obtained, by meter (TrainResult.energy_methods)
 
 
 def learner_utilisation(result: TrainResult) -> float:
@@ -72,7 +73,7 @@ def sweep(config: TrainConfig, counts: list[int], out: Path, console: Console) -
             raise HetrlError(f"the run with {actors} actors never got past learning_starts; raise --steps")
         actor_wait = {name: share for name, _, _, share in result.timers}.get("ActorWait", 0.0)
         points.append(SweepPoint(actors, result.learning_env_steps_per_s, learner_utilisation(result), actor_wait,
-                                 result.joules_per_env_step, result.joules_per_update, result.energy))
+                                 result.joules_per_env_step, result.joules_per_update, result.energy, result.energy_methods))
     chosen = knee(points)
     write_json(out / "sweep.json", {"algo": config.algo, "env": config.env, "knee_actors": chosen.actors,
                                     "knee_fraction": KNEE_FRACTION, "points": [asdict(p) for p in points]})
@@ -91,9 +92,20 @@ def table(points: list[SweepPoint]) -> Table:
         per_update = f"{p.joules_per_update:.3f}" if p.joules_per_update is not None else "unavailable"
         t.add_row(f"{p.actors}{' (knee)' if p is chosen else ''}", f"{p.env_steps_per_s:,.0f}",
                   f"{p.learner_utilisation:.0%}", f"{p.actor_wait_share:.0%}", energy, per_update)
-    # what each figure is (meters and methods, the user's figure labelled), or why there is none
-    t.caption = points[-1].energy
+    t.caption = energy_caption(points)
     return t
+
+
+def energy_caption(points: list[SweepPoint]) -> str:
+    """What the joules are: each meter's method (the user's figure labelled), or why a point has none;
+    one line per group of actor counts where these differ."""
+    groups: dict[str, list[int]] = {}
+    for p in points:
+        text = f"J: {p.energy_methods}" if p.joules_per_env_step is not None and p.energy_methods else p.energy
+        groups.setdefault(text, []).append(p.actors)
+    if len(groups) == 1:
+        return next(iter(groups))
+    return "\n".join(f"{', '.join(map(str, counts))} actor{'s' if counts != [1] else ''}: {text}" for text, counts in groups.items())
 
 
 def plot(points: list[SweepPoint], chosen: SweepPoint, path: Path, title: str) -> None:

@@ -374,7 +374,8 @@ class Session:
             self.console.print(f"{interrupted.name}: stopping at env step {ex.env_steps:,}; writing the checkpoint",
                                highlight=False)
         wall = end - start
-        energy = self._energy.stop().with_host_power(cfg.cpu_watts)  # the user's figure where no meter covers the CPU
+        energy = (self._energy.stop().with_host_power(cfg.cpu_watts)  # the user's figures where no meter covers the CPU,
+                  .with_gpu_power(cfg.gpu_watts, self.placement.devices()))  # or a GPU the run used
         ex.drain_staleness()  # folds the last interval into the run's figures
         staleness_mean, staleness_max = ex.run_staleness()
         learning_rate = None
@@ -418,7 +419,7 @@ class Session:
             energy=energy.describe(),
             joules_per_env_step=energy.joules_per_step(ex.env_steps - start_steps) if ex.env_steps > start_steps else None,
             joules_per_update=energy.joules_per_step(ex.updates - start_updates) if ex.updates > start_updates else None,
-            energy_status=energy.status,
+            energy_status=energy.status, energy_methods=energy.methods,
             predicted_joules_per_env_step=prediction.joules_per_env_step if prediction else None,
             defaults=self.defaults,
             best_eval_return_mean=self.best[0] if self.best else None,

@@ -54,12 +54,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from hetrl.cosearch.fpga import (Budget, DerivedDesign, ExpectedCost, FpgaDevice, Layer, Parallelism, allocate,
-                                 as_layer, bits_of, budget_penalty, cost_tables, device_file, evaluate, expected_cost,
-                                 place_weights, position_stages, repair, smooth_max)
+from hetrl.cosearch.fpga import (Budget, DerivedDesign, ExpectedCost, FpgaDevice, Parallelism, allocate, bits_of,
+                                 budget_penalty, cost_tables, device_file, evaluate, expected_cost, place_weights,
+                                 position_stages, repair, smooth_max)
 from hetrl.cosearch.cost import CostTable
 from hetrl.cosearch.options import FPGA_SEARCH
 from hetrl.errors import HetrlError
+from hetrl.nets.layer_description import LayerDescription
 
 DEFAULT_PART = "zcu102"  # the part --hardware fpga-model costs on without a file
 AXES = ("p_in", "p_out", "p_pos")
@@ -76,7 +77,7 @@ def axis_values(size: int, cap: int = MAX_PARALLEL) -> tuple[int, ...]:
     return tuple(values)
 
 
-def _sizes(layer: Layer) -> tuple[int, int, int]:
+def _sizes(layer: LayerDescription) -> tuple[int, int, int]:
     return layer.reduction, layer.out_channels, layer.positions
 
 
@@ -105,8 +106,8 @@ class JointSearchCost(nn.Module):
                 raise HetrlError(f"device {device.name} gives no DSPs per MAC for {precision}; add dsp_per_mac.{precision} to its file")
         self.budget = budget or Budget.of(device)
         # per position, every (candidate, input width) pair's stages, candidate-major
-        rows = [[[as_layer(d) for d in op.describe(w, layer.height, layer.width)]
-                 for op in layer.candidates for w in layer.in_widths] for layer in space.layers]
+        rows = [[op.describe(w, layer.height, layer.width) for op in layer.candidates for w in layer.in_widths]
+                for layer in space.layers]
         self.grids = [tuple(axis_values(max((_sizes(s)[axis] for stages in position for s in stages), default=1), max_parallel)
                             for axis in range(len(AXES))) for position in rows]
         options = [[Parallelism(*p) for p in itertools.product(*grid)] for grid in self.grids]
@@ -215,7 +216,7 @@ class SearchCost:
         for op in layer.candidates:
             row = []
             for w in layer.in_widths:
-                stages = [as_layer(d) for d in op.describe(w, layer.height, layer.width)]
+                stages = op.describe(w, layer.height, layer.width)
                 try:
                     row.append(allocate(stages, self.device, self.precision, self.share).interval_cycles if stages else 0.0)
                 except HetrlError:

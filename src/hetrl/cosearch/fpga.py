@@ -8,13 +8,14 @@ output channels (the weights they read are broadcast to every element). Samples 
 the stages; activations stay on chip in each stage's line buffer; a layer's weights stay on chip
 where they fit, else they are read from off-chip memory (DDR) once per sample.
 
-Per layer (input C_in x H x W, C_out outputs, k x k kernel, stride s, padding p; a linear layer
-has H = W = k = 1 and its features as channels), with b the data width in bits:
+Per layer (a :class:`hetrl.nets.layer_description.LayerDescription`: input C_in x H x W, C_out
+outputs, k x k kernel, stride s, padding p; a linear layer has H = W = k = 1 and its features as
+channels), with b the data width in bits:
 
     H_o = floor((H + 2p - k) / s) + 1, W_o likewise
     R   = C_in (conv, linear) or 1 (depthwise: an output channel reads its own input channel)
     MACs      = H_o W_o k^2 R C_out
-    weights   = k^2 R C_out + C_out                                  (biases included)
+    weights   = k^2 R C_out (+ C_out biases where the layer has them: its params)
     c         = ceil(H_o W_o / p_pos) k^2 ceil(R / p_in) ceil(C_out / p_out)   cycles per sample
     DSP       = ceil(p_pos p_in p_out d)                             d: DSPs per MAC at b (device file)
     A (BRAM36) = k ceil(W C_in b / 32,768)                           line buffer: k input rows, read in parallel
@@ -58,9 +59,7 @@ from torch import nn
 
 from hetrl.errors import HetrlError, did_you_mean
 from hetrl.files import read_json
-from hetrl.nets.conv import conv_out
-
-KINDS = ("conv", "dwconv", "linear")
+from hetrl.nets.layer_description import LayerDescription
 BITS = {"int8": 8, "int16": 16, "fp32": 32}  # data width of each precision
 BRAM_BITS = 32_768  # data bits of a BRAM36 (36 Kb less the parity bits)
 URAM_BITS = 262_144  # data bits of a URAM (288 Kb less the ECC bits)
@@ -93,81 +92,18 @@ class Parallelism:
         return self.p_in * self.p_out * self.p_pos
 
 
-@dataclass(frozen=True)
-class Layer:
-    """One layer of a network, as the model sees it. ``height`` and ``width`` are the input's
-    (1 for linear layers, whose channels are their features)."""
+Layer = LayerDescription  # the model's name for a layer, kept for code that imports it
 
-    kind: str  # conv, dwconv (depthwise: out_channels == in_channels) or linear
-    in_channels: int
-    out_channels: int
-    kernel: int = 1
-    stride: int = 1
-    padding: int = 0
-    height: int = 1
-    width: int = 1
 
-    def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise HetrlError(f"layer kind {self.kind!r} is not modelled{did_you_mean(self.kind, KINDS)}; use one of {', '.join(KINDS)}")
-        sizes = {"in_channels": self.in_channels, "out_channels": self.out_channels, "kernel": self.kernel,
-                 "stride": self.stride, "height": self.height, "width": self.width}
-        for name, value in sizes.items():
-            if not isinstance(value, int) or value < 1:
-                raise HetrlError(f"{self.kind} layer: {name} must be a positive whole number, got {value!r}")
-        if self.padding < 0:
-            raise HetrlError(f"{self.kind} layer: padding must be >= 0, got {self.padding}")
-        if self.kind == "dwconv" and self.in_channels != self.out_channels:
-            raise HetrlError(f"a depthwise layer keeps its channels: in_channels {self.in_channels} != out_channels {self.out_channels}")
-        if self.kind == "linear" and (self.kernel, self.stride, self.padding, self.height, self.width) != (1, 1, 0, 1, 1):
-            raise HetrlError("a linear layer has no kernel, stride, padding or spatial size (leave them at 1, 1, 0, 1, 1)")
-        if self.out_height < 1 or self.out_width < 1:
-            raise HetrlError(f"a {self.kernel}x{self.kernel} {self.kind} does not fit a {self.height}x{self.width} input")
+def fit(layer: LayerDescription, p: Parallelism) -> Parallelism:
+    """``p`` capped at ``layer``'s own sizes: unrolling past them buys nothing."""
+    return Parallelism(min(p.p_in, layer.reduction), min(p.p_out, layer.out_channels), min(p.p_pos, layer.positions))
 
-    @classmethod
-    def linear(cls, in_features: int, out_features: int) -> "Layer":
-        return cls("linear", in_features, out_features)
 
-    @property
-    def out_height(self) -> int:
-        return conv_out(self.height, self.kernel, self.stride, self.padding)
-
-    @property
-    def out_width(self) -> int:
-        return conv_out(self.width, self.kernel, self.stride, self.padding)
-
-    @property
-    def reduction(self) -> int:
-        """R: the input channels each output sums over (1 for a depthwise layer)."""
-        return 1 if self.kind == "dwconv" else self.in_channels
-
-    @property
-    def positions(self) -> int:
-        return self.out_height * self.out_width
-
-    @property
-    def macs(self) -> int:
-        return self.positions * self.kernel ** 2 * self.reduction * self.out_channels
-
-    @property
-    def weights(self) -> int:
-        return self.kernel ** 2 * self.reduction * self.out_channels + self.out_channels
-
-    @property
-    def inputs(self) -> int:
-        return self.in_channels * self.height * self.width
-
-    @property
-    def outputs(self) -> int:
-        return self.out_channels * self.positions
-
-    def fit(self, p: Parallelism) -> Parallelism:
-        """``p`` capped at the layer's own sizes: unrolling past them buys nothing."""
-        return Parallelism(min(p.p_in, self.reduction), min(p.p_out, self.out_channels), min(p.p_pos, self.positions))
-
-    def cycles(self, p: Parallelism) -> int:
-        return (_ceil(self.positions, p.p_pos) * self.kernel ** 2 * _ceil(self.reduction, p.p_in)
-                * _ceil(self.out_channels, p.p_out))
+def stage_cycles(layer: LayerDescription, p: Parallelism) -> int:
+    """c: cycles a sample takes ``layer``'s stage at parallelism ``p``."""
+    return (_ceil(layer.positions, p.p_pos) * layer.kernel ** 2 * _ceil(layer.reduction, p.p_in)
+            * _ceil(layer.out_channels, p.p_out))
 
 
 @dataclass(frozen=True)
@@ -300,18 +236,18 @@ class StageCost:
     ddr_bytes: float  # D (0 on chip)
 
 
-def stage_cost(layer: Layer, p: Parallelism, home: str, precision: str, device: FpgaDevice) -> StageCost:
+def stage_cost(layer: LayerDescription, p: Parallelism, home: str, precision: str, device: FpgaDevice) -> StageCost:
     b = bits_of(precision)
     if home not in WEIGHT_HOMES:
         raise HetrlError(f"weights live in {', '.join(WEIGHT_HOMES)}, not {home!r}")
     if precision not in device.dsp_per_mac:
         raise HetrlError(f"device {device.name} gives no DSPs per MAC for {precision}; add dsp_per_mac.{precision} to its file")
-    p = layer.fit(p)
+    p = fit(layer, p)
     line_buffer = layer.kernel * _ceil(layer.width * layer.in_channels * b, BRAM_BITS)
     ports = _ceil(p.p_in * p.p_out * b, PORT_BITS)
-    blocks = 0 if home == "ddr" else max(_ceil(layer.weights * b, URAM_BITS if home == "uram" else BRAM_BITS), ports)
-    return StageCost(layer.cycles(p), math.ceil(p.macs_per_cycle * device.dsp_per_mac[precision] - 1e-9), line_buffer,
-                     blocks, layer.weights * b / 8 if home == "ddr" else 0.0)
+    blocks = 0 if home == "ddr" else max(_ceil(layer.params * b, URAM_BITS if home == "uram" else BRAM_BITS), ports)
+    return StageCost(stage_cycles(layer, p), math.ceil(p.macs_per_cycle * device.dsp_per_mac[precision] - 1e-9), line_buffer,
+                     blocks, layer.params * b / 8 if home == "ddr" else 0.0)
 
 
 @dataclass(frozen=True)
@@ -322,7 +258,7 @@ class Design:
     device: FpgaDevice
     precision: str
     budget: Budget
-    layers: tuple[Layer, ...]
+    layers: tuple[LayerDescription, ...]
     parallelism: tuple[Parallelism, ...]
     homes: tuple[str, ...]  # each layer's weights: uram, bram or ddr
     stages: tuple[StageCost, ...]
@@ -380,7 +316,7 @@ class Design:
 
     @property
     def weight_bytes(self) -> float:
-        return sum(layer.weights for layer in self.layers) * bits_of(self.precision) / 8
+        return sum(layer.params for layer in self.layers) * bits_of(self.precision) / 8
 
     def over(self) -> list[str]:
         """The budgets this design exceeds, as phrases (empty: it fits; the bandwidth always
@@ -401,7 +337,7 @@ class Design:
                 f"{self.ddr_bytes_per_sample:,.0f} off-chip bytes a sample")
 
 
-def evaluate(layers: Sequence[Layer], parallelism: Sequence[Parallelism], homes: Sequence[str], device: FpgaDevice,
+def evaluate(layers: Sequence[LayerDescription], parallelism: Sequence[Parallelism], homes: Sequence[str], device: FpgaDevice,
              precision: str | None = None, budget: Budget | None = None) -> Design:
     """The design with these per-layer choices, costed (``budget``, default all of ``device``, is
     not checked: :meth:`Design.over` says what it exceeds)."""
@@ -412,12 +348,12 @@ def evaluate(layers: Sequence[Layer], parallelism: Sequence[Parallelism], homes:
     if not len(layers) == len(parallelism) == len(homes):
         raise HetrlError(f"{len(layers)} layers need as many parallelism and weight-home choices, "
                          f"got {len(parallelism)} and {len(homes)}")
-    parallelism = tuple(layer.fit(p) for layer, p in zip(layers, parallelism))
+    parallelism = tuple(fit(layer, p) for layer, p in zip(layers, parallelism))
     stages = tuple(stage_cost(layer, p, home, precision, device) for layer, p, home in zip(layers, parallelism, homes))
     return Design(device, precision, budget, tuple(layers), parallelism, tuple(homes), stages)
 
 
-def place_weights(layers: Sequence[Layer], precision: str, device: FpgaDevice, budget: Budget) -> list[str]:
+def place_weights(layers: Sequence[LayerDescription], precision: str, device: FpgaDevice, budget: Budget) -> list[str]:
     """Each layer's weight home at parallelism 1: largest weights first, URAM where they fit, then
     BRAM (after every line buffer), else off chip. An error where even that cannot work."""
     ones = [stage_cost(layer, Parallelism(), "bram", precision, device) for layer in layers]
@@ -427,7 +363,7 @@ def place_weights(layers: Sequence[Layer], precision: str, device: FpgaDevice, b
                          f"{budget.bram36:,} (activations stay on chip); use smaller inputs or fewer channels, or a larger part")
     free = {"uram": budget.uram, "bram": budget.bram36 - line_buffers}
     homes = ["ddr"] * len(layers)
-    for i in sorted(range(len(layers)), key=lambda i: -layers[i].weights):
+    for i in sorted(range(len(layers)), key=lambda i: -layers[i].params):
         for home in ("uram", "bram"):
             blocks = stage_cost(layers[i], Parallelism(), home, precision, device).weight_blocks
             if blocks <= free[home]:
@@ -435,25 +371,25 @@ def place_weights(layers: Sequence[Layer], precision: str, device: FpgaDevice, b
                 break
     off = [i for i, home in enumerate(homes) if home == "ddr"]
     if off and budget.ddr_gb_per_s <= 0:
-        kbit = sum(layers[i].weights for i in off) * bits_of(precision) / 1e3
+        kbit = sum(layers[i].params for i in off) * bits_of(precision) / 1e3
         raise HetrlError(f"the weights of layer{'s' if len(off) > 1 else ''} {', '.join(str(i + 1) for i in off)} "
                          f"({kbit:,.0f} kbit at {precision}) do not fit on chip on {device.name} and the budget has no "
                          "off-chip bandwidth; use a smaller network or precision, a larger part, or give the device ddr_gb_per_s")
     return homes
 
 
-def _doublings(layer: Layer, p: Parallelism) -> list[Parallelism]:
+def _doublings(layer: LayerDescription, p: Parallelism) -> list[Parallelism]:
     """``p`` with p_out, p_in or p_pos doubled (capped at the layer's sizes), where that saves
     cycles: fewest cycles first, then fewest MACs a cycle, then in that order."""
-    now = layer.cycles(p)
-    trials = [layer.fit(Parallelism(p.p_in, 2 * p.p_out, p.p_pos)), layer.fit(Parallelism(2 * p.p_in, p.p_out, p.p_pos)),
-              layer.fit(Parallelism(p.p_in, p.p_out, 2 * p.p_pos))]
+    now = stage_cycles(layer, p)
+    trials = [fit(layer, Parallelism(p.p_in, 2 * p.p_out, p.p_pos)), fit(layer, Parallelism(2 * p.p_in, p.p_out, p.p_pos)),
+              fit(layer, Parallelism(p.p_in, p.p_out, 2 * p.p_pos))]
     order = {t: i for i, t in reversed(list(enumerate(trials)))}
-    return sorted({t for t in trials if layer.cycles(t) < now},
-                  key=lambda t: (layer.cycles(t), t.macs_per_cycle, order[t]))
+    return sorted({t for t in trials if stage_cycles(layer, t) < now},
+                  key=lambda t: (stage_cycles(layer, t), t.macs_per_cycle, order[t]))
 
 
-def allocate(layers: Sequence[Layer], device: FpgaDevice, precision: str | None = None,
+def allocate(layers: Sequence[LayerDescription], device: FpgaDevice, precision: str | None = None,
              budget: Budget | None = None) -> Design:
     """The fastest design the greedy finds for ``layers`` within ``budget`` (default: the device
     file's share of the device), at ``precision`` (default: the device file's).
@@ -494,13 +430,13 @@ def allocate(layers: Sequence[Layer], device: FpgaDevice, precision: str | None 
     return design
 
 
-def _halvings(layer: Layer, p: Parallelism) -> list[Parallelism]:
+def _halvings(layer: LayerDescription, p: Parallelism) -> list[Parallelism]:
     """``p`` with p_pos, p_in or p_out halved (where above 1): fewest cycles first, then the widest
     axis, then in that order."""
     trials = [(p.p_pos, (p.p_in, p.p_out, p.p_pos // 2)), (p.p_in, (p.p_in // 2, p.p_out, p.p_pos)),
               (p.p_out, (p.p_in, p.p_out // 2, p.p_pos))]
     kept = [(i, width, Parallelism(*t)) for i, (width, t) in enumerate(trials) if width > 1]
-    return [t for _, _, t in sorted(kept, key=lambda k: (layer.cycles(k[2]), -k[1], k[0]))]
+    return [t for _, _, t in sorted(kept, key=lambda k: (stage_cycles(layer, k[2]), -k[1], k[0]))]
 
 
 def repair(design: Design) -> tuple[Design, int]:
@@ -572,16 +508,16 @@ class DerivedDesign:
                 "greedy_decisions_per_s": None if self.greedy is None else self.greedy.samples_per_s}
 
 
-def layers_of(network: nn.Module, example: torch.Tensor) -> list[Layer]:
+def layers_of(network: nn.Module, example: torch.Tensor) -> list[LayerDescription]:
     """The Linear and Conv2d layers ``network`` runs on ``example`` (one sample, batch dimension
     included), in the order it runs them, with the sizes they see. Other modules (activations,
     flattening) are free in the model: they ride on the stage before them."""
-    found: list[Layer] = []
+    found: list[LayerDescription] = []
 
     def hook(module: nn.Module, inputs: tuple[torch.Tensor, ...], _output: Any) -> None:
         x = inputs[0]
         if isinstance(module, nn.Linear):
-            found.append(Layer.linear(module.in_features, module.out_features))
+            found.append(LayerDescription.linear(module.in_features, module.out_features, module.bias is not None))
             return
         kh, kw = module.kernel_size
         sh, sw = module.stride
@@ -594,7 +530,8 @@ def layers_of(network: nn.Module, example: torch.Tensor) -> list[Layer]:
             kind = "dwconv"
         else:
             raise HetrlError(f"{module}: grouped convolutions other than depthwise are not modelled")
-        found.append(Layer(kind, module.in_channels, module.out_channels, kh, sh, ph, int(x.shape[-2]), int(x.shape[-1])))
+        found.append(LayerDescription(kind, module.in_channels, module.out_channels, kh, sh, ph, int(x.shape[-2]),
+                                      int(x.shape[-1]), bias=module.bias is not None))
 
     handles = [m.register_forward_hook(hook) for m in network.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
     try:
@@ -621,13 +558,13 @@ class CostTables:
     onchip_bits: tuple[torch.Tensor, ...]
 
 
-OpStages = Layer | Sequence[Layer] | None  # one stage, the stages of one operation (a separable conv), or a skip
+OpStages = LayerDescription | Sequence[LayerDescription] | None  # one stage, the stages of one operation (a separable conv), or a skip
 
 
 def cost_tables(candidates: Sequence[Sequence[OpStages]], options: Sequence[Parallelism] | Sequence[Sequence[Parallelism]],
                 device: FpgaDevice, precision: str | None = None) -> CostTables:
     """The tables :func:`expected_cost` weighs: ``candidates[l]`` are layer position l's candidate
-    operations (a :class:`Layer`; the stages of an operation that runs several, whose cycles are
+    operations (a :class:`LayerDescription`; the stages of an operation that runs several, whose cycles are
     its slowest stage's and whose DSPs and bits add up; None or no stages: a skip, which costs
     nothing), ``options`` the parallelism choices offered to every position, or one sequence per
     position (each option capped at each stage's sizes)."""
@@ -649,11 +586,11 @@ def cost_tables(candidates: Sequence[Sequence[OpStages]], options: Sequence[Para
     return CostTables(tuple(cycles), tuple(dsp), tuple(bits))
 
 
-def _stages(candidate: OpStages) -> tuple[Layer, ...]:
-    return () if candidate is None else (candidate,) if isinstance(candidate, Layer) else tuple(candidate)
+def _stages(candidate: OpStages) -> tuple[LayerDescription, ...]:
+    return () if candidate is None else (candidate,) if isinstance(candidate, LayerDescription) else tuple(candidate)
 
 
-def _entry(stages: Sequence[Layer], p: Parallelism, b: int, precision: str, device: FpgaDevice) -> tuple[int, int, int]:
+def _entry(stages: Sequence[LayerDescription], p: Parallelism, b: int, precision: str, device: FpgaDevice) -> tuple[int, int, int]:
     """Cycles (the slowest stage's), DSPs and on-chip bits of ``stages`` at ``p``: the BRAM36s
     their line buffers and weights take with the weights in BRAM, port blocks included, as bits."""
     costs = [stage_cost(layer, p, "bram", precision, device) for layer in stages]
@@ -716,20 +653,13 @@ def budget_penalty(cost: ExpectedCost, budget: Budget) -> torch.Tensor:
     return (torch.relu(cost.dsp / max(budget.dsp, 1) - 1) + torch.relu(cost.onchip_bits / max(onchip, 1) - 1))
 
 
-def as_layer(description: Any) -> Layer:
-    """A model :class:`Layer` of a network's layer description (``hetrl.nets.searched.LayerDescription``:
-    kind, channels, kernel, stride, padding, input map)."""
-    return Layer(description.kind, description.in_channels, description.out_channels, description.kernel,
-                 description.stride, description.padding, description.height, description.width)
-
-
-def position_stages(space: Any, choice: Sequence[int]) -> list[list[Layer]]:
+def position_stages(space: Any, choice: Sequence[int]) -> list[list[LayerDescription]]:
     """The model layers of the network ``choice`` picks from ``space``, per layer position (none
     for a skip, two for a separable convolution), the output layer last."""
-    return [[as_layer(d) for d in layer.describe()] for layer in space.architecture(choice).layers()]
+    return [layer.describe() for layer in space.architecture(choice).layers()]
 
 
 __all__ = ["BITS", "Budget", "CostTables", "DerivedDesign", "Design", "DesignOptions", "ExpectedCost", "FpgaDevice", "Layer",
-           "OpStages", "Parallelism", "StageCost", "allocate", "as_layer", "budget_penalty", "cost_tables",
-           "device_file", "evaluate", "expected_cost", "layers_of", "place_weights", "position_stages", "repair",
-           "shipped_devices", "smooth_max", "stage_cost"]
+           "LayerDescription", "OpStages", "Parallelism", "StageCost", "allocate", "budget_penalty", "cost_tables",
+           "device_file", "evaluate", "expected_cost", "fit", "layers_of", "place_weights", "position_stages", "repair",
+           "shipped_devices", "smooth_max", "stage_cost", "stage_cycles"]

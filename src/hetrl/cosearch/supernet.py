@@ -23,7 +23,7 @@ architecture logits (alphas) sampled by Gumbel-softmax.
   :class:`hetrl.nets.searched.SearchedQNetwork` holding the supernet's weights (the leading slices);
   its :class:`~hetrl.nets.searched.Architecture` is what ``network=PATH.json`` retrains.
 - **Costs**: :meth:`SearchSpace.describe` lists every candidate of every layer at every input width
-  it can get as hardware layers (:class:`hetrl.nets.searched.LayerDescription`, exact MACs), and
+  it can get as hardware layers (:class:`hetrl.nets.layer_description.LayerDescription`, exact MACs), and
   :meth:`SearchSpace.input_width_probs` gives, differentiably, how likely each input width is under
   per-layer probabilities: together what an expected-cost function needs (``cosearch/cost.py``).
 """
@@ -38,7 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hetrl.nets.searched import SKIP, Architecture, LayerDescription, Op, SearchedQNetwork
+from hetrl.nets.layer_description import LayerDescription
+from hetrl.nets.searched import SKIP, Architecture, Op, SearchedQNetwork
 
 CONV_OPS = (("conv", 3), ("conv", 5), ("sepconv", 3))  # (kind, kernel) of the image layers' candidates
 CONV_WIDTHS = (8, 16, 32)

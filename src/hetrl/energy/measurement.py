@@ -3,20 +3,23 @@
     with discover_meters() as report, EnergyMeasurement(report) as span:
         train()
     span.result.joules_per_step(steps)   # None when nothing measured
-    span.result.describe()               # "1234.5 J measured (rapl:package-0 ...)" or "energy unavailable: ..."
+    span.result.describe()               # "1234.5 J measured ... (rapl:package-0 ... J, energy counter ...)" or "energy unavailable: ..."
 
 A result carries one reading per meter (joules, source "measured", meter name, method) and the
 reasons for what was not measured. With no working meter it holds reasons and no number at all.
-Where no RAPL meter covers the host CPU, the user may give its power (``cpu_watts``):
-:meth:`EnergyResult.with_host_power` adds it as a reading of source :data:`USER_FIGURE`, which
-every report shows beside the measured ones, never as a measurement.
+Where no RAPL meter covers the host CPU, the user may give its power (``cpu_watts``), and where no
+NVML meter covers a GPU the run uses, the GPU's (``gpu_watts``): :meth:`EnergyResult.with_host_power`
+and :meth:`EnergyResult.with_gpu_power` add them as readings of source :data:`USER_FIGURE`, which
+every report shows beside the measured ones, never as a measurement. A span shorter than
+:data:`MIN_WINDOW_S` gives no number at all: its meters and the user's figure alike are listed
+unavailable with that reason, so a report never sets a figure beside a measurement it could not make.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 
 from hetrl.energy.discovery import MeterReport
 from hetrl.energy.meters import Meter, MeterError, Unavailable
@@ -27,6 +30,17 @@ from hetrl.energy.meters import Meter, MeterError, Unavailable
 MIN_WINDOW_S = 1.0
 USER_FIGURE = "user's figure, not measured"  # the source of a reading the user's power figure made
 HOST_POWER = "cpu_watts"  # the setting (and the reading's name) of the host CPU's power, in watts
+GPU_POWER = "gpu_watts"  # the setting (and the readings' name) of the power of each unmetered GPU a run uses
+
+
+def device_key(device: str) -> str:
+    """One name per device: torch's ``cuda`` (the current GPU, the first in a run) is ``cuda:0``, as NVML's meters name it."""
+    return f"{device}:0" if device in ("cuda", "mps", "xpu") else device
+
+
+def short_span(seconds: float, window_s: float) -> str:
+    """Why a span of ``seconds`` gives no figure, for a meter's reading and the user's alike."""
+    return f"the span of {seconds:.2f} s is shorter than the {window_s:g} s a reading needs"
 
 
 @dataclass(frozen=True)
@@ -51,6 +65,25 @@ class EnergyResult:
     seconds: float
     readings: tuple[EnergyReading, ...]
     unavailable: tuple[Unavailable, ...]
+    window_s: float = 0.0  # the shortest span a figure is given for (EnergyMeasurement.min_window_s)
+    dropped: tuple[str, ...] = ()  # devices whose measured reading the span, shorter than window_s, dropped
+
+    @property
+    def short(self) -> bool:
+        """Whether the span is shorter than its window: then it has no figure, measured or the user's."""
+        return self.seconds < self.window_s
+
+    def _measured_devices(self) -> set[str]:
+        """Devices a meter read over this span (those a too-short span dropped included)."""
+        return {r.device for r in self.readings if r.source == "measured"} | set(self.dropped)
+
+    def _with_figure(self, name: str, device: str, watts: float) -> EnergyResult:
+        """``device`` at the user's ``watts`` (setting ``name``) over the span, labelled :data:`USER_FIGURE`;
+        on a span shorter than its window, ``name`` unavailable with the meters' reason instead."""
+        if self.short:
+            return replace(self, unavailable=(*self.unavailable, Unavailable(name, short_span(self.seconds, self.window_s))))
+        figure = EnergyReading(name, device, watts * self.seconds, USER_FIGURE, f"{watts:g} W x {self.seconds:.1f} s")
+        return replace(self, readings=(*self.readings, figure))
 
     @property
     def status(self) -> str:
@@ -67,11 +100,22 @@ class EnergyResult:
     def with_host_power(self, watts: float | None) -> EnergyResult:
         """This span with the host CPU's energy at ``watts`` (the user's ``cpu_watts``) for its whole
         length, as a reading of source :data:`USER_FIGURE`; unchanged where a RAPL meter measured
-        the CPU (the measurement wins) or no figure was given."""
-        if watts is None or any(r.meter.startswith("rapl") for r in self.readings):
+        the CPU (the measurement wins) or no figure was given. A span shorter than its window takes
+        no figure either: ``cpu_watts`` is listed unavailable with the meters' reason."""
+        if watts is None or any(d.startswith("cpu-") for d in self._measured_devices()):  # RAPL's devices: cpu-package-N
             return self
-        figure = EnergyReading(HOST_POWER, "cpu", watts * self.seconds, USER_FIGURE, f"{watts:g} W x {self.seconds:.1f} s")
-        return EnergyResult(self.seconds, (*self.readings, figure), self.unavailable)
+        return self._with_figure(HOST_POWER, "cpu", watts)
+
+    def with_gpu_power(self, watts: float | None, devices: Iterable[str]) -> EnergyResult:
+        """This span with each accelerator of ``devices`` (those the run used; ``cpu`` is passed over)
+        that no meter measured at ``watts`` (the user's ``gpu_watts``) for its whole length, as a
+        reading of source :data:`USER_FIGURE`; as :meth:`with_host_power` otherwise."""
+        result = self
+        if watts is not None:
+            measured = {device_key(d) for d in self._measured_devices()}
+            for device in sorted({device_key(d) for d in devices} - {"cpu"} - measured):
+                result = result._with_figure(GPU_POWER, device, watts)
+        return result
 
     @property
     def total_joules(self) -> float | None:
@@ -92,10 +136,11 @@ class EnergyResult:
                          for r in self.readings)
 
     def describe(self) -> str:
+        """Every reading with its meter, device and method (the user's figure labelled), then what was not measured."""
         missing = "; ".join(str(u) for u in self.unavailable)
         if not self.readings:
             return f"energy unavailable: {missing}"
-        parts = ", ".join(f"{r.meter} ({r.device}) {r.joules:.1f} J" + (f", {r.source}: {r.method}" if r.source != "measured" else "")
+        parts = "; ".join(f"{r.meter} ({r.device}) {r.joules:.1f} J, " + (r.method if r.source == "measured" else f"{r.source}: {r.method}")
                           for r in self.readings)
         text = f"{self.total_joules:.1f} J {self.status} over {self.seconds:.1f} s ({parts})"
         return f"{text}; not measured: {missing}" if missing else text
@@ -142,13 +187,12 @@ class EnergyMeasurement:
             end = self._read(meter)
             if end is not None:
                 readings.append(EnergyReading(meter.name, meter.device, end - begin, meter.source, meter.method))
-        seconds = self._clock() - self._t0
+        seconds, dropped = self._clock() - self._t0, ()
         if seconds < self.min_window_s:
-            self._unavailable += [Unavailable(meter.kind, f"{meter.name}: the span of {seconds:.2f} s is shorter than the "
-                                                          f"{self.min_window_s:g} s a reading needs")
+            self._unavailable += [Unavailable(meter.kind, f"{meter.name}: {short_span(seconds, self.min_window_s)}")
                                   for meter in self._meters if any(r.meter == meter.name for r in readings)]
-            readings = []
-        self.result = EnergyResult(seconds, tuple(readings), tuple(self._unavailable))
+            readings, dropped = [], tuple(r.device for r in readings)
+        self.result = EnergyResult(seconds, tuple(readings), tuple(self._unavailable), self.min_window_s, dropped)
         return self.result
 
     def __enter__(self) -> EnergyMeasurement:

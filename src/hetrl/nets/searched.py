@@ -10,15 +10,13 @@ passes its input on (the layer is left out of the network). Inputs are divided b
 ``forward``, as hetrl's conv networks do (1 for MinAtar's 0/1 channels, 255 for camera frames).
 
 :meth:`Architecture.describe` lists the layers as a hardware model costs them
-(:class:`LayerDescription`); multiply-accumulates are exact: output positions x output channels x
-the patch a position reads (input channels / groups x kernel x kernel), padded border positions
-included, biases and ReLUs not counted (as :meth:`hetrl.nets.exits.ExitQNetwork.macs`).
+(:class:`hetrl.nets.layer_description.LayerDescription`, with exact multiply-accumulates).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,54 +24,10 @@ import torch
 from torch import nn
 
 from hetrl.files import read_json, write_json
-from hetrl.nets.conv import conv_out
+from hetrl.nets.layer_description import LayerDescription
 
 ARCHITECTURE_FORMAT = "hetrl-architecture-v1"
 KINDS = ("conv", "sepconv", "dense", "skip")
-
-
-@dataclass(frozen=True)
-class LayerDescription:
-    """One layer as a hardware model costs it: a convolution (``kind`` "conv", or "dwconv" for a
-    depthwise one, ``groups == in_channels``) on an ``in_channels`` x ``height`` x ``width`` map, or
-    a fully connected layer ("linear": ``in_channels`` -> ``out_channels`` features on a 1x1 map)."""
-
-    kind: str
-    in_channels: int
-    out_channels: int
-    kernel: int = 1
-    height: int = 1
-    width: int = 1
-    stride: int = 1
-    groups: int = 1
-    bias: bool = True
-    relu: bool = True
-
-    @property
-    def padding(self) -> int:
-        return self.kernel // 2
-
-    @property
-    def out_height(self) -> int:
-        return conv_out(self.height, self.kernel, self.stride, self.padding)
-
-    @property
-    def out_width(self) -> int:
-        return conv_out(self.width, self.kernel, self.stride, self.padding)
-
-    @property
-    def macs(self) -> int:
-        """Multiply-accumulates for one sample."""
-        patch = self.in_channels // self.groups * self.kernel * self.kernel
-        return self.out_height * self.out_width * self.out_channels * patch
-
-    @property
-    def params(self) -> int:
-        return self.out_channels * (self.in_channels // self.groups * self.kernel * self.kernel + int(self.bias))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "out_height": self.out_height, "out_width": self.out_width, "macs": self.macs,
-                "params": self.params}
 
 
 @dataclass(frozen=True)
@@ -112,14 +66,14 @@ class Op:
 
     def describe(self, in_width: int, height: int = 1, width: int = 1) -> list[LayerDescription]:
         """The layers this operation runs on an ``in_width`` x ``height`` x ``width`` input (none for a skip)."""
+        same = {"kernel": self.kernel, "padding": self.kernel // 2, "height": height, "width": width}
         if self.kind == "conv":
-            return [LayerDescription("conv", in_width, self.width, self.kernel, height, width, relu=self.relu)]
+            return [LayerDescription("conv", in_width, self.width, **same, relu=self.relu)]
         if self.kind == "sepconv":  # MobileNet's depthwise then pointwise; one ReLU after both
-            return [LayerDescription("dwconv", in_width, in_width, self.kernel, height, width, groups=in_width,
-                                     bias=False, relu=False),
-                    LayerDescription("conv", in_width, self.width, 1, height, width, relu=self.relu)]
+            return [LayerDescription("dwconv", in_width, in_width, **same, bias=False, relu=False),
+                    LayerDescription("conv", in_width, self.width, height=height, width=width, relu=self.relu)]
         if self.kind == "dense":
-            return [LayerDescription("linear", in_width, self.width, relu=self.relu)]
+            return [LayerDescription.linear(in_width, self.width, relu=self.relu)]
         return []
 
     def module(self, in_width: int) -> nn.Sequential | None:

@@ -147,7 +147,8 @@ def plan_from_profile(profile: Profile, config: TrainConfig, algorithm: Algorith
     executors, inference = search_space(config)
     return make_plan(with_what_if(profile, what_if, algorithm), config.agent, config.num_envs, objective, learn_device, threads,
                      executors, config.actors, cores, config.weight_sync_every, config.steps, inference,
-                     frame_replay_wanted(algorithm), replay_memory(profile, config, algorithm, memory), config.cpu_watts)
+                     frame_replay_wanted(algorithm), replay_memory(profile, config, algorithm, memory), config.cpu_watts,
+                     config.gpu_watts)
 
 
 def replay_memory(profile: Profile, config: TrainConfig, algorithm: Algorithm,

@@ -14,7 +14,7 @@ from typing import Any
 
 from hetrl.algos import AgentConfig
 from hetrl.config import usable_cores
-from hetrl.energy.measurement import HOST_POWER, USER_FIGURE
+from hetrl.energy.measurement import GPU_POWER, HOST_POWER, USER_FIGURE, device_key
 from hetrl.errors import HetrlError
 from hetrl.hardware import gib
 from hetrl.planner.model import Prediction, predict
@@ -119,7 +119,8 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
               learn_device: str | None = None, learn_threads: int | None = None, executors: tuple[str, ...] = ("inline",),
               actors: int = 0, cores: int | None = None, weight_sync_every: int = 1, steps: int | None = None,
               inference: tuple[str, ...] = INFERENCE, frame_replay: bool = False,
-              replay_memory: ReplayMemory | None = None, cpu_watts: float | None = None) -> Plan:
+              replay_memory: ReplayMemory | None = None, cpu_watts: float | None = None,
+              gpu_watts: float | None = None) -> Plan:
     """The best way to run for ``objective`` among every placement the profile can cost, under each
     of ``executors`` (``local``: with 1 to ``cores`` actor processes, or exactly ``actors``, acting
     in each actor (an Act slot on the host: each actor builds it) or centrally (any Act slot), as
@@ -130,14 +131,27 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
     actor processes costs. ``frame_replay``: see :func:`candidates`. ``cores``: the machine's
     (default: :func:`machine_cores` of the profile's). ``replay_memory``: placements whose replay
     would not fit its device are passed over; where none fits, the error names the numbers.
-    ``cpu_watts``: the host CPU's power where no RAPL meter measured it (:func:`with_host_power`)."""
+    ``cpu_watts``: the host CPU's power where no RAPL meter measured it; ``gpu_watts``: each GPU's
+    that no meter measured, in the plans that use it (:func:`with_user_power`). For ``efficiency``,
+    a plan whose energy misses a device it uses is refused with the setting that fixes it."""
     if objective not in OBJECTIVES:
         raise HetrlError(f"objective {objective!r} is unknown; choose one of {', '.join(OBJECTIVES)}")
     meters = profile_meters(profile)
-    user_power = cpu_watts is not None and not host_metered(meters) and any(t.joules_per_call is not None for t in profile.timings)
+    energy = any(t.joules_per_call is not None for t in profile.timings)
+    user_power = cpu_watts is not None and not host_metered(meters) and energy
     if user_power:
-        profile = with_host_power(profile, cpu_watts)
+        profile = with_user_power(profile, cpu_watts)
         meters.append(host_power_label(cpu_watts))
+    unmetered = unmetered_accelerators(profile, meters) if energy else set()
+    gpu_profile = with_user_power(profile, gpu_watts) if unmetered and gpu_watts is not None else None
+
+    def blind(placement: Placement) -> set[str]:
+        """The devices ``placement`` uses that no meter measured."""
+        return unmetered & {device_key(d) for d in placement.devices()}
+
+    def costing(placement: Placement) -> Profile:
+        """The profile a placement is costed on: with the user's GPU figure where it uses an unmetered GPU."""
+        return gpu_profile if gpu_profile is not None and blind(placement) else profile
     cores = cores or machine_cores(profile.machine)
     placements = candidates(profile, learn_device, learn_threads, frame_replay)
     if replay_memory is not None:
@@ -151,7 +165,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
     for placement, n in itertools.product(placements, [num_envs] if num_envs else ENV_CHOICES):
         try:
             if "inline" in executors:
-                costed.append((Candidate("inline", 0, placement, num_envs=n), predict(placement, profile, agent, n)))
+                costed.append((Candidate("inline", 0, placement, num_envs=n), predict(placement, costing(placement), agent, n)))
         except HetrlError:  # a combination the profile cannot cost (e.g. an unmeasured transfer) is passed over
             continue
         if "local" not in executors:
@@ -162,7 +176,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
             for count in [actors] if actors else range(1, cores + 1):
                 try:
                     costed.append((Candidate("local", count, placement, way, n),
-                                   predict_parallel(placement, profile, agent, n, count, cores, weight_sync_every, way)))
+                                   predict_parallel(placement, costing(placement), agent, n, count, cores, weight_sync_every, way)))
                 except HetrlError:  # e.g. a profile without central inference's round trip
                     continue
     if not costed:
@@ -178,9 +192,21 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
                              "one would look frugal by moving work onto the unmetered CPU; give the CPU's power with --set "
                              f"{HOST_POWER}=WATTS (its TDP, say; reported as your figure, not measured), or use --objective throughput")
         ranked = sorted(costed, key=lambda pair: pair[1].joules_per_env_step)
+        if gpu_profile is None and (missing := blind(ranked[0][0].placement)):
+            raise HetrlError(f"objective efficiency needs the energy of every device the plan uses, but no meter measured "
+                             f"{', '.join(sorted(missing))} (only {', '.join(meters)} measured this profile; `hetrl devices` "
+                             "says why): its work would look free, and the plan frugal for moving work onto it; give its "
+                             f"power with --set {GPU_POWER}=WATTS (its TDP, say; reported as your figure, not measured), or "
+                             "use --objective throughput")
+        # a plan using an unmetered GPU was costed without its energy, and lost even so: not shown as a runner-up
+        ranked = [pair for pair in ranked if gpu_profile is not None or not blind(pair[0].placement)]
     else:
         ranked = sorted(costed, key=lambda pair: -pair[1].run_env_steps_per_s(steps))
     (best, prediction), runner_ups = ranked[0], ranked[1:4]
+    if gpu_profile is not None and blind(best.placement):
+        meters.append(gpu_power_label(gpu_watts))
+    methods = profile.meter_methods()  # shown with the prediction: each meter's method, where the profile's machine lists it
+    meters = [f"{m}: {methods[m]}" if m in methods else m for m in meters]
     return Plan(profile.algo, profile.env, best.num_envs, objective, profile.fingerprint, best.placement, prediction,
                 runner_ups, best.executor, best.actors, meters, steps, best.inference,
                 what_if=sorted({t.modelled for t in profile.timings if t.modelled}))
@@ -188,7 +214,7 @@ def make_plan(profile: Profile, agent: AgentConfig, num_envs: int, objective: st
 
 def profile_meters(profile: Profile) -> list[str]:
     """The meters whose energy the profile's rows sum (e.g. ["nvml:gpu0", "rapl:package-0"])."""
-    return sorted({m.strip() for t in profile.timings if t.energy_meters for m in t.energy_meters.split(",")})
+    return profile.meter_names()
 
 
 def host_metered(meters: list[str]) -> bool:
@@ -196,15 +222,34 @@ def host_metered(meters: list[str]) -> bool:
     return any(m.startswith("rapl") for m in meters)
 
 
+def unmetered_accelerators(profile: Profile, meters: list[str]) -> set[str]:
+    """The accelerators the profile's rows ran on (``cuda:0``...) that none of ``meters`` measured:
+    by the devices the profile's machine lists for its meters, or, where it lists none (a synthetic
+    or an old profile), any NVML meter covering the CUDA GPUs."""
+    statuses = [s for s in profile.machine.get("meters") or [] if isinstance(s, Mapping) and s.get("name") in meters]
+    if statuses:
+        metered = {device_key(str(s.get("device"))) for s in statuses}
+    else:
+        metered = {device_key(t.device) for t in profile.timings
+                   if t.device.startswith("cuda") and any(m.startswith("nvml") for m in meters)}
+    return {device_key(t.device) for t in profile.timings if t.device != "cpu"} - metered
+
+
 def host_power_label(watts: float) -> str:
     """How plans and reports name the user's power figure for the host CPU."""
     return f"{HOST_POWER}={watts:g} W ({USER_FIGURE})"
 
 
-def with_host_power(profile: Profile, watts: float) -> Profile:
-    """``profile`` with the host CPU's energy at ``watts`` added to every row's measured energy per
-    call (``watts`` x its seconds per call: the CPU draws its power whichever device works), for a
-    profile whose meters (an NVML one) do not cover the CPU. The plan names the figure as the
-    user's (:func:`host_power_label`), never as a measurement."""
+def gpu_power_label(watts: float) -> str:
+    """How plans and reports name the user's power figure for an unmetered GPU."""
+    return f"{GPU_POWER}={watts:g} W ({USER_FIGURE})"
+
+
+def with_user_power(profile: Profile, watts: float) -> Profile:
+    """``profile`` with a device's energy at ``watts`` added to every row's measured energy per
+    call (``watts`` x its seconds per call: the device draws its power whichever device works), for
+    a profile whose meters do not cover it (the host CPU without RAPL: ``cpu_watts``; a GPU without
+    NVML: ``gpu_watts``, in the plans that use it). The plan names the figure as the user's
+    (:func:`host_power_label`, :func:`gpu_power_label`), never as a measurement."""
     return replace(profile, timings=[t if t.joules_per_call is None else replace(t, joules_per_call=t.joules_per_call + watts * t.median_s)
                                      for t in profile.timings])

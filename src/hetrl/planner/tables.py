@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from hetrl.energy.measurement import USER_FIGURE
+from hetrl.energy.measurement import GPU_POWER, USER_FIGURE
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.whatif import LABEL
 
@@ -38,8 +38,8 @@ def plan_tables(plan: Plan) -> list[Table]:
         chosen.caption = (f"predicted{f' ({LABEL})' if pred.modelled else ''}: {pred.env_steps_per_s:,.0f} env steps/s "
                           "in the learning phase (a model's prediction)")
         measured = [m for m in plan.meters if USER_FIGURE not in m]
-        meters = ", ".join(measured) or "the profile's meters"
-        meters += "".join(f"; the host CPU at {m}" for m in plan.meters if USER_FIGURE in m)
+        meters = "; ".join(measured) or "the profile's meters"
+        meters += "".join(f"; {'a GPU' if m.startswith(GPU_POWER) else 'the host CPU'} at {m}" for m in plan.meters if USER_FIGURE in m)
         chosen.caption += (f"; {pred.joules_per_env_step:.4f} J per env step (from energy per call measured by {meters})"
                            if pred.joules_per_env_step else "; energy: not modelled on what-if devices" if pred.modelled
                            else "; energy: not in the profile (no meter worked)")

@@ -36,6 +36,10 @@ class Placement:
         return {"EnvStep": self.env, "Act": self.act, "WeightSync": self.act, "ReplayAdd": self.replay,
                 "ReplaySample": self.replay, "PriorityUpdate": self.replay, "Learn": self.learn}.get(primitive)
 
+    def devices(self) -> set[str]:
+        """Every device a slot of this placement runs on (``cpu`` included)."""
+        return {self.env.device, self.act.device, self.replay.device, self.learn.device}
+
     def by_primitive(self) -> dict[str, str]:
         """A readable row per primitive, for summaries and run files (WeightSync: from where to where)."""
         rows = {name: str(self.slot_of(name)) for name in PRIMITIVE_ORDER}

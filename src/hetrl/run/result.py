@@ -39,9 +39,10 @@ class TrainResult:
     replay_ratio_measured: float | None = None  # updates / env steps after learning_starts, this session
     replay_ratio_window_error: float | None = None  # worst relative error over 1,000-step windows (local, ray)
     energy: str = "not measured"  # what the meters measured over the training loop, or why nothing
-    joules_per_env_step: float | None = None  # measured by RAPL/NVML (and the user's cpu_watts where set); None where no meter works
+    joules_per_env_step: float | None = None  # measured by RAPL/NVML (and the user's cpu_watts/gpu_watts where set); None where no meter works
     joules_per_update: float | None = None  # the same energy per gradient update of the run (None without updates)
     energy_status: str = "measured"  # what joules_per_env_step is: measured, or in part the user's figure (EnergyResult.status)
+    energy_methods: str = ""  # how each figure behind the joules was obtained, by meter (EnergyResult.methods); "" where none was
     predicted_joules_per_env_step: float | None = None  # the plan's model, from the profile's measured energy
     defaults: str = ""  # where the settings came from: a tuned row (hetrl.tuned) or the generic defaults
     best_eval_return_mean: float | None = None  # the best evaluation of the run so far (its policy: checkpoints/best.pt)
