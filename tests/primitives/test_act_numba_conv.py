@@ -150,6 +150,8 @@ def test_declared_capability():
     nature = numba.unsupported(make_algorithm("dqn", image_spec((4, 84, 84), 6), DQNConfig()))
     assert nature and "nature" in nature and "numpy or torch" in nature
     assert numba.unsupported(exit_algo(image_spec((4, 84, 84), 6)))
+    large = numba.unsupported(make_algorithm("dqn", image_spec((4, 84, 84), 6), DQNConfig(network="minatar")))
+    assert large and "84x84" in large
     with pytest.raises(HetrlError, match="dueling"):
         ActNumba(MinAtarNet((4, 10, 10), 3, dueling=True), lambda *a: None)
     with pytest.raises(HetrlError, match="small-image"):

@@ -81,6 +81,9 @@ class ActNumba(ActNumpy):
         if not algorithm.mlp_networks() and not (kind in CONV_KINDS or (exits and kind == "mlp")):
             return (f"the numba policy runs MLPs and small-image (MinAtar) conv Q-networks, not {algorithm.name}'s "
                     f"{kind} network; use the numpy or torch policy")
+        if kind in CONV_KINDS and max(algorithm.spec.obs_shape[1:]) > SMALL_IMAGE:
+            return (f"the numba policy runs conv networks on images up to {SMALL_IMAGE}x{SMALL_IMAGE}, not "
+                    f"{algorithm.spec.obs_shape[1]}x{algorithm.spec.obs_shape[2]}; use the numpy or torch policy")
         if isinstance(algorithm.config, DQNConfig) and algorithm.config.dueling:
             return "the numba policy has no dueling head; use the numpy policy"
         return None
