@@ -8,8 +8,9 @@ three quarters of that arithmetic, which shows in the time of a decision only wh
 around it costs little. Here the whole pass is one numba call over preallocated buffers:
 
 - the observation is read as it comes (uint8 images or float32 vectors), converted on the fly;
-- a convolution is computed directly (no im2col), its output in torch's (filters, height, width)
-  order so the flattened features equal the torch network's;
+- a convolution is computed directly from its nonzero inputs (no im2col; zeros, most of a MinAtar
+  image, cost nothing), its output in torch's (filters, height, width) order so the flattened
+  features equal the torch network's;
 - an :class:`~hetrl.nets.exits.ExitQNetwork` decides exits as its torch and numpy passes do: after
   a block with a branch, each row still in the pass computes the branch's confidence logit; a row
   whose logit is strictly above the threshold's logit takes the branch's Q-values and leaves, the
