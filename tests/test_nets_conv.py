@@ -146,14 +146,25 @@ def test_a_lambda_cannot_be_a_factory():
 
 
 # --- which host backends serve conv networks; the rule acts with torch ---------------------------------
-@pytest.mark.parametrize("primitive, backend", [("Act", "numba"), ("Learn", "numba")])
-def test_mlp_only_backends_refuse_conv_networks(primitive, backend):
+def test_mlp_only_backends_refuse_conv_networks():
     algo = make_algorithm("dqn", image_spec((4, 10, 10), 3), DQNConfig())
-    reason = get(primitive, backend).unsupported(algo)
+    reason = get("Learn", "numba").unsupported(algo)
     assert reason and "torch" in reason and "MLP" in reason
     net = algo.make_networks()["q"]
     with pytest.raises(HetrlError, match="MLP"):
-        build(primitive, Slot(backend, "cpu"), algo, 0, source=net)
+        build("Learn", Slot("numba", "cpu"), algo, 0, source=net)
+
+
+def test_numba_act_serves_small_image_conv_networks_only():
+    """Act/numba runs MinAtar's network (hetrl.nets.fused_q; tests/primitives/test_act_numba_conv.py),
+    not the Nature CNN, whose 84x84 convolutions want a matrix library."""
+    act = get("Act", "numba")
+    assert act.unsupported(make_algorithm("dqn", image_spec((4, 10, 10), 3), DQNConfig())) is None
+    nature = make_algorithm("dqn", image_spec((4, 84, 84), 3), DQNConfig())
+    reason = act.unsupported(nature)
+    assert reason and "torch" in reason and "nature" in reason
+    with pytest.raises(HetrlError, match="small-image"):
+        build("Act", Slot("numba", "cpu"), nature, 0, source=nature.make_networks()["q"])
 
 
 @pytest.mark.parametrize("primitive, backend", [("Act", "numpy"), ("Learn", "blas")])

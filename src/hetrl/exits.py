@@ -5,7 +5,9 @@
   multiply-accumulates per decision (exact for conv and linear layers,
   :meth:`hetrl.nets.exits.ExitQNetwork.macs`) beside the network without branches (DQN's).
 - :func:`decision_latency`: measured wall time per decision of the run's Act backend on the host
-  at a batch size, on observations the policy met.
+  at a batch size, on observations the policy met; :func:`time_decisions` times several policies
+  side by side (alternating blocks), :func:`host_act_backends` lists the host Act backends that
+  serve given algorithms.
 - :func:`sweep` (``hetrl exits sweep RUN_DIR``): the trade-off of every threshold on *validation*
   episodes, seeded apart from training's envs and from the test episodes ``hetrl eval`` plays
   (``VALIDATION_SEED_OFFSET`` against ``EVAL_SEED_OFFSET``), so the threshold is chosen without
@@ -22,7 +24,7 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,7 @@ from hetrl.evaluation import evaluate_policy
 from hetrl.files import write_file, write_json, write_text
 from hetrl.nets import numpy_params
 from hetrl.nets.exits import NEVER, ExitQNetwork, threshold_logit
-from hetrl.primitives import build
+from hetrl.primitives import build, implementations
 from hetrl.protocol import Slot
 from hetrl.run import safe_state
 
@@ -124,39 +126,58 @@ def decision_latency(algo: Algorithm, network: ExitQNetwork, threshold: float, o
     """Seconds per decision (median, 10th and 90th percentiles over timed blocks) of the Act
     backend's forward on the host at ``batch``, cycling through ``obs`` (the states the policy met,
     so the exits are the ones it takes), with one torch thread (as an actor runs)."""
+    return time_decisions({"policy": acting_policy(algo, network, backend, threshold)}, obs, batch, seconds)["policy"]
+
+
+def acting_policy(algo: Algorithm, network: torch.nn.Module, backend: str, threshold: float | None = None) -> Any:
+    """Act/``backend`` on the host over a copy of ``network`` (an exit network's at ``threshold``)."""
+    acting = copy.deepcopy(network).cpu()
+    if threshold is not None:
+        acting.set_threshold(threshold)
+    return build("Act", Slot(backend, "cpu"), algo, 0, source=acting)
+
+
+def host_act_backends(*algos: Algorithm) -> list[str]:
+    """The Act backends that run on the host and serve every one of ``algos``."""
+    return [name for name, impl in implementations("Act").items()
+            if impl.runs_on("cpu") and not any(impl.unsupported(a) for a in algos)]
+
+
+def time_decisions(policies: Mapping[str, Any], obs: np.ndarray, batch: int, seconds: float = 0.2,
+                   blocks: int = 7) -> dict[str, tuple[float, float, float]]:
+    """Seconds per decision (median, 10th and 90th percentiles over ``blocks`` timed blocks) of each
+    Act's ``forward`` at ``batch``, cycling through ``obs``, with one torch thread. The policies' blocks
+    alternate, so a change in the machine's load (a shared host) falls on all of them alike."""
     if len(obs) == 0:
         raise HetrlError("no observations to time decisions on")
-    acting = copy.deepcopy(network).cpu()
-    acting.set_threshold(threshold)
-    policy = build("Act", Slot(backend, "cpu"), algo, 0, source=acting)
     reps = max(1, -(-batch // len(obs)))
     pool = np.concatenate([obs] * reps) if reps > 1 else obs
     batches = [pool[i:i + batch] for i in range(0, len(pool) - batch + 1, batch)]
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        k = 0
-
-        def call() -> None:
-            nonlocal k
-            policy.forward(batches[k])
-            k = (k + 1) % len(batches)
-
-        for _ in range(3):
-            call()
-        start = time.perf_counter()
-        call()
-        inner = max(len(batches), int(seconds / 7 / max(time.perf_counter() - start, 1e-9)))
-        blocks = []
-        for _ in range(7):
+        inner = {}
+        for name, policy in policies.items():
+            for k in range(3):
+                policy.forward(batches[k % len(batches)])
             start = time.perf_counter()
-            for _ in range(inner):
-                call()
-            blocks.append((time.perf_counter() - start) / inner / batch)
+            policy.forward(batches[0])
+            inner[name] = max(len(batches), int(seconds / blocks / max(time.perf_counter() - start, 1e-9)))
+        times: dict[str, list[float]] = {name: [] for name in policies}
+        for _ in range(blocks):
+            for name, policy in policies.items():
+                forward, n = policy.forward, inner[name]
+                start = time.perf_counter()
+                for k in range(n):
+                    forward(batches[k % len(batches)])
+                times[name].append((time.perf_counter() - start) / n / batch)
     finally:
         torch.set_num_threads(previous)
-    p10, median, p90 = np.percentile(blocks, [10, 50, 90])
-    return float(median), float(p10), float(p90)
+    out = {}
+    for name, t in times.items():
+        p10, median, p90 = np.percentile(t, [10, 50, 90])
+        out[name] = (float(median), float(p10), float(p90))
+    return out
 
 
 def score_ratio(mean: float, baseline: float) -> float:
@@ -253,7 +274,7 @@ def executor_batch(run: Any) -> tuple[int, str]:
     plan = Plan.load(run.plan)
     batch = plan.num_envs * (plan.actors if plan.executor == "local" and plan.inference == "central" else 1)
     act = plan.placement.act
-    backend = act.backend if act.device == "cpu" and act.backend in ("torch", "numpy") else "torch"
+    backend = act.backend if act.device == "cpu" else "torch"  # the run's host Act served this network
     return max(1, batch), backend
 
 

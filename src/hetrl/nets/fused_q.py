@@ -1,0 +1,336 @@
+"""hetrl's conv Q-networks and early-exit Q-networks in one flat vector, with one compiled pass per
+decision batch: what Act/numba runs for them.
+
+Why: at MinAtar's sizes (16 3x3 filters on a 10x10 image, 128 hidden units) a batch-1 decision is
+some 170k multiply-accumulates, a few microseconds of arithmetic, while torch pays its per-operator
+dispatch on every layer and numpy an im2col gather and several temporaries. An early exit skips
+three quarters of that arithmetic, which shows in the time of a decision only when the pass
+around it costs little. Here the whole pass is one numba call over preallocated buffers:
+
+- the observation is read as it comes (uint8 images or float32 vectors), converted on the fly;
+- a convolution is computed directly from its nonzero inputs (no im2col; zeros, most of a MinAtar
+  image, cost nothing), its output in torch's (filters, height, width) order so the flattened
+  features equal the torch network's;
+- an :class:`~hetrl.nets.exits.ExitQNetwork` decides exits as its torch and numpy passes do: after
+  a block with a branch, each row still in the pass computes the branch's confidence logit; a row
+  whose logit is strictly above the threshold's logit takes the branch's Q-values and leaves, the
+  rows left are compacted and go on; a threshold of 1 or more runs no branch at all.
+
+The flat vector holds every state-dict entry (the ``exit_threshold`` buffer included, so WeightSync
+moves the threshold too), then the input scale; the layout's :meth:`FusedQ.views` are per-name views
+of it. ``program`` is an int64 vector describing the layers (offsets, shapes), read by the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from torch import nn
+
+from hetrl.nets.conv import ConvQNetwork
+from hetrl.nets.exits import ExitQNetwork
+from hetrl.nets.fused_mlp import aligned_zeros
+
+# program layout: a header, then a record per block, then a record per branch
+HEADER, BLOCK, BRANCH = 8, 12, 7
+# header: n_blocks, n_branches, n_actions, in_size, threshold offset (-1: no exits), scale offset,
+#         head weight offset, head bias offset
+# block:  kind (0 conv, 1 linear), weight offset, bias offset, channels, height, width, filters,
+#         kernel, stride, in_features, out_features, branch index (-1: none)
+# branch: hidden units (0: none), in_features, trunk weight offset, trunk bias offset, Q weight
+#         offset, Q bias offset, confidence weight offset (its bias follows the weight's width)
+
+
+def supports(net: nn.Module, max_image: int | None = None) -> str | None:
+    """Why ``net`` cannot run here, or None when it can. ``max_image``: the largest image side served
+    (direct convolutions without a matrix library pay for large images)."""
+    if isinstance(net, ConvQNetwork):
+        if net.dueling:
+            return "no dueling head (set dueling=false)"
+        geometry = net.geometry
+    elif isinstance(net, ExitQNetwork):
+        geometry = net.geometry
+    else:
+        return f"runs hetrl's conv and early-exit Q-networks, not {type(net).__name__}"
+    if max_image is not None and geometry and max(geometry[0].height, geometry[0].width) > max_image:
+        return (f"runs small-image conv networks (sides up to {max_image}), not "
+                f"{geometry[0].height}x{geometry[0].width} images")
+    return None
+
+
+class FusedQ:
+    """The flat layout of a :class:`ConvQNetwork` (no dueling head) or an :class:`ExitQNetwork`, and
+    the buffers of its compiled pass (made once per batch size)."""
+
+    def __init__(self, net: nn.Module) -> None:
+        reason = supports(net)
+        if reason:
+            raise ValueError(f"FusedQ {reason}")
+        state = net.state_dict()
+        self.names = list(state)
+        self.shapes = {k: tuple(v.shape) for k, v in state.items()}
+        self.offsets: dict[str, int] = {}
+        at = 0
+        for name in self.names:
+            self.offsets[name] = at
+            at += int(np.prod(self.shapes[name], dtype=np.int64))
+        self.scale_offset = at
+        self.size = at + 1
+        self.exits = isinstance(net, ExitQNetwork)
+        self.n_actions = int(net.head.out_features if self.exits else net.head[-1].out_features)
+        self.in_size = int(np.prod(net.obs_shape))
+        self.scale = float(net.scale) if net.geometry else 1.0
+        self.program, self.max_width = self._program(net)
+        self._batch = -1
+
+    def _program(self, net: nn.Module) -> tuple[np.ndarray, int]:
+        off = self.offsets
+        blocks: list[list[int]] = []
+        branches: list[list[int]] = []
+        widths = [self.in_size]
+        if self.exits:
+            layer_names = [f"blocks.{k}.0" for k in range(len(net.blocks))]
+            head = "head"
+            branch_at = {e: j for j, e in enumerate(net.exits)}
+        else:
+            convs = [f"features.{2 * k}" for k in range(len(net.geometry))]
+            layer_names = convs + ["head.0"]
+            head = f"head.{len(net.head) - 1}"
+            branch_at = {}
+        features = self.in_size
+        for k, name in enumerate(layer_names):
+            w, b = off[f"{name}.weight"], off[f"{name}.bias"]
+            if k < len(net.geometry):
+                s = net.geometry[k]
+                out = s.filters * s.positions
+                widths.append((s.patch + s.positions) * s.filters)  # the convolution's work space (one row of z)
+                blocks.append([0, w, b, s.channels, s.height, s.width, s.filters, s.kernel, s.stride, features, out,
+                               branch_at.get(k, -1)])
+            else:
+                out = self.shapes[f"{name}.weight"][0]
+                blocks.append([1, w, b, 0, 0, 0, 0, 0, 0, features, out, branch_at.get(k, -1)])
+            widths.append(out)
+            features = out
+        if self.exits:
+            for j, branch in enumerate(net.branches):
+                p = f"branches.{j}"
+                trunk = (off[f"{p}.trunk.0.weight"], off[f"{p}.trunk.0.bias"]) if branch.hidden else (-1, -1)
+                branches.append([branch.hidden, branch.in_features, *trunk, off[f"{p}.q.weight"], off[f"{p}.q.bias"],
+                                 off[f"{p}.confidence.weight"]])
+                widths.append(branch.hidden)
+        header = [len(blocks), len(branches), self.n_actions, self.in_size,
+                  off["exit_threshold"] if self.exits else -1, self.scale_offset, off[f"{head}.weight"], off[f"{head}.bias"]]
+        program = np.array(header + [v for rec in blocks + branches for v in rec], dtype=np.int64)
+        return program, max(widths)
+
+    def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Per-name views of ``flat``, keyed like the network's state dict."""
+        out = {}
+        for name in self.names:
+            at, shape = self.offsets[name], self.shapes[name]
+            out[name] = flat[at:at + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+        return out
+
+    def new_flat(self) -> np.ndarray:
+        flat = aligned_zeros(self.size)
+        flat[self.scale_offset] = self.scale
+        return flat
+
+    def _buffers(self, n: int) -> None:
+        if n != self._batch:  # a run's env count is fixed: made once
+            self._batch = n
+            self.buf = aligned_zeros(3 * n * self.max_width)
+            self.rows = np.zeros(n, np.int64)
+            self.q = np.zeros((n, self.n_actions), np.float32)
+            self.exit_index = np.zeros(n, np.int64)
+            self.actions = np.zeros(n, np.int64)
+
+    def _run(self, flat: np.ndarray, obs: np.ndarray) -> None:
+        n = len(obs)
+        self._buffers(n)
+        q_pass(flat, self.program, np.ascontiguousarray(obs), self.buf, self.rows, self.q, self.exit_index, n)
+
+    def forward(self, flat: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Q-values acted on (n, actions) and each row's exit (n,): the branch's index, or the
+        number of branches for the final head (always the final head without exits)."""
+        self._run(flat, obs)
+        return self.q.copy(), self.exit_index.copy()
+
+    def q_values(self, flat: np.ndarray, obs: np.ndarray) -> np.ndarray:
+        """The Q-values of :meth:`forward` alone."""
+        self._run(flat, obs)
+        return self.q.copy()
+
+    def epsilon_greedy(self, flat: np.ndarray, obs: np.ndarray, explore: np.ndarray, random_actions: np.ndarray,
+                       level: float) -> np.ndarray:
+        """DQN's rule on the pass's Q-values in the same call: the random action where
+        ``explore < level``, else the first arg-max."""
+        n = len(obs)
+        self._buffers(n)
+        q_epsilon_greedy(flat, self.program, np.ascontiguousarray(obs), self.buf, self.rows, self.q, self.exit_index,
+                         n, explore, random_actions, np.float32(level), self.actions)
+        return self.actions.copy()
+
+
+def limit_of(threshold: float) -> float:
+    """:func:`hetrl.nets.exits.threshold_logit`, compiled: the logit a confidence must exceed."""
+    if threshold >= 1.0:
+        return math.inf
+    if threshold <= 0.0:
+        return -math.inf
+    return math.log(threshold / (1.0 - threshold))
+
+
+_limit = numba.njit(cache=True)(limit_of)
+
+
+@numba.njit(cache=True, fastmath=True)
+def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
+    """Conv block record ``p`` (ReLU after) on rows ``x`` (n_rows, C*H*W) into ``y`` (n_rows, F*OH*OW).
+
+    Computed from the inputs' side: each nonzero input adds its value times the weights of every
+    (kernel offset, filter) that reads it to the outputs it reaches, so zero inputs cost nothing (a
+    MinAtar image is mostly zeros); a zero's terms are exactly zero, so the sums are the same up to
+    their order. The weights are first laid out filter-last in ``work`` and the outputs gathered
+    there position-major, so the innermost loop runs over the filters of contiguous rows; the result
+    is written in torch's (filters, height, width) order with bias and ReLU."""
+    w_off, b_off, c_in, h, wd, filters, k, s = p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
+    oh, ow = (h - k) // s + 1, (wd - k) // s + 1
+    positions, taps = oh * ow, c_in * k * k
+    w_t = work[:taps * filters]  # (c, ky, kx, f)
+    acc = work[taps * filters:taps * filters + positions * filters]  # (oy, ox, f)
+    for f in range(filters):
+        for e in range(taps):
+            w_t[e * filters + f] = flat[w_off + f * taps + e]
+    for i in range(n_rows):
+        xi, yi = x[i], y[i]
+        acc[:] = 0.0
+        for c in range(c_in):
+            for yy in range(h):
+                for xx in range(wd):
+                    v = xi[(c * h + yy) * wd + xx]
+                    if v == 0.0:
+                        continue
+                    for ky in range(k):
+                        ty = yy - ky
+                        if ty < 0 or ty % s != 0 or ty // s >= oh:
+                            continue
+                        for kx in range(k):
+                            tx = xx - kx
+                            if tx < 0 or tx % s != 0 or tx // s >= ow:
+                                continue
+                            tap = ((c * k + ky) * k + kx) * filters
+                            at = ((ty // s) * ow + tx // s) * filters
+                            w_row, out = w_t[tap:tap + filters], acc[at:at + filters]
+                            for f in range(filters):
+                                out[f] += v * w_row[f]
+        for f in range(filters):
+            bias = flat[b_off + f]
+            for t in range(positions):
+                yi[f * positions + t] = max(acc[t * filters + f] + bias, np.float32(0.0))
+
+
+@numba.njit(cache=True, fastmath=True)
+def _linear(flat, w_off, b_off, n_in, n_out, x, y, n_rows, relu):  # pragma: no cover - compiled
+    """y[:n_rows, :n_out] = x[:n_rows, :n_in] @ W.T + b (ReLU where ``relu``); each weight row is
+    read once for all rows."""
+    for j in range(n_out):
+        w = flat[w_off + j * n_in:w_off + (j + 1) * n_in]
+        bias = flat[b_off + j]
+        for i in range(n_rows):
+            xi = x[i]
+            acc = np.float32(0.0)
+            for t in range(n_in):
+                acc += w[t] * xi[t]
+            acc += bias
+            y[i, j] = max(acc, np.float32(0.0)) if relu else acc
+
+
+@numba.njit(cache=True, fastmath=True)
+def _dot(flat, w_off, x, i, n):  # pragma: no cover - compiled
+    """The weight row at ``w_off`` (n values) times row ``i`` of ``x``."""
+    w, xi = flat[w_off:w_off + n], x[i]
+    acc = np.float32(0.0)
+    for t in range(n):
+        acc += w[t] * xi[t]
+    return acc
+
+
+@numba.njit(cache=True, fastmath=True)
+def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no cover - compiled
+    """The network's Q-values into ``q`` and each row's exit into ``exit_index`` (see the module)."""
+    n_blocks, n_branches, n_actions, in_size = program[0], program[1], program[2], program[3]
+    thr_off, scale_off, head_w, head_b = program[4], program[5], program[6], program[7]
+    limit = _limit(np.float64(flat[thr_off])) if thr_off >= 0 else math.inf
+    width = len(buf) // (3 * batch)
+    x = buf[:batch * width].reshape(batch, width)
+    y = buf[batch * width:2 * batch * width].reshape(batch, width)
+    z = buf[2 * batch * width:3 * batch * width].reshape(batch, width)
+    src = obs.reshape(batch, in_size)
+    scale = flat[scale_off]
+    for i in range(batch):
+        rows[i] = i
+        if scale != 1.0:
+            for t in range(in_size):
+                x[i, t] = np.float32(src[i, t]) / scale
+        else:
+            for t in range(in_size):
+                x[i, t] = np.float32(src[i, t])
+    n = batch
+    for k in range(n_blocks):
+        p = program[HEADER + k * BLOCK:HEADER + (k + 1) * BLOCK]
+        if p[0] == 0:
+            _conv(flat, p, x, y, n, z[0])
+        else:
+            _linear(flat, p[1], p[2], p[9], p[10], x, y, n, True)
+        x, y = y, x
+        j = p[11]
+        if j < 0 or limit == math.inf:
+            continue
+        r = program[HEADER + n_blocks * BLOCK + j * BRANCH:HEADER + n_blocks * BLOCK + (j + 1) * BRANCH]
+        hidden, n_in = r[0], r[1]
+        f, n_f = x, n_in
+        if hidden > 0:
+            _linear(flat, r[2], r[3], n_in, hidden, x, z, n, True)
+            f, n_f = z, hidden
+        kept = 0
+        for i in range(n):
+            logit = _dot(flat, r[6], f, i, n_f) + flat[r[6] + n_f]
+            if np.float64(logit) > limit:
+                row = rows[i]
+                for a in range(n_actions):
+                    q[row, a] = _dot(flat, r[4] + a * n_f, f, i, n_f) + flat[r[5] + a]
+                exit_index[row] = j
+            else:
+                if kept != i:
+                    rows[kept] = rows[i]
+                    for t in range(p[10]):
+                        x[kept, t] = x[i, t]
+                kept += 1
+        n = kept
+        if n == 0:
+            return
+    n_in = program[HEADER + (n_blocks - 1) * BLOCK + 10]
+    for i in range(n):
+        row = rows[i]
+        for a in range(n_actions):
+            q[row, a] = _dot(flat, head_w + a * n_in, x, i, n_in) + flat[head_b + a]
+        exit_index[row] = n_branches
+
+
+@numba.njit(cache=True, fastmath=True)
+def q_epsilon_greedy(flat, program, obs, buf, rows, q, exit_index, batch, explore, random_actions, level, actions):  # pragma: no cover - compiled
+    """:func:`q_pass`, then per row the random action where ``explore < level`` and else the first
+    arg-max (as ``np.where(explore < level, random_actions, q.argmax(1))``)."""
+    q_pass(flat, program, obs, buf, rows, q, exit_index, batch)
+    for b in range(batch):
+        if explore[b] < level:
+            actions[b] = random_actions[b]
+        else:
+            best = 0
+            for a in range(1, q.shape[1]):
+                if q[b, a] > q[b, best]:
+                    best = a
+            actions[b] = best

@@ -1,0 +1,170 @@
+"""Act/numba on hetrl's conv Q-networks and early-exit Q-networks (hetrl.nets.fused_q): the same
+Q-values, actions and exits as the torch pass, WeightSync into its flat vector, the capability it
+declares, and the profiler timing it."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from hetrl.algos import DQNConfig, make_algorithm
+from hetrl.config import make_config
+from hetrl.envs import EnvSpec
+from hetrl.errors import HetrlError
+from hetrl.nets.conv import MinAtarNet, NatureCNN
+from hetrl.nets.exits import MINATAR_CONVS, ExitQNetwork
+from hetrl.primitives import build, get
+from hetrl.primitives.act_numba import ActNumba
+from hetrl.profile import measure
+from hetrl.protocol import Slot
+
+
+def image_spec(shape=(4, 10, 10), n_actions=3):
+    return EnvSpec("Pixels/Fake-v0", shape, True, n_actions, (), (), (), None, False, obs_dtype="uint8")
+
+
+def exit_algo(spec, **agent):
+    cfg = make_config("exit-dqn", "CartPole-v1").agent
+    for key, value in agent.items():
+        setattr(cfg, key, value)
+    return make_algorithm("exit-dqn", spec, cfg)
+
+
+def images(n, shape=(4, 10, 10), seed=0):
+    """MinAtar-like observations: sparse 0/1 channels, uint8."""
+    return (np.random.default_rng(seed).random((n, *shape)) < 0.15).astype(np.uint8)
+
+
+def confident_sometimes(net, obs, threshold=0.5):
+    """Input-dependent confidence heads, each branch's logits over ``obs`` shifted so that zero falls
+    in the widest gap between them in their middle half: at ``threshold`` 0.5 some half of the rows
+    leave at each branch, and no logit lies within rounding of the limit (where float sums in another
+    order could decide otherwise)."""
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for branch in net.branches:
+            branch.confidence.weight.copy_(torch.randn(branch.confidence.weight.shape, generator=g) * 0.3)
+        x = net._input(torch.as_tensor(obs))
+        for k in range(len(net.blocks)):
+            x = net._block(k, x)
+            j = net._branch_at.get(k)
+            if j is not None:
+                branch = net.branches[j]
+                logits = net._linear(branch.confidence, net._branch_features(j, x)).squeeze(1)
+                ranked = torch.sort(logits).values
+                middle = ranked[len(ranked) // 4:3 * len(ranked) // 4 + 1]
+                gap = int(torch.argmax(middle[1:] - middle[:-1]))
+                branch.confidence.bias.sub_(0.5 * (middle[gap] + middle[gap + 1]))
+    net.set_threshold(threshold)
+    return net
+
+
+def networks():
+    """(name, network, observations) for each kind of network Act/numba's fused pass serves."""
+    obs = images(64)
+    yield "minatar-dqn", MinAtarNet((4, 10, 10), 3), obs
+    yield "minatar-scaled", MinAtarNet((4, 10, 10), 3, scale=255.0), obs * np.uint8(200)
+    yield "minatar-exit", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,)), obs
+    yield "minatar-exit-hidden-branch", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (64,), branch_hidden=16), obs
+    vectors = np.random.default_rng(2).standard_normal((64, 6)).astype(np.float32)
+    yield "mlp-exit", ExitQNetwork((6,), 4, (), (16, 16, 16)), vectors
+
+
+@pytest.mark.parametrize("name, net, obs", list(networks()), ids=[n for n, _, _ in networks()])
+@pytest.mark.parametrize("threshold", [0.0, 0.5, 1.0])
+def test_q_values_actions_and_exits_equal_torchs(name, net, obs, threshold):
+    exits = isinstance(net, ExitQNetwork)
+    if exits:
+        confident_sometimes(net, obs, threshold)
+    elif threshold != 1.0:
+        pytest.skip("no exits: one threshold is enough")
+    policy = ActNumba(net, lambda q, e, r, level: q.argmax(1), epsilon_greedy=True)
+    for batch in (1, 8, 64):
+        for start in range(0, 64, batch if batch > 1 else 8):  # batch 1: every 8th row
+            rows = obs[start:start + batch]
+            with torch.no_grad():
+                if exits:
+                    want_q, want_exits = (t.numpy() for t in net.act_forward(torch.as_tensor(rows)))
+                else:
+                    want_q, want_exits = net(torch.as_tensor(rows)).numpy(), np.zeros(len(rows), np.int64)
+            q, got_exits = policy.act_forward(rows)
+            np.testing.assert_allclose(q, want_q, rtol=1e-5, atol=1e-5, err_msg=f"{name} batch {batch}")
+            np.testing.assert_array_equal(got_exits, want_exits)
+            np.testing.assert_allclose(policy.forward(rows), want_q, rtol=1e-5, atol=1e-5)
+            greedy = policy.act(rows, np.ones(len(rows), np.float32), np.zeros(len(rows), np.int64), 0.0)
+            np.testing.assert_array_equal(greedy, want_q.argmax(1))
+    if exits:  # the whole batch: the counts per exit, and a mix where the threshold is inside (0, 1)
+        with torch.no_grad():
+            want = np.bincount(net.act_forward(torch.as_tensor(obs))[1].numpy(), minlength=net.n_exits)
+        got = np.bincount(policy.act_forward(obs)[1], minlength=net.n_exits)
+        np.testing.assert_array_equal(got, want)
+        first, last = got[0], got[-1]
+        assert {0.0: first == 64, 1.0: last == 64, 0.5: 0 < first < 64 and last < 64}[threshold], got
+
+
+def test_epsilon_greedy_runs_in_the_pass_as_numpy_decides():
+    net = confident_sometimes(ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,)), images(64))
+    rule = make_algorithm("dqn", image_spec(), DQNConfig()).action_rule
+    policy = ActNumba(net, rule, epsilon_greedy=True)
+    rng = np.random.default_rng(3)
+    obs, explore, random_actions = images(16, seed=4), rng.random(16).astype(np.float32), rng.integers(0, 3, 16)
+    with torch.no_grad():
+        want = rule(net(torch.as_tensor(obs)).numpy(), explore, random_actions, 0.5)
+    got = policy.act(obs, explore, random_actions, 0.5)
+    np.testing.assert_array_equal(got, want)
+    assert (explore < 0.5).any() and (explore >= 0.5).any()
+
+
+def test_weight_sync_copies_weights_and_threshold_into_the_flat_vector():
+    source = ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,))
+    obs = images(32, seed=5)
+    policy = build("Act", Slot("numba"), exit_algo(image_spec()), 0, source=source)
+    before = policy.forward(obs)
+    confident_sometimes(source, obs, 0.5)  # new confidence weights and a threshold: the acting copy has neither yet
+    with torch.no_grad():
+        for p in source.parameters():
+            p.add_(0.01)
+        want_q, want_exits = (t.numpy() for t in source.act_forward(torch.as_tensor(obs)))
+    assert not np.allclose(policy.forward(obs), want_q, atol=1e-4)
+    np.testing.assert_array_equal(policy.forward(obs), before)
+    policy.sync()
+    assert np.shares_memory(policy.params["head.weight"], policy.flat)
+    assert np.shares_memory(policy.params["exit_threshold"], policy.flat)
+    q, exits = policy.act_forward(obs)
+    np.testing.assert_allclose(q, want_q, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(exits, want_exits)
+    assert 0 < (exits == 0).sum() < 32
+    state = policy.state_dict()  # checkpoints: a copy of every entry, loadable into another backend's policy
+    other = build("Act", Slot("numpy"), exit_algo(image_spec()), 0, source=copy.deepcopy(source))
+    other.load_state_dict(state)
+    np.testing.assert_allclose(other.forward(obs), q, rtol=1e-5, atol=1e-5)
+
+
+def test_declared_capability():
+    numba = get("Act", "numba")
+    assert numba.unsupported(make_algorithm("dqn", image_spec(), DQNConfig())) is None  # MinAtar's network
+    assert numba.unsupported(exit_algo(image_spec())) is None
+    dueling = numba.unsupported(make_algorithm("dqn", image_spec(), DQNConfig(dueling=True)))
+    assert dueling and "dueling" in dueling
+    nature = numba.unsupported(make_algorithm("dqn", image_spec((4, 84, 84), 6), DQNConfig()))
+    assert nature and "nature" in nature and "numpy or torch" in nature
+    assert numba.unsupported(exit_algo(image_spec((4, 84, 84), 6)))
+    large = numba.unsupported(make_algorithm("dqn", image_spec((4, 84, 84), 6), DQNConfig(network="minatar")))
+    assert large and "84x84" in large
+    with pytest.raises(HetrlError, match="dueling"):
+        ActNumba(MinAtarNet((4, 10, 10), 3, dueling=True), lambda *a: None)
+    with pytest.raises(HetrlError, match="small-image"):
+        ActNumba(NatureCNN((4, 84, 84), 6), lambda *a: None)
+
+
+def test_the_profiler_times_it_at_the_validated_exit_rates():
+    algo = exit_algo(image_spec(), act_with_exits=True, exit_threshold=0.8, exit_rates=(0.625, 0.375))
+    rows = measure(algo, [("Act", "numba", "cpu", n, None) for n in (1, 16)])
+    assert sorted(t.size for t in rows if t.primitive == "Act" and t.backend == "numba") == [1, 16]
+    assert all(t.median_s > 0 for t in rows)
+    net = algo.make_networks()["q"]
+    obs = images(256, seed=6)
+    profiled = algo.profiled_policy(net, torch.as_tensor(obs))
+    policy = build("Act", Slot("numba"), algo, 0, source=profiled)
+    assert np.bincount(policy.act_forward(obs)[1], minlength=2).tolist() == [160, 96]
