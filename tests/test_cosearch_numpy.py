@@ -162,3 +162,16 @@ def test_a_searched_network_trained_acting_with_numpy_loads_and_acts_with_numpy(
         np.testing.assert_array_equal(acts["numpy"].act(s[None], greedy, none, 0.0), acts["torch"].act(s[None], greedy, none, 0.0))
     np.testing.assert_allclose(acts["numpy"].forward(states), acts["torch"].forward(states), rtol=1e-5, atol=1e-5)
     np.testing.assert_array_equal(policy.predict(states), acts["torch"].act(states, np.ones(32, np.float32), np.zeros(32, np.int64), 0.0))
+
+
+def test_the_profiler_times_act_numpy_on_a_searched_network(tmp_path):
+    """What the planner chooses from: an Act+WeightSync row of Act/numpy beside Act/torch's."""
+    from hetrl.profile import ENV_COUNTS, _jobs
+
+    arch = Architecture(MINATAR, 5, (Op("conv", 8, 3), Op("sepconv", 8, 3)), (Op("dense", 32),))
+    algo = make_algorithm("dqn", fake_minatar(), DQNConfig(network=str(arch.save(tmp_path / "arch.json")), batch_size=16))
+    jobs = dict(_jobs(algo, ["cpu"], [1]))
+    assert {"Act+WeightSync numpy on cpu", "Act+WeightSync torch on cpu"} <= set(jobs)
+    rows = jobs["Act+WeightSync numpy on cpu"]()
+    assert [(r.primitive, r.size) for r in rows] == [*(("Act", n) for n in ENV_COUNTS), ("WeightSync", 1)]
+    assert all(r.backend == "numpy" and 0 < r.median_s for r in rows), rows
