@@ -215,7 +215,7 @@ def test_dqn_trains_a_saved_architecture(tmp_path):
     algo = make_algorithm("dqn", spec, DQNConfig(network=str(path)))
     q = algo.make_networks()["q"]
     assert isinstance(q, SearchedQNetwork) and q.architecture == arch and algo.network_kind == "searched"
-    assert q(torch.zeros(2, *OBS, dtype=torch.uint8)).shape == (2, 3) and not algo.numpy_policy()
+    assert q(torch.zeros(2, *OBS, dtype=torch.uint8)).shape == (2, 3) and algo.numpy_policy()
     other = EnvSpec("MinAtar/Fake-v0", (3, 5, 5), True, 3, (), (), (), None, False, obs_dtype="uint8")
     with pytest.raises(HetrlError, match=r"searched for observations \(2, 5, 5\) and 3 actions"):
         make_algorithm("dqn", other, DQNConfig(network=str(path))).make_networks()

@@ -168,7 +168,8 @@ class DQN(Algorithm):
         return self.network_kind == "mlp"
 
     def numpy_policy(self) -> bool:
-        return self.network_kind in ("mlp", "nature", "minatar")  # hetrl's own networks; a user's module has none
+        # hetrl's own networks, searched ones included; a user's module has none
+        return self.network_kind in ("mlp", "nature", "minatar", "searched")
 
     def make_networks(self) -> dict[str, nn.Module]:
         cfg, spec, kind = self.config, self.spec, self.network_kind

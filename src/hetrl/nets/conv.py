@@ -38,7 +38,8 @@ def conv_out(size: int, kernel: int, stride: int = 1, padding: int = 0) -> int:
 
 @dataclass(frozen=True)
 class ConvShape:
-    """One Conv2d (no padding, no dilation, one group) on a (channels, height, width) input."""
+    """One Conv2d (no dilation, one group) on a (channels, height, width) input, with ``padding``
+    zeros on every side (torch's ``padding``)."""
 
     channels: int
     height: int
@@ -46,14 +47,15 @@ class ConvShape:
     filters: int
     kernel: int
     stride: int
+    padding: int = 0
 
     @property
     def out_height(self) -> int:
-        return conv_out(self.height, self.kernel, self.stride)
+        return conv_out(self.height, self.kernel, self.stride, self.padding)
 
     @property
     def out_width(self) -> int:
-        return conv_out(self.width, self.kernel, self.stride)
+        return conv_out(self.width, self.kernel, self.stride, self.padding)
 
     @property
     def positions(self) -> int:
@@ -63,14 +65,23 @@ class ConvShape:
     def patch(self) -> int:
         return self.channels * self.kernel * self.kernel
 
+    @property
+    def size(self) -> int:
+        """Elements of one (channels, height, width) input."""
+        return self.channels * self.height * self.width
+
     def patch_index(self) -> np.ndarray:
         """For each output position and each patch element (channel, row, column), the index of the
-        input element in a flattened (channels, height, width) image: im2col as one gather."""
+        input element in a flattened (channels, height, width) image: im2col as one gather. With
+        ``padding``, an element on the padded border reads index :attr:`size`, one past the image:
+        the caller appends a zero to each flattened input there."""
         c, i, j = np.meshgrid(np.arange(self.channels), np.arange(self.kernel), np.arange(self.kernel), indexing="ij")
-        rows, cols = np.meshgrid(np.arange(self.out_height) * self.stride, np.arange(self.out_width) * self.stride,
-                                 indexing="ij")
-        index = (c.reshape(1, -1) * self.height * self.width
-                 + (rows.reshape(-1, 1) + i.reshape(1, -1)) * self.width + (cols.reshape(-1, 1) + j.reshape(1, -1)))
+        rows, cols = np.meshgrid(np.arange(self.out_height) * self.stride - self.padding,
+                                 np.arange(self.out_width) * self.stride - self.padding, indexing="ij")
+        r, q = rows.reshape(-1, 1) + i.reshape(1, -1), cols.reshape(-1, 1) + j.reshape(1, -1)
+        index = c.reshape(1, -1) * self.height * self.width + r * self.width + q
+        if self.padding:
+            index = np.where((r < 0) | (r >= self.height) | (q < 0) | (q >= self.width), self.size, index)
         return index.reshape(-1).astype(np.int64)  # (positions * patch,)
 
 

@@ -9,22 +9,30 @@ then the output layer (one Q-value per action). Every convolution has stride 1 a
 passes its input on (the layer is left out of the network). Inputs are divided by ``scale`` inside
 ``forward``, as hetrl's conv networks do (1 for MinAtar's 0/1 channels, 255 for camera frames).
 
+:meth:`SearchedQNetwork.forward_numpy` computes the same on host arrays (what Act/numpy runs), with
+:mod:`hetrl.nets.conv`'s im2col gather (``ConvShape.patch_index``, the padded border reading an
+appended zero); a depthwise-separable layer runs as it is written, a per-channel product of the
+depthwise kernel and a 1x1 product, not as the equivalent full convolution (which costs more MACs).
+
 :meth:`Architecture.describe` lists the layers as a hardware model costs them
 (:class:`hetrl.nets.layer_description.LayerDescription`, with exact multiply-accumulates).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from hetrl.files import read_json, write_json
+from hetrl.nets.conv import ConvShape
 from hetrl.nets.layer_description import LayerDescription
+from hetrl.nets.mlp import numpy_sequential
 
 ARCHITECTURE_FORMAT = "hetrl-architecture-v1"
 KINDS = ("conv", "sepconv", "dense", "skip")
@@ -219,6 +227,14 @@ class SearchedQNetwork(nn.Module):
         self.blocks = nn.ModuleDict({str(k): layer.op.module(layer.in_width) for k, layer in enumerate(layers)
                                      if layer.op.kind != "skip"})
         self._flatten_at = sum(1 for op in architecture.convs if op.kind != "skip")  # blocks before the flatten
+        # forward_numpy's steps, one per block: its key, and for a convolution its geometry and patch index
+        self._numpy_steps: list[tuple[str, Op, ConvShape | None, np.ndarray | None]] = []
+        for k, layer in enumerate(layers):
+            op = layer.op
+            if op.kind == "skip":
+                continue
+            shape = ConvShape(layer.in_width, layer.height, layer.width, op.width, op.kernel, 1, op.kernel // 2) if op.is_conv else None
+            self._numpy_steps.append((str(k), op, shape, None if shape is None else shape.patch_index()))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.float()
@@ -228,6 +244,35 @@ class SearchedQNetwork(nn.Module):
             if i == self._flatten_at:
                 x = x.flatten(1)
             x = block(x)
+        return x
+
+    def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
+        """``forward`` on host arrays (``params`` keyed like the state dict); activations are kept
+        as rows in torch's (C, H, W) order, so the flatten is a no-op."""
+        n = len(obs)
+        x = obs.reshape(n, -1).astype(np.float32, copy=False)
+        if self.scale != 1.0:
+            x = x / np.float32(self.scale)  # a new array: the caller's observations stay as they are
+        zero = np.zeros((n, 1), np.float32)
+        for key, op, shape, index in self._numpy_steps:
+            prefix = f"blocks.{key}"
+            if shape is None:  # fully connected: Linear (and ReLU), as mlp() lays them out
+                x = numpy_sequential(params, prefix, 2 if op.relu else 1, x)
+                continue
+            # take, not fancy indexing: several times faster for one row (the acting case)
+            patches = np.concatenate((x, zero), axis=1).take(index, axis=1).reshape(n * shape.positions, shape.patch)
+            if op.kind == "conv":
+                out = patches @ params[f"{prefix}.0.weight"].reshape(shape.filters, -1).T
+                out += params[f"{prefix}.0.bias"]
+            else:  # depthwise (no bias): per channel, (positions, k*k) @ (k*k, 1); then pointwise 1x1
+                c, kk = shape.channels, shape.kernel * shape.kernel
+                depthwise = np.matmul(patches.reshape(-1, c, kk).transpose(1, 0, 2),
+                                      params[f"{prefix}.0.weight"].reshape(c, kk, 1))[:, :, 0]  # (channels, positions)
+                out = depthwise.T @ params[f"{prefix}.1.weight"].reshape(shape.filters, c).T
+                out += params[f"{prefix}.1.bias"]
+            if op.relu:
+                np.maximum(out, 0, out=out)
+            x = out.reshape(n, shape.positions, shape.filters).transpose(0, 2, 1).reshape(n, -1)  # torch's order
         return x
 
     def block(self, k: int) -> nn.Module | None:
