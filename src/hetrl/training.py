@@ -380,7 +380,8 @@ class Session:
         staleness_mean, staleness_max = ex.run_staleness()
         learning_rate = None
         if learning_from is not None and ex.env_steps > learning_from[1]:
-            learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - eval_seconds)
+            # ``end`` already leaves out the final evaluation, which ``eval_seconds`` counts too
+            learning_rate = (ex.env_steps - learning_from[1]) / (end - learning_from[0] - (eval_seconds - final_eval_seconds))
         if self.saved_at != ex.env_steps:  # the loop's last iteration (or the checkpoint resumed from) may hold this very state
             path, self.saved_at = self.save_checkpoint(), ex.env_steps
             hooks.call("on_checkpoint", self._info(episodes_seen, checkpoint=path))  # the run ends here: a stop asked for changes nothing

@@ -1,0 +1,30 @@
+"""The learning-phase rate (``learning_env_steps_per_s``, what the planner's prediction is checked
+against) leaves every evaluation's time out of the learning phase once, the final one included."""
+
+import time
+
+import numpy as np
+
+import hetrl
+from hetrl.training import Session
+
+PAUSE_S = 2.0
+
+
+def test_a_long_final_evaluation_is_left_out_once(tmp_path, monkeypatch):
+    real = Session.evaluate
+
+    def slow_evaluate(self, episodes: int) -> np.ndarray:  # an Atari game's full episode, say
+        time.sleep(PAUSE_S)
+        return real(self, episodes)
+
+    monkeypatch.setattr(Session, "evaluate", slow_evaluate)
+    result = hetrl.train("dqn", "CartPole-v1", steps=800, run_dir=tmp_path / "run", hidden=(8, 8), learning_starts=0,
+                         batch_size=16, eval_episodes=1, eval_every=400, log_every=100, plan="rule", progress=False)
+    # learning starts at once, so the learning phase is the loop less the evaluation at 400 steps;
+    # wall_s is the loop less the final evaluation: the rate is steps over about wall_s - PAUSE_S
+    assert result.wall_s > PAUSE_S
+    loop_training_s = result.wall_s - PAUSE_S
+    assert result.learning_env_steps_per_s is not None
+    assert 0.8 * 800 / loop_training_s < result.learning_env_steps_per_s < 1.25 * 800 / loop_training_s, (
+        result.learning_env_steps_per_s, result.wall_s)
