@@ -37,8 +37,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hetrl.config import make_config
-from hetrl.errors import HetrlError
-from hetrl.planner.choice import plan_from_profile
+from hetrl.planner.choice import cached_profile, plan_from_profile
 from hetrl.planner.model import predict
 from hetrl.planner.model_local import predict_parallel
 from hetrl.planner.plan_file import Candidate, Plan
@@ -120,10 +119,8 @@ def main() -> None:
             cfg = make_config(work.algo, work.env, None, list(work.settings))
             steps = getattr(args, f"{name}_steps")
             path = default_path(machine, work.algo, work.env, cfg.agent)
-            try:
-                profile = Profile.load(path) if path.exists() else None
-            except HetrlError:  # an older profile format: measured again
-                profile = None
+            # as `hetrl train --plan auto` takes it: measured again where it is older or misses a backend
+            profile = cached_profile(path, checked_algorithm(cfg))
             if profile is None:
                 profile = profile_workload(work.algo, work.env, cfg.agent, machine=machine)
                 profile.save(path)

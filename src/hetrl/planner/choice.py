@@ -44,7 +44,9 @@ def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
 _IN_MEMORY: dict[Path, Profile] = {}
 
 
-def _cached_profile(path: Path, algorithm: Algorithm) -> Profile | None:
+def cached_profile(path: Path, algorithm: Algorithm) -> Profile | None:
+    """The profile cached at ``path``, or None where there is none, it cannot be read, or it lacks a
+    registered implementation that could serve ``algorithm`` (then it is measured again)."""
     profile = _IN_MEMORY.get(path)
     if profile is None:
         try:
@@ -110,7 +112,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
             _keep(profile, path, announce)
             return profile
 
-        profile = _cached_profile(path, algorithm)
+        profile = cached_profile(path, algorithm)
         if profile is None:
             announce(f"profiling {config.algo} on {config.env} on this machine (once; cached in {path})")
             plan = planned(profile_now())
