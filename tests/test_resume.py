@@ -66,7 +66,10 @@ def _assert_identical(a, b, path="state"):
 @pytest.mark.parametrize("variant", ["dqn", "ddpg", "td3", "sac", "sac-gsde", "td3-ou"])
 def test_resume_is_bit_exact(tmp_path, variant):
     algo = variant.split("-")[0]
-    common = dict(seed=3, progress=False, eval_every=0, eval_episodes=2, log_every=100, checkpoint_every=10_000, **SMALL[variant])
+    # the fixed placement rule: an automatic plan may pick another learner backend or thread count
+    # for each call when the machine's load moves, and those agree to float tolerance, not bit for bit
+    common = dict(seed=3, progress=False, eval_every=0, eval_episodes=2, log_every=100, checkpoint_every=10_000,
+                  plan="rule", **SMALL[variant])
     straight = hetrl.train(algo, ENV[variant], steps=900, run_dir=tmp_path / "straight", **common)
     first = hetrl.train(algo, ENV[variant], steps=500, run_dir=tmp_path / "split", **common)
     assert first.env_steps == 500 and first.updates > 0
