@@ -50,7 +50,7 @@ def settings_help_text() -> str:
     run_fields = [f for f in fields(TrainConfig) if f.name not in ("algo", "env", "agent", "atari")]  # atari.KEY: below the table
     run_defaults = {f.name: f.default_factory() if f.default is MISSING else f.default for f in run_fields}
     run_defaults["steps"] = "/".join(f"{cls.default_steps}({name})" for name, cls in ALGORITHMS.items())
-    from hetrl.tuned import ALE_PREFIX, FAMILY_TUNED, TUNED
+    from hetrl.tuned import TUNED, family_labels
 
     lines = ["settings for --set KEY=VALUE (generic defaults shown):", f"  run: {listing(run_fields, run_defaults)}"]
     for name, cls in ALGORITHMS.items():
@@ -58,7 +58,7 @@ def settings_help_text() -> str:
         lines.append(f"  {name}: {listing(fields(config), {f.name: getattr(config, f.name) for f in fields(config)})}")
     lines.append("tuned defaults (hetrl.tuned, from rl-baselines3-zoo) replace the generic ones for:")
     for name in ALGORITHMS:
-        envs = [env for algo, env in TUNED if algo == name] + [f"every {ALE_PREFIX} id" for algo, _ in FAMILY_TUNED if algo == name]
+        envs = [env for algo, env in TUNED if algo == name] + family_labels(name)
         lines.append(f"  {name}: {', '.join(envs) or 'none'}")
     return "\n".join(lines)
 

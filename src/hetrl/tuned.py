@@ -193,7 +193,7 @@ def lookup(algo: str, env: str) -> tuple[dict[str, Any], str]:
     family = (key[0], env_family(env))
     if family in FAMILY_TUNED:
         return dict(FAMILY_TUNED[family]), f"tuned for {env} as an Atari game, from {FAMILY_SOURCE[family]}"
-    tuned_envs = sorted(e for a, e in TUNED if a == key[0]) + [f"every {ALE_PREFIX} id" for a, _ in FAMILY_TUNED if a == key[0]]
+    tuned_envs = sorted(e for a, e in TUNED if a == key[0]) + family_labels(key[0])
     return {}, f"generic {key[0]} defaults (no tuned row for {env}; rows exist for {', '.join(tuned_envs) or 'no env'})"
 
 
@@ -262,6 +262,11 @@ ZOO_ATARI: dict[str, Any] = {
 DQN_ATARI: dict[str, Any] = {k: v for k, v in translate("dqn", ZOO_ATARI).items() if k != "hidden"} | {"network": "auto"}
 FAMILY_TUNED: dict[tuple[str, str], dict[str, Any]] = {("dqn", ATARI_FAMILY): DQN_ATARI}
 FAMILY_SOURCE: dict[tuple[str, str], str] = {("dqn", ATARI_FAMILY): f"{ZOO_SOURCE}'s atari row"}
+
+
+def family_labels(algo: str) -> list[str]:
+    """How the families of rows ``algo`` has are named where the rows are listed."""
+    return [f"every {ALE_PREFIX} id" for a, _ in FAMILY_TUNED if a == algo]
 
 
 def env_family(env: str) -> str | None:
