@@ -21,7 +21,9 @@ from hetrl.runtime.ray_executor import RayExecutor  # noqa: E402
 
 @pytest.fixture(scope="module")
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
+    # the workers import this folder's modules too (envs_custom: a pickled env source refers to it)
+    path = os.pathsep.join(filter(None, [os.path.dirname(os.path.abspath(__file__)), os.environ.get("PYTHONPATH")]))
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", runtime_env={"env_vars": {"PYTHONPATH": path}})
     yield
     ray.shutdown()
 
@@ -124,3 +126,59 @@ def test_ray_actors_run_the_placements_act_backend(cluster):
         assert ex.timer_totals()["Act"][1] > 0
     finally:
         ex.close()
+
+
+# --- pixel chunks: frames, not stacks (runtime/frame_chunks.py) ---------------------------------
+COUNTING = "envs_custom:make_counting_stack"  # 8x8 frames that say their episode and step, stacked by 4
+
+
+def counting_algo_and_placement():
+    from hetrl.planner.rule import default_placement as placement_for
+
+    cfg = make_config("dqn", COUNTING, overrides=["learning_starts=300", "buffer_size=4000", "batch_size=32", "n_step=1",
+                                                   "hidden=32", "replay_ratio=0.25"])
+    algo = make_algorithm("dqn", env_spec(COUNTING), cfg.agent)
+    return algo, placement_for(torch.device("cpu"), (1, 1), threads=1, mlp_policy=False, frames=True)
+
+
+def test_a_ray_actor_s_pixel_chunk_carries_frames_not_stacks(cluster):
+    import numpy as np
+
+    from hetrl.runtime.acting_role import ActorSpec
+    from hetrl.runtime.ray_executor import RayActorRole
+
+    algo, placement = counting_algo_and_placement()
+    spec = ActorSpec(algo.name, algo.spec.origin, algo.config, 2, 0, placement, None, frames=True)
+    actor = ray.remote(num_cpus=1)(RayActorRole).remote(spec, 0, (0, 0))
+    try:
+        _, ref = actor.collect.options(num_returns=2).remote(16, 0, None, -1)
+        chunk = ray.get(ref)
+    finally:
+        ray.kill(actor)
+    assert "obs" not in chunk and "next_obs" not in chunk["rows"]
+    rows, frames = len(chunk["rows"]["frame_ids"]), chunk["frames"]
+    assert rows == 2 * 16 and chunk["rows"]["frame_ids"].shape == (rows, 2 * 4)  # n-step 1: a row per env step
+    # a frame per env step, and each episode's first (the initial stacks' included): not 2C = 8 per row
+    assert frames.shape[1:] == (8, 8) and rows <= len(frames) <= rows + 2 * 4 and chunk["first_frame"] == 0
+
+
+def test_a_ray_pixel_run_learns_from_frames_and_its_replay_holds_the_env_s_stacks(cluster):
+    from hetrl.primitives import build
+    from test_frames_rings import exact_stacks
+
+    algo, placement = counting_algo_and_placement()
+    ex = RayExecutor(algo, placement, 2, 0, 1, log=lambda m: None, chunk_steps=16)
+    try:
+        assert ex.frames and ex.spec.frames
+        while ex.env_steps < 800:
+            ex.iteration()
+        ray.kill(ex._handles[0])  # its successor starts a fresh frame stream
+        while ex.restarts < 1 or ex.env_steps < 1_600:
+            ex.iteration()
+        state = ex.state_dict()
+        assert ex.updates > 0 and ex.dropped == 0 and ex.replay_size == state["env_steps"]  # n-step 1: a row a step
+    finally:
+        ex.close()
+    replay = build("ReplayAdd", placement.replay, algo, 0)
+    replay.load_state_dict(state["replay"])
+    assert len(replay) == state["env_steps"] and exact_stacks(replay, 1024)

@@ -61,13 +61,14 @@ def worker(head):
                 head.remove_node(node)
 
 
-def executor(actors, env="CartPole-v1", **kw):
+def executor(actors, env="CartPole-v1", frames=None, **kw):
+    """``frames``: whether the replay is a frame replay, so that chunks carry frames (None: as the planner decides)."""
     network = ["hidden=32,32"] if env == "CartPole-v1" else []
     cfg = make_config("dqn", env, overrides=[*network, "batch_size=32", "learning_starts=300", "replay_ratio=0.25",
                                              "buffer_size=20000"])
     algo = make_algorithm("dqn", env_spec(env), cfg.agent)
     placement = default_placement(torch.device("cpu"), (1, 1), threads=1, mlp_policy=algo.mlp_networks(),
-                                  frames=frame_replay_wanted(algo))
+                                  frames=frame_replay_wanted(algo) if frames is None else frames)
     return RayExecutor(algo, placement, 1, 0, actors, log=kw.pop("log", lambda m: None), **kw)
 
 
@@ -183,18 +184,21 @@ def test_pixel_chunks_have_the_size_the_settings_give(head, worker):
         ex.close()
 
 
-def test_a_chunk_lost_with_its_node_is_dropped_and_the_replay_keeps_the_rest(head, worker):
+@pytest.mark.parametrize("frames, size", [(False, 24), (True, 48)], ids=["stacks", "frames"])
+def test_a_chunk_lost_with_its_node_is_dropped_and_the_replay_keeps_the_rest(head, worker, frames, size):
     """A pixel chunk (over Ray's 100 KB inline limit, so its only copy is in the second node's object
-    store) whose node goes before the learner fetched it: the learner adds the rest, the steps are
-    taken back and said."""
+    store: a frame chunk of 48 steps of Bytes-v0's two new 36x36 frames is) whose node goes before the
+    learner fetched it: the learner adds the rest, the steps are taken back and said; with frames, the
+    restarted actor's fresh stream leaves no transition referring to the lost frames."""
     second = worker()
     said = []
-    ex = executor(actors=2, env="hetrl/Bytes-v0", chunk_steps=24, log=said.append)
+    ex = executor(actors=2, env="hetrl/Bytes-v0", chunk_steps=size, log=said.append, frames=frames)
+    assert ex.frames == frames
     try:
         run_until(ex, 400, reported=True)
         ex._settle()
         far = ex.nodes()["actors"].index(second.node_id)
-        meta, chunk = ex._handles[far].collect.options(num_returns=2).remote(24, ex._issued, None, -1)
+        meta, chunk = ex._handles[far].collect.options(num_returns=2).remote(size, ex._issued, None, -1)
         steps = ray.get(meta)["steps"]
         head.remove_node(second)
         before, sent = ex.replay_size, ex.env_steps
@@ -204,10 +208,10 @@ def test_a_chunk_lost_with_its_node_is_dropped_and_the_replay_keeps_the_rest(hea
         ex._issued += steps
         run_until(ex, sent + 200)
         # this chunk, and any the actor had returned meanwhile that were not fetched yet
-        assert steps == 24 and ex.lost_steps >= 24 and ex.lost_steps % 24 == 0, said
+        assert steps == size and ex.lost_steps >= size and ex.lost_steps % size == 0, said
         assert any(re.search(r"\d chunk\(s\) of \d+ env steps were lost with their node", line) for line in said), said
         state = ex.state_dict()
-        assert ex.replay_size >= before and ex.replay_size == state["env_steps"]
+        assert ex.replay_size >= before and ex.replay_size == state["env_steps"] and ex.dropped == 0
     finally:
         ex.close()
 

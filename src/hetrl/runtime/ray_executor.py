@@ -1,8 +1,10 @@
 """The ray executor: actors and the learner (with its replay beside it) as Ray actors, this process
 coordinating them.
 
-Actors return chunks of transitions through the object store; the coordinator forwards their
-references to the learner without copying them here, issues new chunks only as far as the
+Actors return chunks of transitions through the object store (with a frame replay, each new frame
+once and the transitions as frame ids: ``runtime/frame_chunks.py``, which says why a restarted
+actor starts a fresh frame stream and what a lost chunk leaves behind); the coordinator forwards
+their references to the learner without copying them here, issues new chunks only as far as the
 replay-ratio limiter allows, and passes the learner's latest weights to each actor's next chunk.
 Every role asks Ray for explicit resources (1 CPU per actor; the learner's threads as CPUs and a
 GPU when it learns on CUDA), and a cluster that cannot hold them is an error at start, not a run
@@ -34,9 +36,11 @@ from hetrl.algos import Algorithm
 from hetrl.config import MAX_CHUNK_STEPS, RAY_SPREADS
 from hetrl.errors import ActorsFailed, HetrlError, LearnerLost, StopRequested, int_problem
 from hetrl.nets import numpy_params
-from hetrl.primitives import check_placement
+from hetrl.primitives import check_placement, get
 from hetrl.protocol import Placement
+from hetrl.replay.frames import FrameReplay
 from hetrl.runtime.acting_role import Actor, ActorSpec
+from hetrl.runtime.frame_chunks import ChunkStreams, frame_chunk
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.parallel import ParallelBookkeeping
 from hetrl.runtime.schedule import ReplaySchedule
@@ -64,13 +68,15 @@ def _import_ray() -> Any:
 
 
 class RayActorRole:
-    """An actor as a Ray actor: ``collect`` steps its envs ``steps`` times with the given weights."""
+    """An actor as a Ray actor: ``collect`` steps its envs ``steps`` times with the given weights.
+    ``stream``: (actor index, incarnation), the frame stream its chunks belong to (``spec.frames``)."""
 
-    def __init__(self, spec: ActorSpec, seed: int) -> None:
+    def __init__(self, spec: ActorSpec, seed: int, stream: tuple[int, int] = (0, 0)) -> None:
         import ray
 
         self.timers = Timers()
         self.loop = Actor(spec, seed, self.timers)
+        self.frames, self.stream = spec.frames, stream
         self.version = -1
         self.node = ray.get_runtime_context().get_node_id()
 
@@ -86,9 +92,12 @@ class RayActorRole:
         for k in range(steps):
             ready, finished = self.loop.step(env_steps + k * self.loop.num_envs)
             if ready is not None:
-                chunks.append({key: np.array(ready[key]) for key in TRANSITION_FIELDS})
+                chunks.append(ready if self.frames else {key: np.array(ready[key]) for key in TRANSITION_FIELDS})
             episodes += finished
-        transitions = {key: np.concatenate([c[key] for c in chunks]) for key in TRANSITION_FIELDS} if chunks else None
+        if self.frames:  # always sent: later chunks may refer to its frames
+            transitions = frame_chunk(self.loop.role, chunks, self.stream)
+        else:
+            transitions = {key: np.concatenate([c[key] for c in chunks]) for key in TRANSITION_FIELDS} if chunks else None
         meta = {"steps": steps * self.loop.num_envs, "episodes": episodes, "version": self.version,
                 "timers": self.timers.totals(), "ran": self.loop.ran(), "node": self.node}
         return meta, transitions
@@ -104,6 +113,7 @@ class RayLearnerRole:
 
         self.timers = Timers()
         self.role = LearnerRole(algo, placement, seed, np.random.default_rng(seed), self.timers)
+        self.streams = ChunkStreams(algo.spec.obs_shape[1:]) if isinstance(self.role.replay, FrameReplay) else None
         self.node = ray.get_runtime_context().get_node_id()
 
     def step(self, chunk_refs: list[Any], env_steps: int, updates: int, sync_every: int) -> dict[str, Any]:
@@ -119,8 +129,12 @@ class RayLearnerRole:
             except ray.exceptions.ObjectLostError:  # its only copy was on a node that is gone
                 lost.append(i)
                 continue
-            if chunk is not None:
+            if chunk is None:
+                continue
+            if self.streams is None:
                 role.add(chunk)
+            elif (received := self.streams.receive(chunk)) is not None:
+                role.add_frames(*received)  # before the next chunk's frames are written
         synced = None
         for _ in range(updates if role.can_sample() else 0):
             role.update(env_steps)
@@ -132,7 +146,8 @@ class RayLearnerRole:
                 weights = numpy_params(role.learner.policy_network)
         return {"updates": role.updates, "loss": role.drain_losses(), "actor_loss": role.drain_actor_losses(), "weights": weights,
                 "timers": self.timers.totals(), "ran": role.ran(), "replay_bytes": role.replay.nbytes,
-                "replay_size": len(role.replay), "lost": lost, "node": self.node}
+                "replay_size": len(role.replay), "lost": lost, "node": self.node,
+                "dropped": self.streams.dropped if self.streams is not None else 0}
 
     def weights(self) -> dict[str, np.ndarray]:
         return numpy_params(self.role.learner.policy_network)
@@ -171,7 +186,9 @@ class RayExecutor(ParallelBookkeeping):
         self.algo, self.placement, self.seed, self.address, self.log = algo, placement, seed, address, log
         self.should_stop = should_stop  # whether the run is stopping (a signal): connecting stops at once
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
-        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari)
+        # A frame replay is fed frames, not stacks (as the local executor's): each new frame once, transitions as frame ids
+        self.frames = issubclass(get("ReplayAdd", placement.replay.backend).cls, FrameReplay)
+        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames)
         self.limiter, self.chunk_steps = chunk_schedule(cfg, actors, num_envs, chunk_steps)
         self.policy_network = algo.make_policy_network()
         self.timers = Timers()
@@ -186,6 +203,7 @@ class RayExecutor(ParallelBookkeeping):
         self._replay_bytes = 0
         self.replay_size = 0  # transitions in the learner's replay, as it last reported
         self.lost_steps = 0  # env steps whose chunk went with its node before the learner fetched it
+        self.dropped = 0  # transitions the learner dropped: a frame they refer to never arrived (frame_chunks.py)
         self.actor_nodes: list[str | None] = [None] * actors  # the Ray node each actor last reported from
         self.learner_node_id: str | None = None
         self._restore: dict[str, Any] | None = None
@@ -329,7 +347,8 @@ class RayExecutor(ParallelBookkeeping):
                          f"({last}); check --ray-address and that the head's port is open to this machine")
 
     def _new_actor(self, index: int) -> Any:
-        return self._actor_cls.remote(self.spec, self.spec.actor_seed(index, self._incarnations[index]))
+        incarnation = self._incarnations[index]
+        return self._actor_cls.remote(self.spec, self.spec.actor_seed(index, incarnation), (index, incarnation))
 
     def close(self) -> None:
         if self._closed:
@@ -436,6 +455,7 @@ class RayExecutor(ParallelBookkeeping):
         self.updates = result["updates"]
         self.replay_size = result["replay_size"]
         self.learner_node_id = result["node"]
+        self.dropped = result["dropped"]
         self._learner_timers = result["timers"]
         self._ran.update(result["ran"])
         self._replay_bytes = result["replay_bytes"]
