@@ -108,3 +108,17 @@ def test_a_restarted_actor_starts_a_fresh_stream_and_its_predecessor_s_late_chun
     assert streams.dropped == len(old[3][0]["rows"]["frame_ids"]) and len(framed) == len(made)
     assert keys(framed.sample(np.random.default_rng(3).random(256))) <= made
 
+
+def test_the_profiler_s_frame_chunk_is_laid_out_as_an_actor_s():
+    """ChunkTransfer of a frame replay is measured on a chunk of the executor's fields and dtypes."""
+    from hetrl.profile import _frame_chunk
+
+    role, stacked_role = acting(ENV, 1, 1, True), acting(ENV, 1, 1, False)
+    (real, _), = chunks_of(role, stacked_role, [16])
+    made = _frame_chunk(role.algo, 16, np.random.default_rng(0))
+    assert made.keys() == real.keys() and made["rows"].keys() == real["rows"].keys()
+    for key in ("frames", *real["rows"]):
+        a, b = (made[key], real[key]) if key == "frames" else (made["rows"][key], real["rows"][key])
+        assert (a.dtype, a.shape[1:]) == (b.dtype, b.shape[1:]), key
+    ids = made["rows"]["frame_ids"]
+    assert len(made["frames"]) == 16 + C and len(ids) == 16 and (ids[:, C:-1] == ids[:, 1:C]).all() and ids.max() < 16 + C

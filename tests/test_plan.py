@@ -543,3 +543,23 @@ def test_ray_prediction_adds_each_chunks_transfer_to_the_actors():
     big = predict_ray(CPU_PLAN, synthetic(rows), agent, 1, actors=2, chunk_steps=64)
     assert big.stage_rates["actors"] == pytest.approx(2 / ((83 + (16_000 + 16_000 * 48 / 112) / 64) * US))
     assert big.bottleneck == "learner" and big.env_steps_per_s > p.env_steps_per_s
+
+
+def test_ray_prediction_of_a_frame_replay_costs_the_frame_chunks_that_travel():
+    """A frame replay's chunks are frames and frame ids (runtime/frame_chunks.py): costed from the
+    rows measured of such chunks, never from whole-stack chunks' rows."""
+    from dataclasses import replace
+
+    from hetrl.planner.model_ray import predict_ray
+
+    agent = DQNConfig(batch_size=64, replay_ratio=0.25, train_every=1)
+    frames_plan = replace(CPU_PLAN, replay=Slot("frames-numpy", "cpu"))
+    replay = [("ReplayAdd", "frames-numpy", "cpu", n, None, 10) for n in (1, 4)] + [
+        ("ReplaySample", "frames-numpy", "cpu", 64, None, 50), ("PriorityUpdate", "frames-numpy", "cpu", 64, None, 40)]
+    stacks = [("ChunkTransfer", "ray:nodes", "cpu", n, None, 8_000 * n) for n in (16, 128)]
+    assert predict_ray(frames_plan, synthetic(HOST + replay + stacks), agent, 1, actors=2, chunk_steps=16) is None
+    frames = [("ChunkTransfer", "ray:nodes+frames", "cpu", n, None, 1_000 * n) for n in (16, 128)]
+    p = predict_ray(frames_plan, synthetic(HOST + replay + stacks + frames), agent, 1, actors=2, chunk_steps=16)
+    assert p.per_call_s["ChunkTransfer"] == pytest.approx(16_000 * US)
+    plain = predict_ray(CPU_PLAN, synthetic(HOST + stacks + frames), agent, 1, actors=2, chunk_steps=16)
+    assert plain.per_call_s["ChunkTransfer"] == pytest.approx(128_000 * US)  # a plain replay's chunks carry stacks

@@ -38,7 +38,7 @@ from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import HetrlError
 from hetrl.files import file_part, read_json, write_json
 from hetrl.hardware import Machine, describe_machine
-from hetrl.planner.rule import default_placement
+from hetrl.planner.rule import default_placement, frame_replay_wanted
 from hetrl.primitives import LIBRARY, build, implementations
 from hetrl.protocol import Slot
 from hetrl.runtime.host_blas import one_blas_thread
@@ -262,6 +262,22 @@ def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str,
     }
 
 
+def _frame_chunk(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, Any]:
+    """A ray executor's frame chunk of ``n`` transitions of a stacking env (``frame_chunks.frame_chunk``'s
+    fields): a new frame per transition (and the first stack's), row i's obs frames i..i+C-1."""
+    stack, shape = algo.spec.obs_shape[0], tuple(algo.spec.obs_shape[1:])
+    ids = np.arange(n)[:, None] + np.arange(2 * stack)[None, :] - (np.arange(2 * stack) >= stack) * (stack - 1)
+    return {"stream": (0, 0), "frames": rng.integers(0, 256, (n + stack, *shape), dtype=np.uint8), "first_frame": 0,
+            "oldest_frame": n, "rows": {"frame_ids": ids.astype(np.int64), "actions": algo.random_actions(rng, n),
+                                        "rewards": rng.standard_normal(n).astype(np.float32),
+                                        "discounts": np.full(n, algo.config.gamma, np.float32)}}
+
+
+def chunk_backend_name(crossed: bool, frames: bool) -> str:
+    """A ChunkTransfer row's backend: across nodes or not, frame chunks or stack (and vector) chunks."""
+    return ("ray:nodes" if crossed else "ray:local") + ("+frames" if frames else "")
+
+
 @contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
     """torch's intra-op thread count set to ``n`` (unchanged for None) inside the block, restored after."""
@@ -396,13 +412,18 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
 
     def chunk_transfer():
         """The ray executor's transport per chunk of ``size`` transitions (runtime/ray_probe.py);
-        backend ``ray:nodes`` when it crossed to another node, ``ray:local`` when the cluster has one."""
+        backend ``ray:nodes`` when it crossed to another node, ``ray:local`` when the cluster has one.
+        Where the planner gives the run a frame replay (Atari), the chunk is what the executor then
+        sends, a new frame per transition and frame ids (``runtime/frame_chunks.py``), and the
+        backend says so (``chunk_backend_name``)."""
+        frames = frame_replay_wanted(algo)
         rows = []
         for size in CHUNK_SIZES:
-            chunk = {key: np.ascontiguousarray(value) for key, value in _transitions(algo, size, rng).items()}  # as collect copies them
+            chunk = (_frame_chunk(algo, size, rng) if frames else  # as collect copies them
+                     {key: np.ascontiguousarray(value) for key, value in _transitions(algo, size, rng).items()})
             samples, crossed = measure_chunk_transfer(chunk)
             p10, median, p90 = np.percentile(samples, [10, 50, 90])
-            rows.append(Timing("ChunkTransfer", "ray:nodes" if crossed else "ray:local", "cpu", size, None,
+            rows.append(Timing("ChunkTransfer", chunk_backend_name(crossed, frames), "cpu", size, None,
                                float(median), float(p10), float(p90), CHUNK_ROUNDS * CHUNK_CALLS))
         return rows
     if cluster_given() and not (spec.source and spec.source.in_process):

@@ -16,10 +16,10 @@ from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine, free_memory_bytes
 from hetrl.planner.model_ray import predict_ray
 from hetrl.planner.plan_file import Plan
-from hetrl.planner.rule import default_actors, default_placement
+from hetrl.planner.rule import default_actors, default_placement, frame_replay_wanted
 from hetrl.planner.search import ReplayMemory, make_plan
 from hetrl.planner.whatif import WhatIfDevice, with_what_if
-from hetrl.primitives import get, implementations
+from hetrl.primitives import implementations
 from hetrl.protocol import Placement
 from hetrl.planner.calibration import Measure, calibrate, cpu_share
 from hetrl.profile import Profile, default_path, measure, profile_workload
@@ -175,12 +175,6 @@ def free_memory(profile: Profile) -> dict[str, int | None]:
         except (RuntimeError, ValueError):  # not a torch device name: not checked
             free[device] = None
     return free
-
-
-def frame_replay_wanted(algorithm: Algorithm) -> bool:
-    """Atari's stacked frames: the frame replay stores each frame once, a plain one each 2C times
-    (MinAtar's channels are not frames, and a plain uint8 replay of them is small)."""
-    return algorithm.spec.atari is not None and not get("ReplayAdd", "frames-numpy").unsupported(algorithm)
 
 
 def check_device(plan: Plan, device: str, where: str) -> None:

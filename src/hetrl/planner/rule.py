@@ -9,15 +9,23 @@ the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
+from hetrl.primitives import get
 from hetrl.protocol import Placement, Slot
 
 # Learner work (parameters x batch) below which one intra-op thread is chosen: one thread loses
 # nothing there and guards against OpenMP threads waiting on a busy core (docs/results.md, 'Learner
 # threads (inline loop, 2 cores)', has the measurements).
 SMALL_LEARNER_WORK = 10_000_000
+
+
+def frame_replay_wanted(algorithm: Any) -> bool:
+    """Atari's stacked frames: the frame replay stores each frame once, a plain one each 2C times
+    (MinAtar's channels are not frames, and a plain uint8 replay of them is small)."""
+    return algorithm.spec.atari is not None and not get("ReplayAdd", "frames-numpy").unsupported(algorithm)
 
 
 def learner_threads(n_params: int, batch_size: int, cores: int) -> int:

@@ -45,7 +45,14 @@ class _Sink:
     def fetch(self, refs: list[Any]) -> int:
         import ray
 
-        return sum(value.nbytes for value in ray.get(refs[0]).values())
+        return _nbytes(ray.get(refs[0]))
+
+
+def _nbytes(value: Any) -> int:
+    """Bytes of the arrays in a chunk (a dict of arrays; a frame chunk's rows are a dict in it)."""
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    return int(getattr(value, "nbytes", 0))
 
 
 def measure_chunk_transfer(chunk: dict[str, np.ndarray]) -> tuple[list[float], bool]:
