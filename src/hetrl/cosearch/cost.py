@@ -116,8 +116,6 @@ def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, 
     :class:`~hetrl.nets.searched.NumpyOp` (what ``SearchedQNetwork.forward_numpy`` runs) with one
     BLAS thread, as Act/numpy runs in a run (:mod:`hetrl.runtime.host_blas`; ``threads`` does not
     apply). A skip costs 0; an operation met twice is timed once."""
-    import numpy as np
-
     from hetrl.nets import numpy_params
     from hetrl.profile import sync_for, time_calls, torch_threads
     from hetrl.runtime.host_blas import one_blas_thread
