@@ -40,11 +40,13 @@ for a measured cost, on the modelled axis for an FPGA model). Means over seeds t
 workdir reuses every finished one (a run with summary.json, a search with architecture.json), so a
 run cut short resumes where it stopped and arms can be added (more lambdas, another ``--hardware``).
 A workdir holds one set of budgets and settings: a finished run or search of other ``--steps``,
-``--teacher-steps`` or ``--search-steps`` is refused (other ``--set`` values are not checked).
+``--teacher-steps`` or ``--search-steps``, or a measured cost timed on another ``--cost-backend``,
+is refused (other ``--set`` values are not checked).
 Trainings run as ``hetrl train`` subprocesses (``--plan rule``, one torch thread each) and searches
 as ``pipeline.cosearch`` in worker processes (a share of the cores' torch threads each), ``--jobs``
 at a time. A CPU cost is measured at the start of its search, under the load of the other jobs
-where ``--jobs`` > 1; the decisions/s in the report are measured alone, after all training.
+where ``--jobs`` > 1, on ``--cost-backend`` (default numpy: what serves a searched network on the
+host; the report names it); the decisions/s in the report are measured alone, after all training.
 
     python bench/cosearch.py --workdir bench_cosearch                          # the full default run (long)
     python bench/cosearch.py --workdir bench_cosearch --hardware cpu fpga-model:u250 --jobs 14
@@ -153,20 +155,29 @@ def trained(env: str, seed: int, steps: int, run_dir: Path, args: argparse.Names
 def searched(env: str, teacher: Path, arm: Arm, seed: int, out: Path, args: argparse.Namespace) -> Path:
     """The architecture file of ``arm``'s search for ``seed`` (reused where an earlier invocation
     wrote it); run in a worker process, with a share of the cores' torch threads."""
+    from hetrl.cosearch.cost import check_cost_backend
     from hetrl.cosearch.pipeline import cosearch
     from hetrl.profile import torch_threads
 
+    # lambda 0 gives the same search whatever the cost (it never enters the loss): the cheap counted one
+    hardware = "macs" if arm.kind == "decoupled" else arm.hardware
+    measured = hardware.partition(":")[0] in ("cpu", "cuda")
+    backend = check_cost_backend(hardware, args.cost_backend if measured else None)
     path = out / "architecture.json"
     if path.exists():
-        check_reused(out, json.loads(path.read_text())["search"]["steps"], args.search_steps, "search steps")
+        saved = json.loads(path.read_text())
+        check_reused(out, saved["search"]["steps"], args.search_steps, "search steps")
+        # a measured table saved before the choice existed was timed on torch
+        if measured and (timed := saved.get("cost_backend", "torch")) != backend:
+            raise SystemExit(f"{out}'s cost table was timed on {timed}, not {backend}: give another --workdir, or "
+                             f"--cost-backend {timed}")
         return path
     if out.exists():  # a search cut short
         shutil.rmtree(out)
     say(f"search {out.relative_to(args.workdir)}")
-    # lambda 0 gives the same search whatever the cost (it never enters the loss): the cheap counted one
-    hardware = "macs" if arm.kind == "decoupled" else arm.hardware
     with torch_threads(max(1, (os.cpu_count() or 1) // args.jobs)):
-        cosearch(env, teacher, hardware, arm.search_config(seed, args.search_steps), out, args.states)
+        cosearch(env, teacher, hardware, arm.search_config(seed, args.search_steps), out, args.states,
+                 cost_backend=backend)
     return path
 
 
@@ -405,7 +416,8 @@ def plot(game: str, arms: list[dict[str, Any]], rows: list[dict[str, Any]], axes
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace, devices: dict[str, Any], stem: Path,
-           phases: dict[str, float]) -> str:
+           phases: dict[str, float], costs: list[str] | None = None) -> str:
+    """The markdown report; ``costs``: the searches' cost labels (which backend timed a measured table)."""
     axes = axes_of(args.hardware)
     lines = [
         "## Agent/accelerator co-search against the hand-designed agent (bench/cosearch.py)", "",
@@ -417,7 +429,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, devices: dict[s
         f"test episodes (seed {TEST_SEED}, the same for every arm). Decisions/s: greedy Act at batch 1 on this CPU, "
         "each network on every host Act backend that serves it (its fastest sets its speed; Act/torch beside it), "
         f"one thread, median of {TIMED_BLOCKS} timed blocks, measured one network at a time after all training; "
-        "FPGA columns are the FPGA model's (modelled, never run). Wall time: "
+        "FPGA columns are the FPGA model's (modelled, never run). "
+        + (f"Search costs: {'; '.join(costs)}. " if costs else "") + "Wall time: "
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items()) + ".", ""]
     speed_met, dominance_met = [], []
     for game in dict.fromkeys(r["game"] for r in rows):
@@ -451,12 +464,17 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, devices: dict[s
 
 
 def main() -> int:
+    from hetrl.cosearch.options import COST_BACKENDS
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--games", nargs="+", default=list(GAMES), help="MinAtar games (default: %(default)s)")
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--teacher-steps", type=int, default=500_000, help="env steps of each game's teacher")
     p.add_argument("--steps", type=int, default=250_000, help="env steps of every retraining (every arm)")
     p.add_argument("--hardware", nargs="+", default=["cpu"], help="co-search costs: cpu, macs, fpga-model[:FILE], ...")
+    p.add_argument("--cost-backend", choices=COST_BACKENDS, default=None,
+                   help="what times a measured search cost (cpu: numpy by default, as Act/numpy serves searched networks "
+                        "on the host; torch on request; cuda: torch)")
     p.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS), help="co-search λ (default %(default)s)")
     p.add_argument("--td-lambda", type=float, default=0.1, help="λ of the search without distillation (default 0.1)")
     p.add_argument("--search-steps", type=int, default=2000)
@@ -515,7 +533,8 @@ def main() -> int:
                      "architecture": name, "run": str(run), **measured[run]})
     phases["measurement"] = time.perf_counter() - start
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    text = report(rows, args, devices, out.with_suffix(""), phases)
+    costs = sorted({json.loads(path.read_text())["cost_label"] for path in architectures.values()})
+    text = report(rows, args, devices, out.with_suffix(""), phases, costs)
     out.write_text(text + "\n")
     print(text)
     return 0

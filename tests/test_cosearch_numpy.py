@@ -1,6 +1,8 @@
 """Searched networks on host arrays: ``SearchedQNetwork.forward_numpy`` computes the torch module's
 Q-values for every kind of layer a search space offers, Act/numpy serves them (actions and
-WeightSync equal to Act/torch's), and a trained, saved searched network loads and acts with it."""
+WeightSync equal to Act/torch's), and a trained, saved searched network loads and acts with it; each
+operation's numpy forward alone (``NumpyOp``) is its torch module's, and the co-search's numpy cost
+table times it."""
 
 import numpy as np
 import pytest
@@ -9,10 +11,11 @@ import torch
 import hetrl
 from hetrl.algos import DQNConfig, make_algorithm
 from hetrl.algos.base import seeded_init
+from hetrl.cosearch.cost import measure_op_latency
 from hetrl.cosearch.supernet import search_space
 from hetrl.envs import EnvSpec
 from hetrl.nets import numpy_params
-from hetrl.nets.searched import SKIP, Architecture, Op
+from hetrl.nets.searched import SKIP, Architecture, Layer, NumpyOp, Op
 from hetrl.planner.plan_file import Plan
 from hetrl.primitives import build, get
 from hetrl.protocol import Placement, Slot
@@ -93,6 +96,59 @@ def test_searched_mlps_compute_what_torch_does(seed, n):
 
 def test_a_searched_mlp_of_skips_only_is_the_output_layer():
     assert_numpy_equals_torch(Architecture((7,), 3, (), (SKIP, SKIP)), np.ones((2, 7), np.float32))
+
+
+# --- one operation alone: what the numpy cost table times -------------------------------------------
+def spaces_ops():
+    """Every candidate of the default image and vector spaces at every input width it can get."""
+    for space in (search_space(MINATAR, 6), search_space((7,), 3, dense_widths=(16, 32))):
+        for layer in space.layers:
+            for op in layer.candidates:
+                for w in layer.in_widths:
+                    if op.kind != "skip":
+                        yield op, Layer(op, w, layer.height, layer.width)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_each_operation_s_numpy_forward_is_its_torch_module_s(n):
+    seen, negative = set(), False
+    for op, layer in spaces_ops():
+        with seeded_init(len(seen)):
+            module = op.module(layer.in_width).eval()
+        for p in module.parameters():  # a fresh module's small biases would hide a mistake in the ReLU's place
+            torch.nn.init.normal_(p)
+        x = torch.randn(n, layer.in_width, layer.height, layer.width) if op.is_conv else torch.randn(n, layer.in_width)
+        with torch.no_grad():
+            want = module(x).flatten(1).numpy()
+        params = {f"op.{k}": v for k, v in numpy_params(module).items()}
+        got = NumpyOp(layer, "op")(params, x.flatten(1).numpy())
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"{op.name} on {layer.in_width}")
+        assert (got >= 0).all() or not op.relu
+        seen.add(op.kind if op.relu else "output")
+        negative = negative or (not op.relu and bool((got < 0).any()))
+    assert seen == {"conv", "sepconv", "dense", "output"} and negative  # an output layer's negatives kept
+
+
+def test_a_skip_has_no_numpy_forward():
+    with pytest.raises(ValueError, match="a skip has no forward"):
+        NumpyOp(Layer(SKIP, 4), "op")
+
+
+def test_the_numpy_cost_table_measures_each_operation_and_ranks_a_larger_one_above():
+    """Positive, finite seconds for every operation, and one of over 100x the MACs of another in its
+    layer, on the same input, costs more."""
+    space = search_space((16, 10, 10), 3, conv_layers=1, conv_ops=(("conv", 3), ("conv", 5)), conv_widths=(2, 64),
+                         dense_widths=(8, 1024))
+    table = measure_op_latency(space, backend="numpy", repeats=3)
+    assert table.backend == "numpy" and "with numpy" in table.label
+    for layer, values in zip(space.layers, table.values):
+        for op, row in zip(layer.candidates, values):
+            assert bool(torch.isfinite(row).all()) and ((row == 0) if op.kind == "skip" else (row > 0)).all(), (op, row)
+    convs, dense = space.layers[0].candidates, space.layers[1].candidates
+    small, large = table.values[0][convs.index(Op("conv", 2, 3)), 0], table.values[0][convs.index(Op("conv", 64, 5)), 0]
+    assert large > 2 * small, (small, large)
+    rows = table.values[1][dense.index(Op("dense", 8))], table.values[1][dense.index(Op("dense", 1024))]
+    assert (rows[1] > 2 * rows[0]).all(), (space.layers[1].in_widths, rows)
 
 
 # --- Act/numpy serves them ----------------------------------------------------------------------------

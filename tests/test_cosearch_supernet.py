@@ -132,12 +132,29 @@ def test_the_expected_cost_is_the_cost_averaged_over_every_architecture():
 
 def test_measured_latency_times_each_candidate_here():
     space = search_space((1, 3, 3), 2, conv_layers=1, conv_widths=(2,), conv_ops=(("conv", 3),), dense_widths=(4,))
-    table = measure_op_latency(space, repeats=2)
-    assert "measured on cpu, 1 thread, batch 1" in table.label and table.unit == "s"
-    for layer, values in zip(space.layers, table.values):
-        for op, row in zip(layer.candidates, values):
-            assert ((row == 0) if op.kind == "skip" else (row > 0)).all()
-    assert table(SuperNet(space).probs()).item() > 0
+    for backend, where in (("torch", "on cpu with torch (1 thread), batch 1"),
+                           ("numpy", "on cpu with numpy (Act/numpy's per-layer forward, 1 BLAS thread), batch 1")):
+        table = measure_op_latency(space, repeats=2, backend=backend)
+        assert where in table.label and table.unit == "s" and table.backend == table.to_dict()["backend"] == backend
+        for layer, values in zip(space.layers, table.values):
+            for op, row in zip(layer.candidates, values):
+                assert ((row == 0) if op.kind == "skip" else (row > 0)).all()
+        assert table(SuperNet(space).probs()).item() > 0
+    assert measure_op_latency(space, repeats=2).backend == "numpy"  # the host's default: what serves searched nets there
+    assert "backend" not in macs_table(space).to_dict()  # counted, not timed
+
+
+@pytest.mark.parametrize("hardware, backend, message", [
+    ("cpu", "jax", "--cost-backend jax: expected one of numpy, torch"),
+    ("cuda", "numpy", "--cost-backend numpy runs on the host, not cuda: use --cost-backend torch"),
+    ("cuda:1", "numpy", "--cost-backend numpy runs on the host, not cuda:1"),
+    ("macs", "torch", "only a measured cost (--hardware cpu or cuda) is timed on a backend, not --hardware macs"),
+    ("fpga-model:zcu102", "numpy", "not --hardware fpga-model:zcu102; leave --cost-backend out"),
+])
+def test_a_bad_cost_backend_is_a_one_line_error(hardware, backend, message):
+    with pytest.raises(HetrlError) as caught:
+        hardware_cost(hardware, tiny_space(), backend=backend)
+    assert message in str(caught.value) and "\n" not in str(caught.value)
 
 
 def test_a_missing_fpga_model_is_a_one_line_error(monkeypatch):
@@ -275,6 +292,20 @@ def test_cosearch_writes_an_architecture_dqn_retrains(teacher_run, tmp_path, cap
     saved = json.loads((decoupled / "architecture.json").read_text())
     assert saved["fpga_search"] == "fixed" and saved["fpga_design"]["method"] == "allocate"
     assert "allocate's greedy after the search" in (decoupled / "summary.md").read_text()
+    measured = tmp_path / "measured"  # the host's measured cost: timed on numpy by default, and the outputs say so
+    assert main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--steps", "5", "--states", "200",
+                 "--out", str(measured), "--no-progress"]) == 0
+    saved = json.loads((measured / "architecture.json").read_text())
+    assert saved["hardware"] == "cpu" and saved["cost_backend"] == "numpy" and "with numpy" in saved["cost_label"]
+    assert json.loads((measured / "costs.json").read_text())["backend"] == "numpy"
+    assert "measured on cpu with numpy" in (measured / "summary.md").read_text()
     capsys.readouterr()
+    assert main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--hardware", "macs",
+                 "--cost-backend", "torch", "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err
+    assert "--cost-backend torch: only a measured cost" in err and not (tmp_path / "y").exists()
+    with pytest.raises(SystemExit):  # argparse's choices
+        main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--cost-backend", "jax"])
+    assert "invalid choice: 'jax'" in capsys.readouterr().err
     assert main(["cosearch", "MinAtar/Asterix-v1", "--teacher", str(teacher_run), "--out", str(tmp_path / "x")]) == 2
     assert "was trained on MinAtar/Breakout-v1, not MinAtar/Asterix-v1" in capsys.readouterr().err

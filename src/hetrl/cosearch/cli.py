@@ -10,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from hetrl.cosearch.options import DISTILL, FPGA_SEARCH, MODES, SOURCES
+from hetrl.cosearch.options import COST_BACKENDS, DISTILL, FPGA_SEARCH, MODES, SOURCES
 
 
 def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
@@ -25,8 +25,12 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--teacher", required=True, metavar="RUN_DIR", help="a dqn or exit-dqn run directory")
     p.add_argument("--checkpoint", help="best (default, as hetrl eval), final, or a checkpoint file of the teacher")
     p.add_argument("--hardware", default="cpu",
-                   help="the cost: cpu (each candidate's latency measured here, 1 thread, batch 1; default), cuda[:N] "
+                   help="the cost: cpu (each candidate's latency measured here, batch 1, on --cost-backend; default), cuda[:N] "
                         "(measured there), macs (counted operations) or fpga-model[:FILE] (the FPGA model's, modelled)")
+    p.add_argument("--cost-backend", choices=COST_BACKENDS, default=None,
+                   help="what times a measured cost: numpy (each candidate's numpy forward, as Act/numpy serves a "
+                        "searched network on the host; the default with --hardware cpu) or torch (its torch module; "
+                        "the default, and the only choice, with --hardware cuda)")
     p.add_argument("--fpga-search", choices=FPGA_SEARCH, default="joint",
                    help="with --hardware fpga-model: joint (the accelerator's parallelism per layer searched with the "
                         "agent, within the part's DSP and memory budget; default) or fixed (each layer priced within an "
@@ -74,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
                 bar.update(task, completed=step, stats=", ".join(f"{k} {v:.3g}" for k, v in parts.items()))
 
         outcome = cosearch(args.env, args.teacher, args.hardware, config, args.out, args.states, args.source,
-                           args.checkpoint, fpga_search=args.fpga_search, say=say, progress=progress)
+                           args.checkpoint, fpga_search=args.fpga_search, cost_backend=args.cost_backend, say=say,
+                           progress=progress)
     result = outcome.result
     say(f"derived: {' -> '.join(result.architecture.names)}; {result.architecture.macs:,} MACs per decision; "
         f"cost {format_cost(result.cost, result.cost_unit)} ({result.cost_label})")

@@ -12,8 +12,11 @@ candidates (:meth:`hetrl.cosearch.supernet.SuperNet.probs`).
 - :func:`macs_table`: multiply-accumulates (exact, from the layer descriptions).
 - :func:`measure_op_latency`: each candidate timed alone on a device (the profiler's
   :func:`hetrl.profile.time_calls`: median of repeated blocks after a warm-up) at every input width
-  it can get: measured seconds per call, torch's per-call overhead included (at MinAtar's sizes it
-  is a large part of a layer's time, and a network pays it per layer).
+  it can get, on the backend that will serve the network there (:func:`cost_backend`): on the
+  host, the numpy forward Act/numpy runs (:class:`hetrl.nets.searched.NumpyOp`); on a GPU, the
+  torch module. Measured seconds per call, the backend's per-call overhead included (a network
+  pays it per layer; torch's is a large part of a layer's time at MinAtar's sizes, which is why
+  the host's table is not timed on torch by default).
 - :func:`hardware_cost`: the cost a ``--hardware`` argument names, labelled as measured or modelled.
 
 Any other callable of the same signature serves the search (the FPGA model's expected cost).
@@ -27,9 +30,10 @@ from typing import Any
 
 import torch
 
+from hetrl.cosearch.options import COST_BACKENDS
 from hetrl.cosearch.supernet import SearchSpace
 from hetrl.errors import HetrlError
-from hetrl.nets.searched import Op
+from hetrl.nets.searched import Layer, NumpyOp, Op
 
 Cost = Callable[[Sequence[torch.Tensor]], torch.Tensor]  # probs per layer -> expected cost (a scalar)
 FPGA_MODULE = "hetrl.cosearch.accelerator"  # the FPGA model as a search cost (hetrl.cosearch.fpga)
@@ -44,6 +48,7 @@ class CostTable:
     values: list[torch.Tensor]
     unit: str
     label: str
+    backend: str = ""  # what timed a measured table (numpy, torch); empty for a counted or modelled one
 
     def __post_init__(self) -> None:
         for k, (layer, table) in enumerate(zip(self.space.layers, self.values, strict=True)):
@@ -62,16 +67,17 @@ class CostTable:
 
     def to_dict(self) -> dict[str, Any]:
         """Per layer, per candidate name, per input width: the cost."""
-        return {"unit": self.unit, "label": self.label,
+        return {"unit": self.unit, "label": self.label, **({"backend": self.backend} if self.backend else {}),
                 "layers": [{op.name: dict(zip(map(str, layer.in_widths), table[i].tolist()))
                             for i, op in enumerate(layer.candidates)}
                            for layer, table in zip(self.space.layers, self.values)]}
 
 
-def _table(space: SearchSpace, cost_of: Callable[[Op, int, int, int], float], unit: str, label: str) -> CostTable:
+def _table(space: SearchSpace, cost_of: Callable[[Op, int, int, int], float], unit: str, label: str,
+           backend: str = "") -> CostTable:
     values = [torch.tensor([[cost_of(op, w, layer.height, layer.width) for w in layer.in_widths] for op in layer.candidates],
                            dtype=torch.float64) for layer in space.layers]
-    return CostTable(space, values, unit, label)
+    return CostTable(space, values, unit, label, backend)
 
 
 def macs_table(space: SearchSpace) -> CostTable:
@@ -80,45 +86,106 @@ def macs_table(space: SearchSpace) -> CostTable:
                   "MACs", "multiply-accumulates per decision (counted)")
 
 
-def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, threads: int | None = 1,
-                       repeats: int = 7) -> CostTable:
-    """Seconds per call of every candidate on ``device`` at ``batch`` observations, alone (a fresh
-    module, no gradient, eval mode) at each input width it can get; with ``threads`` torch threads
-    on the host (None: as set). A skip costs 0; an operation met twice is timed once."""
-    from hetrl.profile import sync_for, time_calls, torch_threads
+def cost_backend(device: str, backend: str | None = None) -> str:
+    """The backend that times a measured cost on ``device`` (checked; one-line errors).
 
+    Default: ``numpy`` on the host, ``torch`` on a GPU. On the host a searched network is served by
+    Act/torch or Act/numpy (Act/numba takes MLPs only), and a run's planner, like
+    ``bench/cosearch.py``, takes the faster; at acting's batch 1 that is Act/numpy, which pays no
+    torch dispatch per layer (docs/results.md, 'Co-search: the cost table's backend', measures both
+    on drawn networks). So the host's table is timed on the backend the derived network will run
+    on, and ranks operations by what they cost there rather than by torch's fixed per-call overhead.
+    ``torch`` stays available on the host, for a network that will be served by torch (a large
+    batch, a learner). A GPU is timed on torch, the only backend that runs there."""
+    on_host = device == "cpu"
+    if backend is None:
+        return "numpy" if on_host else "torch"
+    if backend not in COST_BACKENDS:
+        raise HetrlError(f"--cost-backend {backend}: expected one of {', '.join(COST_BACKENDS)}")
+    if backend == "numpy" and not on_host:
+        raise HetrlError(f"--cost-backend numpy runs on the host, not {device}: use --cost-backend torch (the default there)")
+    return backend
+
+
+def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, threads: int | None = 1,
+                       repeats: int = 7, backend: str | None = None) -> CostTable:
+    """Seconds per call of every candidate on ``device`` at ``batch`` observations, alone (fresh
+    parameters) at each input width it can get, on ``backend`` (:func:`cost_backend`; default numpy
+    on the host, torch on a GPU): ``torch``, the op's module (no gradient, eval mode) with
+    ``threads`` torch threads on the host (None: as set); ``numpy``, the op's
+    :class:`~hetrl.nets.searched.NumpyOp` (what ``SearchedQNetwork.forward_numpy`` runs) with one
+    BLAS thread, as Act/numpy runs in a run (:mod:`hetrl.runtime.host_blas`; ``threads`` does not
+    apply). A skip costs 0; an operation met twice is timed once."""
+    from hetrl.nets import numpy_params
+    from hetrl.profile import sync_for, time_calls, torch_threads
+    from hetrl.runtime.host_blas import one_blas_thread
+
+    backend = cost_backend(device, backend)
     sync, measured = sync_for(device), {}
+
+    def timed_torch(op: Op, w: int, h: int, wd: int) -> float:
+        module = op.module(w).to(device).eval()
+        x = torch.randn((batch, w, h, wd) if op.is_conv else (batch, w), device=device)
+        with torch.no_grad(), torch_threads(threads):
+            return time_calls(lambda: module(x), sync, repeats=repeats)[0]
+
+    def timed_numpy(op: Op, w: int, h: int, wd: int) -> float:
+        forward = NumpyOp(Layer(op, w, h, wd), "op")
+        params = {f"op.{k}": v for k, v in numpy_params(op.module(w)).items()}
+        x = torch.randn(batch, w * h * wd).numpy()  # rows in torch's (C, H, W) order, as forward_numpy passes them
+        with one_blas_thread():
+            return time_calls(lambda: forward(params, x), sync, repeats=repeats)[0]
+
+    timed = timed_numpy if backend == "numpy" else timed_torch
 
     def seconds(op: Op, w: int, h: int, wd: int) -> float:
         key = (op, w, h, wd)
         if op.kind == "skip":
             return 0.0
         if key not in measured:
-            module = op.module(w).to(device).eval()
-            x = torch.randn((batch, w, h, wd) if op.is_conv else (batch, w), device=device)
-            with torch.no_grad(), torch_threads(threads):
-                measured[key] = time_calls(lambda: module(x), sync, repeats=repeats)[0]
+            measured[key] = timed(op, w, h, wd)
         return measured[key]
 
-    n_threads = threads or torch.get_num_threads()
-    where = f"cpu, {n_threads} thread{'s' if n_threads > 1 else ''}" if device == "cpu" else device
-    return _table(space, seconds, "s", f"latency per decision measured on {where}, batch {batch}, per layer summed")
+    if backend == "numpy":
+        where = "cpu with numpy (Act/numpy's per-layer forward, 1 BLAS thread)"
+    elif device == "cpu":
+        n_threads = threads or torch.get_num_threads()
+        where = f"cpu with torch ({n_threads} thread{'s' if n_threads > 1 else ''})"
+    else:
+        where = f"{device} with torch"
+    return _table(space, seconds, "s", f"latency per decision measured on {where}, batch {batch}, per layer summed",
+                  backend)
+
+
+def check_cost_backend(hardware: str, backend: str | None) -> str | None:
+    """The backend that times the cost ``hardware`` names (:func:`cost_backend`), None for a counted
+    or modelled cost, which takes none; a bad choice is a one-line HetrlError."""
+    kind = hardware.partition(":")[0]
+    if kind in ("cpu", "cuda"):
+        return cost_backend(hardware if kind == "cuda" else "cpu", backend)
+    if backend is not None:
+        raise HetrlError(f"--cost-backend {backend}: only a measured cost (--hardware cpu or cuda) is timed on a "
+                         f"backend, not --hardware {hardware}; leave --cost-backend out")
+    return None
 
 
 def hardware_cost(hardware: str, space: SearchSpace, batch: int = 1, threads: int | None = 1,
-                  fpga_search: str = "joint") -> Cost:
-    """The cost ``hardware`` names: ``cpu`` or ``cuda[:N]`` (measured latency, :func:`measure_op_latency`),
-    ``macs`` (counted operations), or ``fpga-model[:FILE]`` (the FPGA model's expected interval for
-    the device description FILE, modelled: ``hetrl.cosearch.accelerator.search_cost(space, FILE, fpga_search)``,
-    the accelerator searched ``joint``-ly with the agent or each layer in a ``fixed`` equal share)."""
+                  fpga_search: str = "joint", backend: str | None = None) -> Cost:
+    """The cost ``hardware`` names: ``cpu`` or ``cuda[:N]`` (measured latency on ``backend``,
+    :func:`measure_op_latency`; default numpy on cpu, torch on cuda), ``macs`` (counted operations),
+    or ``fpga-model[:FILE]`` (the FPGA model's expected interval for the device description FILE,
+    modelled: ``hetrl.cosearch.accelerator.search_cost(space, FILE, fpga_search)``, the accelerator
+    searched ``joint``-ly with the agent or each layer in a ``fixed`` equal share). ``backend``
+    applies to a measured cost only."""
     kind, _, arg = hardware.partition(":")
+    backend = check_cost_backend(hardware, backend)  # before CUDA is looked for
     if kind == "macs":
         return macs_table(space)
     if kind in ("cpu", "cuda"):
         device = hardware if kind == "cuda" else "cpu"
         if kind == "cuda" and not torch.cuda.is_available():
             raise HetrlError(f"--hardware {hardware}: torch sees no CUDA device here")
-        return measure_op_latency(space, device, batch, threads if kind == "cpu" else None)
+        return measure_op_latency(space, device, batch, threads if kind == "cpu" else None, backend=backend)
     if kind == "fpga-model":
         import importlib
 

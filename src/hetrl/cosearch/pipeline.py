@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hetrl.algos.base import seeded_init
-from hetrl.cosearch.cost import hardware_cost
+from hetrl.cosearch.cost import check_cost_backend, hardware_cost
 from hetrl.cosearch.search import SearchConfig, SearchResult, search
 from hetrl.cosearch.summary import write_outputs
 from hetrl.cosearch.supernet import SuperNet, search_space
@@ -34,7 +34,7 @@ def default_out(env: str, hardware: str, seed: int) -> Path:
 
 def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: SearchConfig | None = None,
              out: str | Path | None = None, states: int = STATES, source: str = "auto", checkpoint: str | None = None,
-             space_options: dict[str, Any] | None = None, fpga_search: str = "joint",
+             space_options: dict[str, Any] | None = None, fpga_search: str = "joint", cost_backend: str | None = None,
              say: Callable[[str], None] = lambda _: None,
              progress: Callable[[int, dict[str, float]], None] | None = None) -> Outcome:
     """Search an agent for ``env`` distilled from the DQN run ``teacher_dir`` with the cost
@@ -42,10 +42,13 @@ def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: S
     (:mod:`hetrl.cosearch.summary`) to ``out`` (default ``cosearch/ENV_HARDWARE_sSEED_TIME``;
     refused if it holds files). ``space_options``: :func:`~hetrl.cosearch.supernet.search_space`'s;
     ``fpga_search``: with the FPGA model, ``joint`` (its accelerator searched with the agent) or
-    ``fixed`` (an equal share per layer; the derived network's design from ``allocate``)."""
+    ``fixed`` (an equal share per layer; the derived network's design from ``allocate``);
+    ``cost_backend``: what times a measured cost (:func:`hetrl.cosearch.cost.cost_backend`; default
+    numpy on cpu, torch on cuda), checked before the teacher is loaded."""
     config = config or SearchConfig()
     if problems := config.validate():
         raise HetrlError("cosearch: " + "; ".join(problems))
+    check_cost_backend(hardware, cost_backend)  # a bad --cost-backend: one line before the teacher loads
     out = Path(out) if out is not None else default_out(env, hardware, config.seed)
     check_writable(out, "--out", directory=True)  # a file, a read-only place: one line before the search
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -61,12 +64,13 @@ def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: S
     except (TypeError, ValueError) as exc:
         raise HetrlError(f"search space: {exc}") from None
     say(f"hardware cost: {hardware} ...")
-    cost = hardware_cost(hardware, space, batch=1, fpga_search=fpga_search)
+    cost = hardware_cost(hardware, space, batch=1, fpga_search=fpga_search, backend=cost_backend)
     with seeded_init(config.seed):
         supernet = SuperNet(space, config.tau_start)
     result = search(supernet, data, config, cost, progress)
     context: dict[str, Any] = {"env": env, "teacher": str(teacher_dir), "checkpoint": teacher.policy.source.name,
-                               "states": data.source, "hardware": hardware}
+                               "states": data.source, "hardware": hardware,
+                               **({"cost_backend": cost.backend} if getattr(cost, "backend", "") else {})}
     if hasattr(cost, "derive"):  # the FPGA model: the derived network's accelerator, checked exactly
         derived = cost.derive(result.choice)
         context.update({"fpga_search": fpga_search, "derived design": derived.describe(), "fpga_design": derived.to_dict()})

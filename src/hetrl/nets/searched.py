@@ -9,7 +9,8 @@ then the output layer (one Q-value per action). Every convolution has stride 1 a
 passes its input on (the layer is left out of the network). Inputs are divided by ``scale`` inside
 ``forward``, as hetrl's conv networks do (1 for MinAtar's 0/1 channels, 255 for camera frames).
 
-:meth:`SearchedQNetwork.forward_numpy` computes the same on host arrays (what Act/numpy runs), with
+:meth:`SearchedQNetwork.forward_numpy` computes the same on host arrays (what Act/numpy runs), one
+:class:`NumpyOp` per layer (the co-search's numpy cost table times the same objects), with
 :mod:`hetrl.nets.conv`'s im2col gather (``ConvShape.patch_index``, the padded border reading an
 appended zero); a depthwise-separable layer runs as it is written, a per-channel product of the
 depthwise kernel and a 1x1 product, not as the equivalent full convolution (which costs more MACs).
@@ -214,6 +215,44 @@ class Architecture:
         return replace(self, scale=float(scale))
 
 
+class NumpyOp:
+    """One operation's forward on host arrays, in place in a network: what
+    :meth:`SearchedQNetwork.forward_numpy` runs per layer, and what the co-search's numpy cost table
+    times per candidate (:func:`hetrl.cosearch.cost.measure_op_latency`). Its parameters are read
+    from ``params[prefix + ".0.weight"]`` and so on (:meth:`Op.module`'s state dict under
+    ``prefix``); activations are rows of ``in_width * height * width`` values in torch's (C, H, W)
+    order, in and out."""
+
+    def __init__(self, layer: Layer, prefix: str) -> None:
+        op = layer.op
+        if op.kind == "skip":
+            raise ValueError("a skip has no forward (the layer is left out of the network)")
+        self.op, self.prefix = op, prefix
+        self.shape = (ConvShape(layer.in_width, layer.height, layer.width, op.width, op.kernel, 1, op.kernel // 2)
+                      if op.is_conv else None)
+        self.index = None if self.shape is None else self.shape.patch_index()
+
+    def __call__(self, params: Mapping[str, np.ndarray], x: np.ndarray) -> np.ndarray:
+        op, prefix, shape, n = self.op, self.prefix, self.shape, len(x)
+        if shape is None:  # fully connected: Linear (and ReLU), as mlp() lays them out
+            return numpy_sequential(params, prefix, 2 if op.relu else 1, x)
+        # take, not fancy indexing: several times faster for one row (the acting case)
+        patches = (np.concatenate((x, np.zeros((n, 1), np.float32)), axis=1).take(self.index, axis=1)
+                   .reshape(n * shape.positions, shape.patch))
+        if op.kind == "conv":
+            out = patches @ params[f"{prefix}.0.weight"].reshape(shape.filters, -1).T
+            out += params[f"{prefix}.0.bias"]
+        else:  # depthwise (no bias): per channel, (positions, k*k) @ (k*k, 1); then pointwise 1x1
+            c, kk = shape.channels, shape.kernel * shape.kernel
+            depthwise = np.matmul(patches.reshape(-1, c, kk).transpose(1, 0, 2),
+                                  params[f"{prefix}.0.weight"].reshape(c, kk, 1))[:, :, 0]  # (channels, positions)
+            out = depthwise.T @ params[f"{prefix}.1.weight"].reshape(shape.filters, c).T
+            out += params[f"{prefix}.1.bias"]
+        if op.relu:
+            np.maximum(out, 0, out=out)
+        return out.reshape(n, shape.positions, shape.filters).transpose(0, 2, 1).reshape(n, -1)  # torch's order
+
+
 class SearchedQNetwork(nn.Module):
     """The plain Q-network of an :class:`Architecture`: only the chosen operations, skips left out."""
 
@@ -227,14 +266,8 @@ class SearchedQNetwork(nn.Module):
         self.blocks = nn.ModuleDict({str(k): layer.op.module(layer.in_width) for k, layer in enumerate(layers)
                                      if layer.op.kind != "skip"})
         self._flatten_at = sum(1 for op in architecture.convs if op.kind != "skip")  # blocks before the flatten
-        # forward_numpy's steps, one per block: its key, and for a convolution its geometry and patch index
-        self._numpy_steps: list[tuple[str, Op, ConvShape | None, np.ndarray | None]] = []
-        for k, layer in enumerate(layers):
-            op = layer.op
-            if op.kind == "skip":
-                continue
-            shape = ConvShape(layer.in_width, layer.height, layer.width, op.width, op.kernel, 1, op.kernel // 2) if op.is_conv else None
-            self._numpy_steps.append((str(k), op, shape, None if shape is None else shape.patch_index()))
+        # forward_numpy's steps, one per block (layer k's parameters under blocks.k)
+        self._numpy_steps = [NumpyOp(layer, f"blocks.{k}") for k, layer in enumerate(layers) if layer.op.kind != "skip"]
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         x = obs.float()
@@ -253,26 +286,8 @@ class SearchedQNetwork(nn.Module):
         x = obs.reshape(n, -1).astype(np.float32, copy=False)
         if self.scale != 1.0:
             x = x / np.float32(self.scale)  # a new array: the caller's observations stay as they are
-        zero = np.zeros((n, 1), np.float32)
-        for key, op, shape, index in self._numpy_steps:
-            prefix = f"blocks.{key}"
-            if shape is None:  # fully connected: Linear (and ReLU), as mlp() lays them out
-                x = numpy_sequential(params, prefix, 2 if op.relu else 1, x)
-                continue
-            # take, not fancy indexing: several times faster for one row (the acting case)
-            patches = np.concatenate((x, zero), axis=1).take(index, axis=1).reshape(n * shape.positions, shape.patch)
-            if op.kind == "conv":
-                out = patches @ params[f"{prefix}.0.weight"].reshape(shape.filters, -1).T
-                out += params[f"{prefix}.0.bias"]
-            else:  # depthwise (no bias): per channel, (positions, k*k) @ (k*k, 1); then pointwise 1x1
-                c, kk = shape.channels, shape.kernel * shape.kernel
-                depthwise = np.matmul(patches.reshape(-1, c, kk).transpose(1, 0, 2),
-                                      params[f"{prefix}.0.weight"].reshape(c, kk, 1))[:, :, 0]  # (channels, positions)
-                out = depthwise.T @ params[f"{prefix}.1.weight"].reshape(shape.filters, c).T
-                out += params[f"{prefix}.1.bias"]
-            if op.relu:
-                np.maximum(out, 0, out=out)
-            x = out.reshape(n, shape.positions, shape.filters).transpose(0, 2, 1).reshape(n, -1)  # torch's order
+        for step in self._numpy_steps:
+            x = step(params, x)
         return x
 
     def block(self, k: int) -> nn.Module | None:
