@@ -464,3 +464,18 @@ def test_ctrl_c_while_connecting_to_ray_stops_at_once(tmp_path):
     assert proc.returncode == 130, err[-3000:]
     assert "hetrl: interrupted: stopped while connecting to the Ray cluster" in err, err[-3000:]
     assert seconds < 5, seconds
+
+
+def test_a_ray_connect_still_running_ends_the_command_at_once_with_its_exit_code():
+    """A ``ray.init`` given up on (the connect timeout) may still run inside Ray's C++ client; a
+    normal interpreter exit beside it can abort (std::bad_alloc, exit -6). The command line then
+    ends without finalizing: its own exit code, its error line, and no exit handlers run."""
+    code = ("import atexit, threading, time\n"
+            "import hetrl.runtime.ray_executor as r\n"
+            "from hetrl.cli import main\n"
+            "atexit.register(lambda: print('finalized'))\n"
+            "t = threading.Thread(target=time.sleep, args=(60,), daemon=True); t.start(); r._connects.append(t)\n"
+            "raise SystemExit(main(['train', 'dqnn', 'CartPole-v1']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "unknown algorithm 'dqnn'" in proc.stderr and "finalized" not in proc.stdout

@@ -49,6 +49,15 @@ from hetrl.runtime.timers import Timers, merge_timers
 TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 CONNECT_TIMEOUT_S = 25.0  # to reach a cluster at --ray-address and join it, then a clear error
 POLL_S = 0.1  # how often a stop is checked for while connecting
+_connects: list[threading.Thread] = []  # every thread that has run ray.init against an address
+
+
+def connect_pending() -> bool:
+    """Whether a ``ray.init`` this process gave up on is still running (inside Ray's C++ client). A
+    process that then finalizes normally can abort beside it (``std::bad_alloc`` from the client's
+    teardown, exit code -6 instead of the error's); the command line ends at once instead
+    (``cli.main``)."""
+    return any(thread.is_alive() for thread in _connects)
 
 
 def _never() -> bool:
@@ -300,6 +309,7 @@ class RayExecutor(ParallelBookkeeping):
                     outcome.append(exc)
 
             thread = threading.Thread(target=connect, name="hetrl-ray-connect", daemon=True)
+            _connects.append(thread)
             thread.start()
             while not outcome:
                 if self.should_stop() or time.monotonic() > deadline:
