@@ -86,10 +86,11 @@ def test_a_killed_ray_actor_is_restarted_and_the_run_goes_on(cluster):
 
 @pytest.mark.slow
 def test_dqn_learns_cartpole_under_ray(tmp_path):
-    """`hetrl train dqn CartPole-v1 --executor ray` reaches the inline threshold (2 of 2 seeds), with
-    the zoo's fast-learning CartPole row (test_learning.FAST_CARTPOLE)."""
+    """`hetrl train dqn CartPole-v1 --executor ray` reaches the inline threshold, with the zoo's
+    fast-learning CartPole row (test_learning.FAST_CARTPOLE); one seed, as CI's time allows (the
+    local executor's learning test takes three)."""
     solved = []
-    for seed in (0, 1):
+    for seed in (0,):
         run = tmp_path / f"s{seed}"
         proc = subprocess.run(
             [sys.executable, "-m", "hetrl", "train", "dqn", "CartPole-v1", "--executor", "ray", "--actors", "1",
