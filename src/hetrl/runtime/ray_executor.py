@@ -465,6 +465,9 @@ class RayExecutor(ParallelBookkeeping):
         self.updates = result["updates"]
         self.replay_size = result["replay_size"]
         self.learner_node_id = result["node"]
+        if result["dropped"] > self.dropped:  # a gap in a live frame stream (frame_chunks.py): said, never silent
+            self.log(f"{result['dropped'] - self.dropped:,} transitions referred to frames of a chunk that never reached the "
+                     f"learner and were left out of the replay ({result['dropped']:,} in this run)")
         self.dropped = result["dropped"]
         self._learner_timers = result["timers"]
         self._ran.update(result["ran"])
