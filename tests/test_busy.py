@@ -1,13 +1,19 @@
-"""The accelerator's busy share (hetrl.energy.busy) against the fake NVML module of test_energy."""
+"""The accelerator's busy share (hetrl.energy.busy) against the fake NVML module of test_energy,
+in a run's summary, and in hetrl sweep's table and plot."""
 
 from __future__ import annotations
 
+import io
+import json
+import re
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+from rich.console import Console
 
 from hetrl.energy.busy import BusyMeasurement
 from test_energy import FakeGpu, FakeNvml
@@ -110,3 +116,94 @@ def test_a_reading_that_fails_leaves_no_figure() -> None:
     with BusyMeasurement("cuda:0", nvml, CUDA0) as never:
         assert never.stop().reason == "not sampled: the span never started"
     assert nvml.inits == 0
+
+
+def test_a_run_reports_its_learners_busy_share_and_leaves_no_sampler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run samples over its learning phase (here a fake GPU stands for the learner's) and says
+    so in summary.json and the summary table; the sampler's thread and NVML are gone after it."""
+    import hetrl
+    from hetrl.energy import busy
+    from hetrl.run.report import summary_table
+
+    gpu = FakeGpu("Fake H100", bus=0x3B, utilisation=[60])
+    nvml = FakeNvml([gpu])
+    asked: list[str] = []
+
+    def fake_gpu(device: str, skip: str = "") -> BusyMeasurement:
+        asked.append(device)
+        return BusyMeasurement("cuda:0", nvml, CUDA0, interval_s=0.005, skip=skip)
+
+    monkeypatch.setattr(busy, "BusyMeasurement", fake_gpu)
+    result = hetrl.train("dqn", "CartPole-v1", 600, run_dir=tmp_path / "run", progress=False, plan="rule", hidden=(16, 16),
+                         learning_starts=100, batch_size=16, eval_episodes=2, log_every=200, eval_every=0)
+    assert asked == ["cpu"]  # the learner's device, as placed
+    assert not sampler_threads() and nvml.inits == 0
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["accelerator_utilisation"] == result.accelerator_utilisation == pytest.approx(0.6)
+    assert summary["accelerator_utilisation_p10"] == summary["accelerator_utilisation_p90"] == pytest.approx(0.6)
+    assert summary["accelerator_busy_method"] == "NVML utilisation (nvmlDeviceGetUtilizationRates) of nvml:gpu0, read every 0.005 s"
+    assert summary["accelerator_busy"].startswith("60% busy on cuda:0 (p10 60%, p90 60%; mean of ")
+    shown = io.StringIO()
+    Console(file=shown, width=2000).print(summary_table(result))
+    assert "accelerator busy, learning phase" in shown.getvalue() and "60% busy on cuda:0" in shown.getvalue()
+
+
+def test_a_host_learners_run_says_unavailable(tmp_path: Path) -> None:
+    import hetrl
+
+    result = hetrl.train("dqn", "CartPole-v1", 300, run_dir=tmp_path / "run", progress=False, plan="rule", hidden=(16, 16),
+                         device="cpu", learning_starts=50, batch_size=16, eval_episodes=1, log_every=100, eval_every=0)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["accelerator_utilisation"] is None and result.accelerator_utilisation is None
+    assert summary["accelerator_busy"] == "unavailable: the learner is on the host (cpu), not on an accelerator"
+    assert not sampler_threads()
+
+
+# --- hetrl sweep ----------------------------------------------------------------------------------
+
+
+def points():
+    from hetrl.sweep import SweepPoint
+
+    method = "NVML utilisation (nvmlDeviceGetUtilizationRates) of nvml:gpu0, read every 0.1 s"
+    return [SweepPoint(1, 1000.0, 0.4, 0.0, None, None, "energy unavailable: test", "", 0.35, "35% busy on cuda:0 ...", method),
+            SweepPoint(2, 1900.0, 0.8, 0.1, None, None, "energy unavailable: test", "", 0.72, "72% busy on cuda:0 ...", method),
+            SweepPoint(3, 1950.0, 0.9, 0.3, None, None, "energy unavailable: test", "", None,
+                       "unavailable: nvml:gpu0: a utilisation reading failed (GPU is lost)")]
+
+
+def test_the_sweep_table_shows_accelerator_busy_or_unavailable_and_says_how() -> None:
+    from hetrl.sweep import table
+
+    shown = io.StringIO()
+    t = table(points())
+    Console(file=shown, width=300).print(t)
+    cells = [[c.strip() for c in re.split("[│┃]", line)[1:-1]] for line in shown.getvalue().splitlines() if re.search("[│┃]", line)]
+    header, rows = cells[0], [row for row in cells if row[0][:1].isdigit()]
+    column = header.index("accelerator busy")
+    assert [row[column] for row in rows] == ["35%", "72%", "unavailable"]  # never 0% for a point without a figure
+    assert t.caption.splitlines()[1:] == [
+        "1, 2 actors: accelerator busy: NVML utilisation (nvmlDeviceGetUtilizationRates) of nvml:gpu0, read every 0.1 s",
+        "3 actors: accelerator busy: unavailable: nvml:gpu0: a utilisation reading failed (GPU is lost)"]
+
+
+def test_the_sweep_plot_leaves_unavailable_points_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import matplotlib.pyplot as plt
+
+    from hetrl.sweep import knee, plot
+
+    figures, close = [], plt.close
+    monkeypatch.setattr(plt, "close", figures.append)
+    for chosen in (points(), [replace_busy(p) for p in points()]):
+        plot(chosen, knee(chosen), tmp_path / f"{len(figures)}.png", "test")
+    lines = [{line.get_label(): list(line.get_xdata()) for ax in fig.axes for line in ax.get_lines()} for fig in figures]
+    assert lines[0]["accelerator busy (%, NVML)"] == [1, 2]  # the third point has none: not drawn, not 0
+    assert "accelerator busy (%, NVML)" not in lines[1] and "learner busy (%)" in lines[1]
+    for fig in figures:
+        close(fig)
+
+
+def replace_busy(point):
+    from dataclasses import replace
+
+    return replace(point, accelerator_busy=None, accelerator_busy_note="unavailable: the learner is on the host (cpu), not on an accelerator")
