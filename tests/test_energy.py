@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -164,6 +164,8 @@ class FakeGpu:
     energy_mj: int | None = None  # None: the energy counter is not supported
     power_mw: int | None = None  # None: power readings are not supported
     power_reads: int = 0
+    utilisation: list[int] | None = None  # percent busy, read in turn (cycling); None: not supported
+    utilisation_read: list[int] = field(default_factory=list)  # what each utilisation reading returned
 
 
 class FakeNvml:
@@ -218,6 +220,13 @@ class FakeNvml:
             raise FakeNVMLError(3)
         gpu.power_reads += 1
         return gpu.power_mw
+
+    def nvmlDeviceGetUtilizationRates(self, gpu: FakeGpu) -> SimpleNamespace:
+        self._initialised()
+        if gpu.utilisation is None:
+            raise FakeNVMLError(3)
+        gpu.utilisation_read.append(gpu.utilisation[len(gpu.utilisation_read) % len(gpu.utilisation)])
+        return SimpleNamespace(gpu=gpu.utilisation_read[-1], memory=0)
 
 
 def test_nvml_energy_counter_meters_and_cuda_labels() -> None:

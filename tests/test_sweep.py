@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from hetrl.cli import main
 from hetrl.energy.discovery import discover_meters
@@ -27,11 +28,11 @@ def test_the_tables_caption_says_how_the_joules_were_measured():
 
     methods = "rapl:package-0: energy counter (powercap energy_uj); gpu_watts: user's figure, not measured, 300 W x 2.0 s"
     measured = [SweepPoint(n, 1000.0 * n, 1.0, 0.0, 0.01, 0.04, "... J measured ...", methods) for n in (1, 2)]
-    assert table(measured).caption == f"J: {methods}"
+    assert table(measured).caption == f"J: {methods}\naccelerator busy: not measured"  # the busy caption: tests/test_busy.py
     short = SweepPoint(3, 2500.0, 1.0, 0.0, None, None, "energy unavailable: rapl: rapl:package-0: the span of 0.50 s is "
                                                         "shorter than the 1 s a reading needs")
     caption = table([*measured, short]).caption
-    assert caption.splitlines() == [f"1, 2 actors: J: {methods}", f"3 actors: {short.energy}"]
+    assert caption.splitlines()[:2] == [f"1, 2 actors: J: {methods}", f"3 actors: {short.energy}"]
 
 
 def test_actor_ranges_parse_and_bad_ones_explain():
@@ -56,6 +57,9 @@ def test_sweep_runs_each_count_and_writes_table_json_and_plot(tmp_path, capsys):
         assert p["joules_per_update"] == summary["joules_per_update"]
         assert p["energy_methods"] == summary["energy_methods"]
         assert 0 <= p["learner_utilisation"] <= 1
+        assert p["accelerator_busy"] == summary["accelerator_utilisation"] and p["accelerator_busy_note"] == summary["accelerator_busy"]
+        if not torch.cuda.is_available():  # a host learner: no figure, and the reason
+            assert p["accelerator_busy"] is None and p["accelerator_busy_note"].startswith("unavailable: the learner is on the host")
     with discover_meters() as meters:  # energy where this machine has a meter, and why not where it has none
         metered = bool(meters.meters)
     if metered:  # a run's span is over the 1 s window here (start-up, 1,500 steps): a figure, or the reason

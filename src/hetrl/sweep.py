@@ -1,9 +1,11 @@
 """The CPU/GPU ratio: how many actor cores a learner needs (``hetrl sweep``).
 
 Runs the same workload under the local executor at each actor count, measures the learning-phase
-env steps/s, the learner's utilisation (the share of its wall time not spent waiting for data) and,
-where a meter works, energy per env step; then reports the knee: the fewest actors that reach 95%
-of the best measured rate. Output: a table, ``sweep.json`` and ``sweep.png`` in the output folder.
+env steps/s, the learner's utilisation (the share of its wall time not spent waiting for data), the
+accelerator's busy share (NVML's utilisation of the learner's GPU, sampled over the learning phase:
+``hetrl.energy.busy``; unavailable for a host learner or without NVML) and, where a meter works,
+energy per env step; then reports the knee: the fewest actors that reach 95% of the best measured
+rate. Output: a table, ``sweep.json`` and ``sweep.png`` in the output folder.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ class SweepPoint:
     joules_per_update: float | None  # likewise, and None without updates
     energy: str  # what was measured (each figure's meter and method), or why not
     energy_methods: str = ""  # how each figure behind the joules was obtained, by meter (TrainResult.energy_methods)
+    accelerator_busy: float | None = None  # the learner's GPU's busy share (NVML, measured); None where unavailable
+    accelerator_busy_note: str = "not measured"  # the figure with its method, or why there is none (TrainResult.accelerator_busy)
+    accelerator_busy_method: str = ""  # how it was read (TrainResult.accelerator_busy_method)
 
 
 def learner_utilisation(result: TrainResult) -> float:
@@ -73,7 +78,8 @@ def sweep(config: TrainConfig, counts: list[int], out: Path, console: Console) -
             raise HetrlError(f"the run with {actors} actors never got past learning_starts; raise --steps")
         actor_wait = {name: share for name, _, _, share in result.timers}.get("ActorWait", 0.0)
         points.append(SweepPoint(actors, result.learning_env_steps_per_s, learner_utilisation(result), actor_wait,
-                                 result.joules_per_env_step, result.joules_per_update, result.energy, result.energy_methods))
+                                 result.joules_per_env_step, result.joules_per_update, result.energy, result.energy_methods,
+                                 result.accelerator_utilisation, result.accelerator_busy, result.accelerator_busy_method))
     chosen = knee(points)
     write_json(out / "sweep.json", {"algo": config.algo, "env": config.env, "knee_actors": chosen.actors,
                                     "knee_fraction": KNEE_FRACTION, "points": [asdict(p) for p in points]})
@@ -85,24 +91,36 @@ def table(points: list[SweepPoint]) -> Table:
     chosen = knee(points)
     t = Table(title=f"actor sweep (measured); knee: {chosen.actors} actors reach {KNEE_FRACTION:.0%} of the best rate",
               title_justify="left")
-    for col in ("actors", "env steps/s", "learner busy", "actors waiting", "J / env step", "J / update"):
+    for col in ("actors", "env steps/s", "learner busy", "accelerator busy", "actors waiting", "J / env step", "J / update"):
         t.add_column(col, justify="right")
     for p in points:
         energy = f"{p.joules_per_env_step:.3f}" if p.joules_per_env_step is not None else "unavailable"
         per_update = f"{p.joules_per_update:.3f}" if p.joules_per_update is not None else "unavailable"
+        accelerator = f"{p.accelerator_busy:.0%}" if p.accelerator_busy is not None else "unavailable"
         t.add_row(f"{p.actors}{' (knee)' if p is chosen else ''}", f"{p.env_steps_per_s:,.0f}",
-                  f"{p.learner_utilisation:.0%}", f"{p.actor_wait_share:.0%}", energy, per_update)
-    t.caption = energy_caption(points)
+                  f"{p.learner_utilisation:.0%}", accelerator, f"{p.actor_wait_share:.0%}", energy, per_update)
+    t.caption = energy_caption(points) + "\n" + busy_caption(points)
     return t
 
 
 def energy_caption(points: list[SweepPoint]) -> str:
     """What the joules are: each meter's method (the user's figure labelled), or why a point has none;
     one line per group of actor counts where these differ."""
+    return _grouped({p.actors: f"J: {p.energy_methods}" if p.joules_per_env_step is not None and p.energy_methods else p.energy
+                     for p in points})
+
+
+def busy_caption(points: list[SweepPoint]) -> str:
+    """How the accelerator busy figures were read, or why a point has none; grouped as :func:`energy_caption`."""
+    return _grouped({p.actors: "accelerator busy: " + (p.accelerator_busy_method if p.accelerator_busy is not None
+                                                        else p.accelerator_busy_note) for p in points})
+
+
+def _grouped(texts: dict[int, str]) -> str:
+    """One text for all actor counts, else one line per group of counts that share a text."""
     groups: dict[str, list[int]] = {}
-    for p in points:
-        text = f"J: {p.energy_methods}" if p.joules_per_env_step is not None and p.energy_methods else p.energy
-        groups.setdefault(text, []).append(p.actors)
+    for actors, text in texts.items():
+        groups.setdefault(text, []).append(actors)
     if len(groups) == 1:
         return next(iter(groups))
     return "\n".join(f"{', '.join(map(str, counts))} actor{'s' if counts != [1] else ''}: {text}" for text, counts in groups.items())
@@ -125,7 +143,11 @@ def plot(points: list[SweepPoint], chosen: SweepPoint, path: Path, title: str) -
     ax.grid(alpha=0.3)
     twin = ax.twinx()
     twin.plot(xs, [100 * p.learner_utilisation for p in points], "s:", color="tab:green", label="learner busy (%)")
-    twin.set_ylabel("learner busy (%)")
+    busy = [p for p in points if p.accelerator_busy is not None]  # unavailable points are left out, never drawn as 0
+    if busy:
+        twin.plot([p.actors for p in busy], [100 * p.accelerator_busy for p in busy], "^:", color="tab:purple",
+                  label="accelerator busy (%, NVML)")
+    twin.set_ylabel("busy (%)")
     twin.set_ylim(0, 105)
     lines = ax.get_legend_handles_labels()
     more = twin.get_legend_handles_labels()

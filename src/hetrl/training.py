@@ -222,8 +222,10 @@ class Session:
         stop); the executor is closed at the end whatever happens, so no actor process or shared
         memory outlives the call. A signal stops the run cleanly, with its checkpoint
         (``hetrl.run.signals``); so does an abort, its actors failing over and over. The loop's
-        energy is measured on every meter there is (RAPL, NVML), or reported unavailable. The run
-        directory's lock is released at the end."""
+        energy is measured on every meter there is (RAPL, NVML), or reported unavailable, and so is
+        the learner's GPU's busy share over the learning phase. The run directory's lock is released
+        at the end."""
+        from hetrl.energy.busy import BusyMeasurement
         from hetrl.energy.discovery import discover_meters
         from hetrl.energy.measurement import EnergyMeasurement
 
@@ -236,8 +238,10 @@ class Session:
                     if swept:
                         self.console.print(f"removed {len(swept)} shared-memory segment(s) that killed hetrl processes left "
                                            f"in /dev/shm: {', '.join(swept)}", highlight=False, soft_wrap=True)
-                    with discover_meters() as meters:
-                        self._energy = EnergyMeasurement(meters)
+                    # a Ray learner is a Ray actor: its cuda:0 is whichever GPU Ray gave it, not this process's
+                    skip = "the learner is a Ray actor, whose GPU this process cannot name" if self.executor_kind == "ray" else ""
+                    with discover_meters() as meters, BusyMeasurement(self.placement.learn.device, skip=skip) as busy:
+                        self._energy, self._busy = EnergyMeasurement(meters), busy
                         return self._train(progress)
                 except ActorsFailed as exc:
                     raise HetrlError(f"{exc}; {self._save_on_abort()}") from None
@@ -312,6 +316,7 @@ class Session:
                         stopped_at = ex.env_steps
                 if learning_from is None and ex.env_steps >= cfg.agent.learning_starts:
                     learning_from = (time.perf_counter(), ex.env_steps)
+                    self._busy.start()  # over the learning phase, as its rate
                 if ex.env_steps >= next_log or ex.env_steps >= cfg.steps:
                     now = time.perf_counter()
                     drained = ex.drain_episodes()
@@ -339,7 +344,8 @@ class Session:
                     final = ex.env_steps >= cfg.steps or stopped_at is not None  # the final policy is evaluated in this row (one row per step)
                     if final or (next_eval is not None and ex.env_steps >= next_eval):
                         eval_start = time.perf_counter()
-                        last_eval, last_eval_step = self.evaluate(cfg.eval_episodes), ex.env_steps
+                        with self._busy.paused():  # evaluation is not learning (nor in its rate)
+                            last_eval, last_eval_step = self.evaluate(cfg.eval_episodes), ex.env_steps
                         self._keep_if_best(last_eval)
                         spent = time.perf_counter() - eval_start
                         eval_seconds += spent if learning_from else 0.0
@@ -374,6 +380,7 @@ class Session:
             self.console.print(f"{interrupted.name}: stopping at env step {ex.env_steps:,}; writing the checkpoint",
                                highlight=False)
         wall = end - start
+        busy = self._busy.stop()
         energy = (self._energy.stop().with_host_power(cfg.cpu_watts)  # the user's figures where no meter covers the CPU,
                   .with_gpu_power(cfg.gpu_watts, self.placement.devices()))  # or a GPU the run used
         ex.drain_staleness()  # folds the last interval into the run's figures
@@ -422,6 +429,8 @@ class Session:
             joules_per_update=energy.joules_per_step(ex.updates - start_updates) if ex.updates > start_updates else None,
             energy_status=energy.status, energy_methods=energy.methods,
             predicted_joules_per_env_step=prediction.joules_per_env_step if prediction else None,
+            accelerator_utilisation=busy.share, accelerator_utilisation_p10=busy.p10, accelerator_utilisation_p90=busy.p90,
+            accelerator_busy=busy.describe(), accelerator_busy_method=busy.method,
             defaults=self.defaults,
             best_eval_return_mean=self.best[0] if self.best else None,
             best_eval_return_std=self.best[1] if self.best else None,

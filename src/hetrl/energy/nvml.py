@@ -12,7 +12,9 @@ Each GPU gets the best meter it supports:
 
 A GPU with neither is reported unavailable. NVML numbers GPUs in PCI order, whatever
 ``CUDA_VISIBLE_DEVICES`` says; meters are matched to torch's ``cuda:N`` by PCI address, and a GPU
-torch does not see is named by its NVML index instead.
+torch does not see is named by its NVML index instead. :func:`open_nvml` and :func:`nvml_index`
+(the one place that starts NVML and the one that matches a torch device to it) serve the
+accelerator's busy share too (``hetrl.energy.busy``).
 """
 
 from __future__ import annotations
@@ -115,6 +117,36 @@ def _text(name: str | bytes) -> str:
     return name.decode() if isinstance(name, bytes) else name
 
 
+def open_nvml(nvml: Any = None) -> tuple[Any, Unavailable | None]:
+    """``(module, None)`` with NVML initialised once (the caller calls ``nvmlShutdown``), or
+    ``(None, why)``. ``nvml`` is the pynvml module (imported here when not given; tests pass a fake)."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None, Unavailable("nvml", "pynvml not installed (pip install nvidia-ml-py)")
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        no_driver = {getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", 12),
+                     getattr(nvml, "NVML_ERROR_DRIVER_NOT_LOADED", 9)}
+        reason = "no NVIDIA driver" if getattr(exc, "value", None) in no_driver else "NVML failed to start"
+        return None, Unavailable("nvml", f"{reason} ({exc})")
+    return nvml, None
+
+
+def nvml_index(nvml: Any, device: str, cuda_index_by_pci: Mapping[PciAddress, int] | None = None) -> int | None:
+    """NVML's index of torch's ``device`` (``cuda:N``), matched by PCI address; None where no GPU
+    NVML lists is that device. NVML must be initialised; ``cuda_index_by_pci`` as in :func:`discover_nvml`."""
+    count = nvml.nvmlDeviceGetCount()
+    if count and cuda_index_by_pci is None:
+        cuda_index_by_pci = torch_cuda_pci_addresses()
+    for index in range(count):
+        if _device_label(nvml, index, nvml.nvmlDeviceGetHandleByIndex(index), cuda_index_by_pci or {}) == device:
+            return index
+    return None
+
+
 def discover_nvml(nvml: Any = None, cuda_index_by_pci: Mapping[PciAddress, int] | None = None,
                   power_interval_s: float = DEFAULT_POWER_INTERVAL_S) -> tuple[list[Meter], list[Unavailable]]:
     """A meter for each NVIDIA GPU that NVML can measure, and the reason for each it cannot.
@@ -122,18 +154,9 @@ def discover_nvml(nvml: Any = None, cuda_index_by_pci: Mapping[PciAddress, int] 
     ``nvml`` is the pynvml module (imported here when not given; tests pass a fake), and
     ``cuda_index_by_pci`` maps PCI addresses to torch's CUDA indices (asked of torch when not given).
     """
-    if nvml is None:
-        try:
-            import pynvml as nvml
-        except ImportError:
-            return [], [Unavailable("nvml", "pynvml not installed (pip install nvidia-ml-py)")]
-    try:
-        nvml.nvmlInit()
-    except nvml.NVMLError as exc:
-        no_driver = {getattr(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", 12),
-                     getattr(nvml, "NVML_ERROR_DRIVER_NOT_LOADED", 9)}
-        reason = "no NVIDIA driver" if getattr(exc, "value", None) in no_driver else "NVML failed to start"
-        return [], [Unavailable("nvml", f"{reason} ({exc})")]
+    nvml, missing = open_nvml(nvml)
+    if missing is not None:
+        return [], [missing]
     meters: list[Meter] = []
     unavailable: list[Unavailable] = []
     try:

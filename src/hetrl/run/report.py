@@ -104,6 +104,7 @@ def summary_table(result: "TrainResult") -> Table:
         ("profile", result.profile_check or "n/a (no profile: plan rule or a plan file)"),
         ("policy staleness", _staleness(result)),
         ("energy", _energy(result)),
+        ("accelerator busy, learning phase", result.accelerator_busy),
         ("final evaluation return", evaluation),
         ("best evaluation return", _best(result)),
     ]

@@ -44,6 +44,11 @@ class TrainResult:
     energy_status: str = "measured"  # what joules_per_env_step is: measured, or in part the user's figure (EnergyResult.status)
     energy_methods: str = ""  # how each figure behind the joules was obtained, by meter (EnergyResult.methods); "" where none was
     predicted_joules_per_env_step: float | None = None  # the plan's model, from the profile's measured energy
+    accelerator_utilisation: float | None = None  # the learner's GPU's busy share (0..1, NVML, learning phase); None where unavailable
+    accelerator_utilisation_p10: float | None = None  # p10 and p90 of the readings behind it
+    accelerator_utilisation_p90: float | None = None
+    accelerator_busy: str = "not measured"  # that figure with its method (hetrl.energy.busy), or why there is none
+    accelerator_busy_method: str = ""  # how that figure was read (BusyResult.method); "" where there is none
     defaults: str = ""  # where the settings came from: a tuned row (hetrl.tuned) or the generic defaults
     best_eval_return_mean: float | None = None  # the best evaluation of the run so far (its policy: checkpoints/best.pt)
     best_eval_return_std: float | None = None
