@@ -38,7 +38,7 @@ def async_problem(env_cls: type[EnvStep], num_envs: int) -> str | None:
     """Why ``async_envs`` cannot run with this EnvStep and env count (None: it can), with the fix."""
     if not env_cls.steps_in_background:
         return (f"async_envs needs an EnvStep that steps in the background (ale-vector or envpool), not "
-                f"{env_cls.backend}; set async_envs=false or use one of those for an ALE/ env")
+                f"{env_cls.backend}; set async_envs=false, or give an ALE/ env a plan.json whose EnvStep is one of those")
     if num_envs < 2:
         return f"async_envs steps two halves of the envs in turn and needs num_envs >= 2 (got {num_envs}); raise num_envs or set async_envs=false"
     return None
