@@ -141,3 +141,43 @@ def test_the_setting_takes_a_bool_only():
     with pytest.raises(HetrlError, match="async_envs"):
         make_config("dqn", "CartPole-v1", overrides=["async_envs=sometimes"]).validate()
     assert make_config("dqn", "CartPole-v1", overrides=["async_envs=true"]).async_envs is True
+
+
+@pytest.mark.skipif(not HAS_ALE, reason="ale-py is not installed")
+def test_the_setting_reaches_the_executors_an_actor_process_steps_halves_and_inline_resumes():
+    from hetrl.planner.choice import RunPlan
+    from hetrl.planner.plan_file import Plan
+    from hetrl.runtime.executors import make_executor
+
+    config = make_config("dqn", BREAKOUT, overrides=["async_envs=true", "learning_starts=1000000", "buffer_size=1000",
+                                                          "n_step=1"])
+    algo = make_algorithm("dqn", env_spec(BREAKOUT, OPTIONS), config.agent)
+    placement = dataclasses.replace(
+        default_placement(torch.device("cpu"), (1, 1), threads=1, mlp_policy=False, frames=True), env=Slot("ale-vector"))
+    plan = Plan("dqn", BREAKOUT, 4, "throughput", "", placement, None, [])
+    local = make_executor(RunPlan(plan, "local", 1, "actor", 4), config, algo, log=lambda _: None)
+    try:  # an actor process steps halves and sends frames: the replay's stacks are still frame stacks
+        assert local.spec.async_envs is True
+        while len(local.replay) < 200:
+            local.iteration()
+        assert "async halves of 2 + 2 envs" in local.ran()["EnvStep"]
+        out = local.replay.sample(np.random.default_rng(0).random(64))
+        assert np.array_equal(out["next_obs"][:, :-1], out["obs"][:, 1:])
+    finally:
+        local.close()
+    inline = make_executor(RunPlan(plan, "inline", 0, "actor", 4), config, algo, log=lambda _: None)
+    resumed = make_executor(RunPlan(plan, "inline", 0, "actor", 4), config, algo, log=lambda _: None)
+    try:
+        assert isinstance(inline.acting.env, EnvHalves)
+        for _ in range(5):
+            inline.iteration()
+        with pytest.warns(UserWarning, match="cannot be saved"):
+            state = inline.state_dict()
+        resumed.load_state_dict(state)  # the halves are reseeded and reset, as one EnvStep that cannot be pickled is
+        assert resumed.acting.obs.shape == (4, *algo.spec.obs_shape)
+        for _ in range(3):
+            resumed.iteration()
+        assert resumed.env_steps == inline.env_steps + 12
+    finally:
+        inline.close()
+        resumed.close()
