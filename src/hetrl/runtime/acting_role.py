@@ -17,12 +17,11 @@ import numpy as np
 from torch import nn
 
 from hetrl.algos import AgentConfig, Algorithm, make_algorithm
-from hetrl.envs import AtariOptions, EnvSource, env_spec
-from hetrl.primitives import build
-from hetrl.protocol import Placement
 from hetrl.algos.exploration import FreshDraws
+from hetrl.envs import AtariOptions, EnvSource, env_spec
 from hetrl.errors import HetrlError
-from hetrl.protocol import EnvStep
+from hetrl.primitives import build
+from hetrl.protocol import EnvStep, Placement
 from hetrl.runtime.env_halves import EnvHalves
 from hetrl.runtime.frame_stream import StackFrames, frame_rows
 from hetrl.runtime.host_blas import one_blas_thread
