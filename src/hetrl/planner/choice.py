@@ -19,12 +19,13 @@ from hetrl.planner.plan_file import Plan
 from hetrl.planner.rule import default_actors, default_placement, frame_replay_wanted
 from hetrl.planner.search import ReplayMemory, make_plan
 from hetrl.planner.whatif import WhatIfDevice, with_what_if
-from hetrl.primitives import implementations
-from hetrl.protocol import Placement
+from hetrl.primitives import get, implementations
+from hetrl.protocol import Placement, Slot
 from hetrl.planner.calibration import Measure, calibrate, cpu_share
 from hetrl.profile import Profile, default_path, measure, profile_workload
 from hetrl.replay.footprint import is_frame_replay
 from hetrl.replay.frames import frames_unsupported
+from hetrl.runtime.env_halves import background_env_backends, no_background_env
 from hetrl.runtime.inference import INFERENCE
 from hetrl.runtime.ray_executor import chunk_schedule
 from hetrl.runtime.shared import stores_ordered
@@ -91,6 +92,11 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         frames = frame_replay_wanted(algorithm)
         placement = default_placement(resolve_device(config.device), work, threads, mlp_policy=algorithm.mlp_networks(),
                                       frames=frames)
+        if config.async_envs and not get("EnvStep", placement.env.backend).cls.steps_in_background:
+            background = background_env_backends(algorithm)
+            if not background:
+                raise no_background_env(algorithm)
+            placement = replace(placement, env=Slot(background[0], placement.env.device))
         executor = "inline" if config.executor == "auto" else config.executor
         actors = 0 if executor == "inline" else (config.actors or default_actors())
         return Plan(config.algo, config.env, config.num_envs or 1, "rule", "-", placement, None, [], executor, actors)
@@ -147,6 +153,11 @@ def plan_from_profile(profile: Profile, config: TrainConfig, algorithm: Algorith
     search space the config leaves open, the machine's cores (None: the profile's machine's) and
     the replay set against ``memory`` (device -> bytes; None: the profile's machine's totals)."""
     executors, inference = search_space(config)
+    if config.async_envs:  # only the EnvSteps that can step in the background (the model costs them as stepped in sync)
+        background = background_env_backends(algorithm)
+        profile = replace(profile, timings=[t for t in profile.timings if t.primitive != "EnvStep" or t.backend in background])
+        if not any(t.primitive == "EnvStep" for t in profile.timings):
+            raise no_background_env(algorithm)
     return make_plan(with_what_if(profile, what_if, algorithm), config.agent, config.num_envs, objective, learn_device, threads,
                      executors, config.actors, cores, config.weight_sync_every, config.steps, inference,
                      frame_replay_wanted(algorithm), replay_memory(profile, config, algorithm, memory), config.cpu_watts,

@@ -32,6 +32,7 @@ from hetrl.protocol import EnvStep, Slot, implements
 @implements(EnvStep="step")
 class EnvStepAleVector(EnvStep):
     backend = "ale-vector"
+    steps_in_background = True
 
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
@@ -85,7 +86,16 @@ class EnvStepAleVector(EnvStep):
         return obs
 
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
-        obs, raw, terminated, truncated, info = self.env.step(np.asarray(actions, dtype=np.int64))
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions: np.ndarray) -> None:
+        """Start a step on the emulator threads and return at once."""
+        self.env.send(np.asarray(actions, dtype=np.int64))
+
+    def recv(self) -> dict[str, np.ndarray]:
+        """Wait for the step :meth:`send` started (in env order: the vector runs in sync mode)."""
+        obs, raw, terminated, truncated, info = self.env.recv()
         lives = info["lives"]
         ended = terminated | truncated
         # a lost life (life_loss_info) ends the episode without a reset: fewer lives than before;

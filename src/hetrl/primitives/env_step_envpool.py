@@ -60,6 +60,7 @@ def options_problem(options: AtariOptions) -> str | None:
 @implements(EnvStep="step")
 class EnvStepEnvpool(EnvStep):
     backend = "envpool"
+    steps_in_background = True
 
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
@@ -125,8 +126,17 @@ class EnvStepEnvpool(EnvStep):
         return obs
 
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]:
+        self.send(actions)
+        return self.recv()
+
+    def send(self, actions: np.ndarray) -> None:
+        """Start a step on EnvPool's threads and return at once."""
         self._stepped = True
-        obs, raw, _, truncated, info = self.env.step(np.asarray(actions, dtype=np.int32))
+        self.env.send(np.asarray(actions, dtype=np.int32))
+
+    def recv(self) -> dict[str, np.ndarray]:
+        """Wait for the step :meth:`send` started (in env order: the pool runs in sync mode)."""
+        obs, raw, _, truncated, info = self.env.recv()
         game_end = info["terminated"].astype(bool)  # the game is over (EnvPool's own terminated: not a time limit)
         truncated = np.asarray(truncated, dtype=bool) & ~game_end
         lives = info["lives"]

@@ -64,6 +64,17 @@ class EnvStep(Primitive):
     @abstractmethod
     def step(self, actions: np.ndarray) -> dict[str, np.ndarray]: ...
 
+    # Async stepping (runtime/env_halves.py): ``send`` starts a step and returns at once where the
+    # backend steps in the background (``steps_in_background``); ``recv`` waits for it and returns
+    # what ``step`` would. The defaults step in ``recv``, with nothing overlapped.
+    steps_in_background: ClassVar[bool] = False
+
+    def send(self, actions: np.ndarray) -> None:
+        self._sent = actions
+
+    def recv(self) -> dict[str, np.ndarray]:
+        return self.step(self._sent)
+
     def close(self) -> None:
         """Release the environments."""
 

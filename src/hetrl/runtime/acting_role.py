@@ -17,9 +17,12 @@ import numpy as np
 from torch import nn
 
 from hetrl.algos import AgentConfig, Algorithm, make_algorithm
+from hetrl.algos.exploration import FreshDraws
 from hetrl.envs import AtariOptions, EnvSource, env_spec
+from hetrl.errors import HetrlError
 from hetrl.primitives import build
-from hetrl.protocol import Placement
+from hetrl.protocol import EnvStep, Placement
+from hetrl.runtime.env_halves import EnvHalves
 from hetrl.runtime.frame_stream import StackFrames, frame_rows
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.nstep import NStepAssembler
@@ -38,17 +41,25 @@ class ActingRole:
     ``InferenceWait``) instead of with an acting copy here; then no Act is built. ``frames``: the
     observations are stacks of uint8 frames and transitions leave as frame ids (``frame_rows``),
     their new frames through :meth:`new_frames`, numbered from ``first_frame_id``
-    (``runtime/frame_stream.py``)."""
+    (``runtime/frame_stream.py``). ``async_envs``: the envs step as two halves, acting on one while
+    the other steps (``runtime/env_halves.py``); every step still returns every env's transition."""
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, rng: np.random.Generator,
                  timers: TimerSink, source: nn.Module, remote: RemoteAct | None = None, frames: bool = False,
-                 first_frame_id: int = 0) -> None:
+                 first_frame_id: int = 0, async_envs: bool = False) -> None:
         cfg = algo.config
         self.algo, self.rng, self.timers, self.remote, self.num_envs = algo, rng, timers, remote, num_envs
-        self.env = build("EnvStep", placement.env, algo, seed, num_envs=num_envs)
+        self.exploration = algo.exploration_process(num_envs)  # noise correlated in time remembers here
+        if async_envs:
+            if type(self.exploration) is not FreshDraws:
+                raise HetrlError(f"async_envs draws exploration per half and cannot keep {algo.name}'s noise that is "
+                                 "correlated in time; set async_envs=false")
+            self.env: EnvStep | EnvHalves = EnvHalves(
+                lambda s, n: build("EnvStep", placement.env, algo, s, num_envs=n), num_envs, seed, timers.add)
+        else:
+            self.env = build("EnvStep", placement.env, algo, seed, num_envs=num_envs)
         self.policy = build("Act", placement.act, algo, seed, source=source) if remote is None else None
         self.nstep = NStepAssembler(num_envs, cfg.n_step, cfg.gamma)
-        self.exploration = algo.exploration_process(num_envs)  # noise correlated in time remembers here
         self.obs = self.env.reset()
         self.stacks = StackFrames(num_envs, algo.spec.obs_shape[0], first_frame_id) if frames else None
         if self.stacks is not None:
@@ -71,21 +82,13 @@ class ActingRole:
     def step(self, env_steps: int) -> tuple[dict[str, np.ndarray] | None, list[tuple[float, int]]]:
         """One step of every env; ``env_steps`` is the run's count so far (for the schedules).
         Returns the transitions ready for the replay and the episodes that ended."""
-        algo, n = self.algo, self.num_envs
-        if env_steps < algo.config.learning_starts:
-            actions = algo.random_actions(self.rng, n)
+        if isinstance(self.env, EnvHalves):  # times its own EnvStep waits
+            actions, out = self.env.step(lambda obs, _: self._act(obs, env_steps, self.algo.draw_exploration))
         else:
-            explore, random_actions = self.exploration.draw(self.rng)
+            actions = self._act(self.obs, env_steps, lambda rng, _: self.exploration.draw(rng))
             start = time.perf_counter()
-            if self.remote is not None:
-                actions = self.remote(self.obs, explore, random_actions)
-                self.timers.add("InferenceWait", time.perf_counter() - start)
-            else:
-                actions = self.policy.act(self.obs, explore, random_actions, algo.exploration(env_steps))
-                self.timers.add("Act", time.perf_counter() - start)
-        start = time.perf_counter()
-        out = self.env.step(actions)
-        self.timers.add("EnvStep", time.perf_counter() - start)
+            out = self.env.step(actions)
+            self.timers.add("EnvStep", time.perf_counter() - start)
         self.exploration.episodes_ended(out["terminated"] | out["truncated"])
         if self.stacks is None:
             ready = self.nstep(self.obs, actions, out["rewards"], out["final_obs"], out["terminated"], out["truncated"])
@@ -96,6 +99,22 @@ class ActingRole:
             ready = frame_rows(ready) if ready is not None else None
         self.obs = out["next_obs"]
         return ready, self.env.finished
+
+    def _act(self, obs: np.ndarray, env_steps: int,
+             draw: Callable[[np.random.Generator, int], tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """Behaviour actions for ``obs`` (every env, or one async half); ``draw(rng, n)``: the exploration."""
+        algo, n = self.algo, len(obs)
+        if env_steps < algo.config.learning_starts:
+            return algo.random_actions(self.rng, n)
+        explore, random_actions = draw(self.rng, n)
+        start = time.perf_counter()
+        if self.remote is not None:
+            actions = self.remote(obs, explore, random_actions)
+            self.timers.add("InferenceWait", time.perf_counter() - start)
+        else:
+            actions = self.policy.act(obs, explore, random_actions, algo.exploration(env_steps))
+            self.timers.add("Act", time.perf_counter() - start)
+        return actions
 
     def new_frames(self) -> np.ndarray | None:
         """Frames given ids since the last call (frame mode), to be sent before the rows that refer to them."""
@@ -126,6 +145,7 @@ class ActorSpec:
     placement: Placement
     atari: AtariOptions | None = None  # an ALE id's preprocessing (the run's; None: the defaults)
     frames: bool = False  # transitions leave as frame ids and new frames (the learner keeps a frame replay)
+    async_envs: bool = False  # the envs step as two halves against acting (runtime/env_halves.py)
 
     def __post_init__(self) -> None:  # in the learner's process (unpickling does not call it)
         if isinstance(self.env, EnvSource):
@@ -151,7 +171,7 @@ class Actor:
         self.source = algo.make_policy_network().requires_grad_(False)
         self.weights: dict[str, np.ndarray] = {k: v.numpy() for k, v in self.source.state_dict().items()}
         self.role = ActingRole(algo, spec.placement, spec.num_envs, seed, np.random.default_rng(seed), timers,
-                               self.source, remote, spec.frames, first_frame_id)
+                               self.source, remote, spec.frames, first_frame_id, spec.async_envs)
         self.num_envs = spec.num_envs
 
     def weights_arrived(self) -> None:

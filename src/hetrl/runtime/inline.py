@@ -29,7 +29,7 @@ from hetrl.run.safe_state import Pickle
 class InlineExecutor:
     name = "inline"
 
-    def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int) -> None:
+    def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, async_envs: bool = False) -> None:
         check_placement(placement, algo)
         self.algo, self.placement, self.seed = algo, placement, seed
         self.rng = np.random.default_rng(seed)  # acting draws and replay sampling: one stream
@@ -37,7 +37,8 @@ class InlineExecutor:
         self.learning = LearnerRole(algo, placement, seed, self.rng, self.timers)
         self.learner, self.replay = self.learning.learner, self.learning.replay
         self.schedule = ReplaySchedule.of(algo.config)
-        self.acting = ActingRole(algo, placement, num_envs, seed, self.rng, self.timers, self.learner.policy_network)
+        self.acting = ActingRole(algo, placement, num_envs, seed, self.rng, self.timers, self.learner.policy_network,
+                                  async_envs=async_envs)
         self.env_steps = 0
         self.iterations = 0
         self.updates_due = 0.0

@@ -91,7 +91,8 @@ class LocalExecutor(ParallelBookkeeping):
 
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr,
-                 inference: str = "actor", should_stop: Callable[[], bool] = _never) -> None:
+                 inference: str = "actor", should_stop: Callable[[], bool] = _never,
+                 async_envs: bool = False) -> None:
         check_store_order()  # before anything is built: a run on ARM is refused before its run directory is made
         check_placement(placement, algo)
         if actors < 1:
@@ -108,7 +109,8 @@ class LocalExecutor(ParallelBookkeeping):
         self.learner, self.replay = self.learning.learner, self.learning.replay
         # A frame replay is fed frames, not stacks: the actors send each new frame once and transitions as frame ids
         self.frames = isinstance(self.replay, FrameReplay)
-        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames)
+        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames,
+                              async_envs)
         self.inference = inference
         # central inference: the acting copy lives here, on the placement's Act slot, synced as inline does
         self.policy = (build("Act", placement.act, algo, seed, source=self.learner.policy_network)

@@ -174,7 +174,7 @@ class RayExecutor(ParallelBookkeeping):
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, address: str | None = None, log: Callable[[str], None] = _stderr,
                  should_stop: Callable[[], bool] = _never, chunk_steps: int = 0, spread: str = "spread",
-                 learner_node: str | None = None) -> None:
+                 learner_node: str | None = None, async_envs: bool = False) -> None:
         """``chunk_steps``: steps of each env an actor takes per chunk it returns (0: a chunk is
         half the limiter's lead shared by the actors); ``spread``: one of ``RAY_SPREADS``;
         ``learner_node``: the Ray node id the learner must run on (default: this process's node,
@@ -197,7 +197,8 @@ class RayExecutor(ParallelBookkeeping):
         self.actors, self.num_envs, self.weight_sync_every = actors, num_envs, weight_sync_every
         # A frame replay is fed frames, not stacks (as the local executor's): each new frame once, transitions as frame ids
         self.frames = issubclass(get("ReplayAdd", placement.replay.backend).cls, FrameReplay)
-        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames)
+        self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames,
+                              async_envs=async_envs)
         self.limiter, self.chunk_steps = chunk_schedule(cfg, actors, num_envs, chunk_steps)
         self.policy_network = algo.make_policy_network()
         self.timers = Timers()
