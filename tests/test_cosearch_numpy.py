@@ -161,7 +161,7 @@ def test_act_numpy_serves_a_searched_network_and_acts_as_act_torch(tmp_path, see
     arch = drawn(search_space(MINATAR, 5), seed)
     algo = make_algorithm("dqn", fake_minatar(), DQNConfig(network=str(arch.save(tmp_path / "arch.json"))))
     assert algo.numpy_policy() and get("Act", "numpy").unsupported(algo) is None
-    assert get("Act", "numba").unsupported(algo) is not None  # MLPs only: a searched network is not one of them
+    assert get("Act", "numba").unsupported(algo) is None  # tests/primitives/test_act_numba_searched.py
     with seeded_init(seed), torch.no_grad():
         source = algo.make_networks()["q"]
         for p in source.parameters():  # a fresh network's biases pick one action for every state; bolder weights

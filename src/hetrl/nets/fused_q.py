@@ -1,5 +1,5 @@
-"""hetrl's conv Q-networks and early-exit Q-networks in one flat vector, with one compiled pass per
-decision batch: what Act/numba runs for them.
+"""hetrl's conv Q-networks, early-exit Q-networks and searched Q-networks in one flat vector, with one
+compiled pass per decision batch: what Act/numba runs for them.
 
 Why: at MinAtar's sizes (16 3x3 filters on a 10x10 image, 128 hidden units) a batch-1 decision is
 some 170k multiply-accumulates, a few microseconds of arithmetic, while torch pays its per-operator
@@ -9,8 +9,11 @@ around it costs little. Here the whole pass is one numba call over preallocated 
 
 - the observation is read as it comes (uint8 images or float32 vectors), converted on the fly;
 - a convolution is computed directly from its nonzero inputs (no im2col; zeros, most of a MinAtar
-  image, cost nothing), its output in torch's (filters, height, width) order so the flattened
-  features equal the torch network's;
+  image, cost nothing; a padded border is never read, so it costs nothing either), its output in
+  torch's (filters, height, width) order so the flattened features equal the torch network's;
+- a :class:`~hetrl.nets.searched.SearchedQNetwork`'s layers map onto the same kernels: a convolution
+  and a dense layer are a conv and a linear block, a depthwise-separable convolution is a depthwise
+  block (one k x k kernel per channel, no bias, no ReLU) then a 1x1 conv block, a skip is no block;
 - an :class:`~hetrl.nets.exits.ExitQNetwork` decides exits as its torch and numpy passes do: after
   a block with a branch, each row still in the pass computes the branch's confidence logit; a row
   whose logit is strictly above the threshold's logit takes the branch's Q-values and leaves, the
@@ -29,16 +32,19 @@ import numba
 import numpy as np
 from torch import nn
 
-from hetrl.nets.conv import ConvQNetwork
+from hetrl.nets.conv import ConvQNetwork, ConvShape
 from hetrl.nets.exits import ExitQNetwork
 from hetrl.nets.fused_mlp import aligned_zeros
+from hetrl.nets.searched import SearchedQNetwork
 
 # program layout: a header, then a record per block, then a record per branch
-HEADER, BLOCK, BRANCH = 8, 12, 7
+HEADER, BLOCK, BRANCH = 8, 14, 7
+CONV, LINEAR, DEPTHWISE = 0, 1, 2  # a block's kind
 # header: n_blocks, n_branches, n_actions, in_size, threshold offset (-1: no exits), scale offset,
 #         head weight offset, head bias offset
-# block:  kind (0 conv, 1 linear), weight offset, bias offset, channels, height, width, filters,
-#         kernel, stride, in_features, out_features, branch index (-1: none)
+# block:  kind, weight offset, bias offset (-1: none; depthwise only), channels, height, width,
+#         filters, kernel, stride, padding, in_features, out_features, ReLU (1) or not (0),
+#         branch index (-1: none)
 # branch: hidden units (0: none), in_features, trunk weight offset, trunk bias offset, Q weight
 #         offset, Q bias offset, confidence weight offset (its bias follows the weight's width)
 
@@ -49,20 +55,24 @@ def supports(net: nn.Module, max_image: int | None = None) -> str | None:
     if isinstance(net, ConvQNetwork):
         if net.dueling:
             return "no dueling head (set dueling=false)"
-        geometry = net.geometry
-    elif isinstance(net, ExitQNetwork):
-        geometry = net.geometry
+        obs_shape = tuple(net.obs_shape)
+    elif isinstance(net, (ExitQNetwork, SearchedQNetwork)):
+        obs_shape = _obs_shape(net)
     else:
-        return f"runs hetrl's conv and early-exit Q-networks, not {type(net).__name__}"
-    if max_image is not None and geometry and max(geometry[0].height, geometry[0].width) > max_image:
+        return f"runs hetrl's conv, early-exit and searched Q-networks, not {type(net).__name__}"
+    if max_image is not None and len(obs_shape) == 3 and max(obs_shape[1:]) > max_image:
         return (f"runs small-image conv networks (sides up to {max_image}), not "
-                f"{geometry[0].height}x{geometry[0].width} images")
+                f"{obs_shape[1]}x{obs_shape[2]} images")
     return None
 
 
+def _obs_shape(net: nn.Module) -> tuple[int, ...]:
+    return tuple(int(d) for d in (net.architecture.obs_shape if isinstance(net, SearchedQNetwork) else net.obs_shape))
+
+
 class FusedQ:
-    """The flat layout of a :class:`ConvQNetwork` (no dueling head) or an :class:`ExitQNetwork`, and
-    the buffers of its compiled pass (made once per batch size)."""
+    """The flat layout of a :class:`ConvQNetwork` (no dueling head), an :class:`ExitQNetwork` or a
+    :class:`SearchedQNetwork`, and the buffers of its compiled pass (made once per batch size)."""
 
     def __init__(self, net: nn.Module) -> None:
         reason = supports(net)
@@ -79,40 +89,80 @@ class FusedQ:
         self.scale_offset = at
         self.size = at + 1
         self.exits = isinstance(net, ExitQNetwork)
-        self.n_actions = int(net.head.out_features if self.exits else net.head[-1].out_features)
-        self.in_size = int(np.prod(net.obs_shape))
-        self.scale = float(net.scale) if net.geometry else 1.0
-        self.program, self.max_width = self._program(net)
+        self.obs_shape = _obs_shape(net)
+        self.in_size = int(np.prod(self.obs_shape))
+        if isinstance(net, SearchedQNetwork):
+            self.n_actions, self.scale = net.architecture.n_actions, float(net.scale)
+            blocks, head, branch_at = self._searched_blocks(net)
+        else:
+            self.n_actions = int(net.head.out_features if self.exits else net.head[-1].out_features)
+            self.scale = float(net.scale) if net.geometry else 1.0
+            blocks, head, branch_at = self._hetrl_blocks(net)
+        self.program, self.max_width = self._program(net, blocks, head, branch_at)
         self._batch = -1
 
-    def _program(self, net: nn.Module) -> tuple[np.ndarray, int]:
-        off = self.offsets
-        blocks: list[list[int]] = []
-        branches: list[list[int]] = []
-        widths = [self.in_size]
+    def _conv_block(self, weight: str, bias: str | None, s: ConvShape, kind: int = CONV, relu: bool = True) -> list[int]:
+        b = self.offsets[bias] if bias else -1
+        return [kind, self.offsets[weight], b, s.channels, s.height, s.width, s.filters, s.kernel, s.stride, s.padding,
+                s.size, s.filters * s.positions, int(relu)]
+
+    def _linear_block(self, name: str, n_in: int, relu: bool = True) -> list[int]:
+        n_out = self.shapes[f"{name}.weight"][0]
+        return [LINEAR, self.offsets[f"{name}.weight"], self.offsets[f"{name}.bias"], 0, 0, 0, 0, 0, 0, 0, n_in, n_out,
+                int(relu)]
+
+    def _hetrl_blocks(self, net: nn.Module) -> tuple[list[list[int]], str, dict[int, int]]:
+        """The blocks of a conv or early-exit network (ReLU after each), its head's name and the
+        block each exit branch follows."""
         if self.exits:
             layer_names = [f"blocks.{k}.0" for k in range(len(net.blocks))]
-            head = "head"
-            branch_at = {e: j for j, e in enumerate(net.exits)}
+            head, branch_at = "head", {e: j for j, e in enumerate(net.exits)}
         else:
-            convs = [f"features.{2 * k}" for k in range(len(net.geometry))]
-            layer_names = convs + ["head.0"]
-            head = f"head.{len(net.head) - 1}"
-            branch_at = {}
-        features = self.in_size
+            layer_names = [f"features.{2 * k}" for k in range(len(net.geometry))] + ["head.0"]
+            head, branch_at = f"head.{len(net.head) - 1}", {}
+        blocks, features = [], self.in_size
         for k, name in enumerate(layer_names):
-            w, b = off[f"{name}.weight"], off[f"{name}.bias"]
             if k < len(net.geometry):
-                s = net.geometry[k]
-                out = s.filters * s.positions
-                widths.append((s.patch + s.positions) * s.filters)  # the convolution's work space (one row of z)
-                blocks.append([0, w, b, s.channels, s.height, s.width, s.filters, s.kernel, s.stride, features, out,
-                               branch_at.get(k, -1)])
+                blocks.append(self._conv_block(f"{name}.weight", f"{name}.bias", net.geometry[k]))
             else:
-                out = self.shapes[f"{name}.weight"][0]
-                blocks.append([1, w, b, 0, 0, 0, 0, 0, 0, features, out, branch_at.get(k, -1)])
-            widths.append(out)
-            features = out
+                blocks.append(self._linear_block(name, features))
+            features = blocks[-1][11]
+        return blocks, head, branch_at
+
+    def _searched_blocks(self, net: SearchedQNetwork) -> tuple[list[list[int]], str, dict[int, int]]:
+        """The blocks of a searched network's layers (none for a skip), and its output layer's name."""
+        layers = net.architecture.layers()
+        blocks = []
+        for k, layer in enumerate(layers[:-1]):
+            op, p = layer.op, f"blocks.{k}"
+            if op.kind == "skip":
+                continue
+            if op.kind == "dense":
+                blocks.append(self._linear_block(f"{p}.0", layer.in_width, op.relu))
+                continue
+            same = op.kernel // 2
+            c, h, w = layer.in_width, layer.height, layer.width
+            if op.kind == "conv":
+                blocks.append(self._conv_block(f"{p}.0.weight", f"{p}.0.bias", ConvShape(c, h, w, op.width, op.kernel, 1, same),
+                                               relu=op.relu))
+            else:  # depthwise-separable: the depthwise conv (no bias, no ReLU), then the pointwise 1x1 conv
+                blocks.append(self._conv_block(f"{p}.0.weight", None, ConvShape(c, h, w, c, op.kernel, 1, same),
+                                               DEPTHWISE, relu=False))
+                blocks.append(self._conv_block(f"{p}.1.weight", f"{p}.1.bias", ConvShape(c, h, w, op.width, 1, 1, 0),
+                                               relu=op.relu))
+        return blocks, f"blocks.{len(layers) - 1}.0", {}
+
+    def _program(self, net: nn.Module, blocks: list[list[int]], head: str,
+                 branch_at: dict[int, int]) -> tuple[np.ndarray, int]:
+        off = self.offsets
+        branches: list[list[int]] = []
+        widths = [self.in_size]
+        for k, block in enumerate(blocks):
+            block.append(branch_at.get(k, -1))
+            if block[0] == CONV:  # the convolution's work space (one row of z): its weights filter-last, its sums
+                filters, taps, positions = block[6], block[3] * block[7] * block[7], block[11] // block[6]
+                widths.append((taps + positions) * filters)
+            widths.append(block[11])
         if self.exits:
             for j, branch in enumerate(net.branches):
                 p = f"branches.{j}"
@@ -188,16 +238,19 @@ _limit = numba.njit(cache=True)(limit_of)
 
 @numba.njit(cache=True, fastmath=True)
 def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
-    """Conv block record ``p`` (ReLU after) on rows ``x`` (n_rows, C*H*W) into ``y`` (n_rows, F*OH*OW).
+    """Conv block record ``p`` (ReLU after where its flag says) on rows ``x`` (n_rows, C*H*W) into
+    ``y`` (n_rows, F*OH*OW).
 
     Computed from the inputs' side: each nonzero input adds its value times the weights of every
     (kernel offset, filter) that reads it to the outputs it reaches, so zero inputs cost nothing (a
-    MinAtar image is mostly zeros); a zero's terms are exactly zero, so the sums are the same up to
-    their order. The weights are first laid out filter-last in ``work`` and the outputs gathered
-    there position-major, so the innermost loop runs over the filters of contiguous rows; the result
-    is written in torch's (filters, height, width) order with bias and ReLU."""
-    w_off, b_off, c_in, h, wd, filters, k, s = p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8]
-    oh, ow = (h - k) // s + 1, (wd - k) // s + 1
+    MinAtar image is mostly zeros, and a padded border is zeros that are never read); a zero's terms
+    are exactly zero, so the sums are the same up to their order. The weights are first laid out
+    filter-last in ``work`` and the outputs gathered there position-major, so the innermost loop
+    runs over the filters of contiguous rows; the result is written in torch's (filters, height,
+    width) order with bias and ReLU."""
+    w_off, b_off, c_in, h, wd, filters, k, s, pad = p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]
+    relu = p[12] != 0
+    oh, ow = (h + 2 * pad - k) // s + 1, (wd + 2 * pad - k) // s + 1
     positions, taps = oh * ow, c_in * k * k
     w_t = work[:taps * filters]  # (c, ky, kx, f)
     acc = work[taps * filters:taps * filters + positions * filters]  # (oy, ox, f)
@@ -214,11 +267,11 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
                     if v == 0.0:
                         continue
                     for ky in range(k):
-                        ty = yy - ky
+                        ty = yy + pad - ky
                         if ty < 0 or ty % s != 0 or ty // s >= oh:
                             continue
                         for kx in range(k):
-                            tx = xx - kx
+                            tx = xx + pad - kx
                             if tx < 0 or tx % s != 0 or tx // s >= ow:
                                 continue
                             tap = ((c * k + ky) * k + kx) * filters
@@ -229,7 +282,44 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
         for f in range(filters):
             bias = flat[b_off + f]
             for t in range(positions):
-                yi[f * positions + t] = max(acc[t * filters + f] + bias, np.float32(0.0))
+                v = acc[t * filters + f] + bias
+                yi[f * positions + t] = max(v, np.float32(0.0)) if relu else v
+
+
+@numba.njit(cache=True, fastmath=True)
+def _depthwise(flat, p, x, y, n_rows):  # pragma: no cover - compiled
+    """Depthwise conv block record ``p`` (one k x k kernel per channel; bias and ReLU where the
+    record has them) on rows ``x`` (n_rows, C*H*W) into ``y`` (n_rows, C*OH*OW), from the nonzero
+    inputs' side as :func:`_conv` computes, straight into torch's (channels, height, width) order."""
+    w_off, b_off, c_in, h, wd, k, s, pad = p[1], p[2], p[3], p[4], p[5], p[7], p[8], p[9]
+    relu = p[12] != 0
+    oh, ow = (h + 2 * pad - k) // s + 1, (wd + 2 * pad - k) // s + 1
+    positions, kk = oh * ow, k * k
+    for i in range(n_rows):
+        xi, yi = x[i], y[i]
+        for c in range(c_in):
+            out, w = yi[c * positions:(c + 1) * positions], flat[w_off + c * kk:w_off + (c + 1) * kk]
+            out[:] = 0.0
+            for yy in range(h):
+                for xx in range(wd):
+                    v = xi[(c * h + yy) * wd + xx]
+                    if v == 0.0:
+                        continue
+                    for ky in range(k):
+                        ty = yy + pad - ky
+                        if ty < 0 or ty % s != 0 or ty // s >= oh:
+                            continue
+                        row = (ty // s) * ow
+                        for kx in range(k):
+                            tx = xx + pad - kx
+                            if tx < 0 or tx % s != 0 or tx // s >= ow:
+                                continue
+                            out[row + tx // s] += v * w[ky * k + kx]
+            if b_off >= 0 or relu:
+                bias = flat[b_off + c] if b_off >= 0 else np.float32(0.0)
+                for t in range(positions):
+                    v = out[t] + bias
+                    out[t] = max(v, np.float32(0.0)) if relu else v
 
 
 @numba.njit(cache=True, fastmath=True)
@@ -281,12 +371,14 @@ def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no c
     n = batch
     for k in range(n_blocks):
         p = program[HEADER + k * BLOCK:HEADER + (k + 1) * BLOCK]
-        if p[0] == 0:
+        if p[0] == CONV:
             _conv(flat, p, x, y, n, z[0])
+        elif p[0] == DEPTHWISE:
+            _depthwise(flat, p, x, y, n)
         else:
-            _linear(flat, p[1], p[2], p[9], p[10], x, y, n, True)
+            _linear(flat, p[1], p[2], p[10], p[11], x, y, n, p[12] != 0)
         x, y = y, x
-        j = p[11]
+        j = p[13]
         if j < 0 or limit == math.inf:
             continue
         r = program[HEADER + n_blocks * BLOCK + j * BRANCH:HEADER + n_blocks * BLOCK + (j + 1) * BRANCH]
@@ -306,13 +398,13 @@ def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no c
             else:
                 if kept != i:
                     rows[kept] = rows[i]
-                    for t in range(p[10]):
+                    for t in range(p[11]):
                         x[kept, t] = x[i, t]
                 kept += 1
         n = kept
         if n == 0:
             return
-    n_in = program[HEADER + (n_blocks - 1) * BLOCK + 10]
+    n_in = program[HEADER + (n_blocks - 1) * BLOCK + 11] if n_blocks > 0 else in_size  # the head reads the input itself
     for i in range(n):
         row = rows[i]
         for a in range(n_actions):

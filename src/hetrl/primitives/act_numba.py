@@ -1,9 +1,9 @@
 """Act and WeightSync / numba: the policy network as one compiled forward over a flat copy of its
 weights: an MLP (a Q-network without a dueling head, or a DDPG/TD3 actor; :mod:`hetrl.nets.fused_mlp`)
-or one of hetrl's small-image conv Q-networks and early-exit Q-networks (:mod:`hetrl.nets.fused_q`:
-direct convolutions, exits decided inside the pass); the action rule as :class:`ActNumpy`'s, whose
-per-name arrays, WeightSync and state dicts it keeps, so any Act backend resumes or evaluates a run
-written with another."""
+or one of hetrl's small-image conv Q-networks, early-exit Q-networks and searched Q-networks
+(:mod:`hetrl.nets.fused_q`: direct convolutions, exits decided inside the pass); the action rule as
+:class:`ActNumpy`'s, whose per-name arrays, WeightSync and state dicts it keeps, so any Act backend
+resumes or evaluates a run written with another."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from hetrl.nets.mlp import Actor, QNetwork
 from hetrl.primitives.act_numpy import ActionRule, ActNumpy
 from hetrl.protocol import implements
 
-CONV_KINDS = ("minatar",)  # the conv networks served: small images (the Nature CNN's want a matrix library)
+CONV_KINDS = ("minatar", "searched")  # the conv networks served: small images (the Nature CNN's want a matrix library)
 
 
 @implements(Act="act", WeightSync="sync")
@@ -62,8 +62,8 @@ class ActNumba(ActNumpy):
         if self.fused is None:
             one = np.zeros((1, self.layout.dims[0]), np.float32)
         else:  # images as envs give them (uint8), vectors as float32
-            shape = tuple(network.obs_shape)
-            one = np.zeros((1, *shape), np.uint8 if len(shape) == 3 and network.geometry else np.float32)
+            shape = self.fused.obs_shape
+            one = np.zeros((1, *shape), np.uint8 if len(shape) == 3 else np.float32)
         self.forward(one)
         if self._fused_rule:
             self.act(one, np.ones(1, np.float32), np.zeros(1, np.int64), 0.0)
@@ -79,12 +79,12 @@ class ActNumba(ActNumpy):
         kind = getattr(algorithm, "network_kind", "own")
         exits = getattr(algorithm, "early_exits", False)
         if not algorithm.mlp_networks() and not (kind in CONV_KINDS or (exits and kind == "mlp")):
-            return (f"the numba policy runs MLPs and small-image (MinAtar) conv Q-networks, not {algorithm.name}'s "
+            return (f"the numba policy runs MLPs and small-image (MinAtar) conv and searched Q-networks, not {algorithm.name}'s "
                     f"{kind} network; use the numpy or torch policy")
-        if kind in CONV_KINDS and max(algorithm.spec.obs_shape[1:]) > SMALL_IMAGE:
+        if kind in CONV_KINDS and len(algorithm.spec.obs_shape) == 3 and max(algorithm.spec.obs_shape[1:]) > SMALL_IMAGE:
             return (f"the numba policy runs conv networks on images up to {SMALL_IMAGE}x{SMALL_IMAGE}, not "
                     f"{algorithm.spec.obs_shape[1]}x{algorithm.spec.obs_shape[2]}; use the numpy or torch policy")
-        if isinstance(algorithm.config, DQNConfig) and algorithm.config.dueling:
+        if isinstance(algorithm.config, DQNConfig) and algorithm.config.dueling and kind != "searched":  # a searched net has no head to duel
             return "the numba policy has no dueling head; use the numpy policy"
         return None
 
