@@ -90,10 +90,10 @@ def cost_backend(device: str, backend: str | None = None) -> str:
     """The backend that times a measured cost on ``device`` (checked; one-line errors).
 
     Default: ``numpy`` on the host, ``torch`` on a GPU. On the host a searched network is served by
-    Act/torch or Act/numpy (Act/numba takes MLPs only), and a run's planner, like
-    ``bench/cosearch.py``, takes the faster; at acting's batch 1 that is Act/numpy, which pays no
-    torch dispatch per layer (docs/results.md, 'Co-search: the cost table's backend', measures both
-    on drawn networks). So the host's table is timed on the backend the derived network will run
+    Act/torch, Act/numpy or Act/numba, and a run's planner, like ``bench/cosearch.py``, takes the
+    fastest; at acting's batch 1 Act/numpy beats torch, which pays a dispatch per layer, and
+    Act/numba (one compiled pass) beats numpy, but per-op timing on numba is not built yet
+    (docs/results.md, 'Co-search: the cost table's backend', measures them on drawn networks). So the host's table is timed on the backend the derived network will run
     on, and ranks operations by what they cost there rather than by torch's fixed per-call overhead.
     ``torch`` stays available on the host, for a network that will be served by torch (a large
     batch, a learner). A GPU is timed on torch, the only backend that runs there."""
