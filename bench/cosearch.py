@@ -45,8 +45,10 @@ is refused (other ``--set`` values are not checked).
 Trainings run as ``hetrl train`` subprocesses (``--plan rule``, one torch thread each) and searches
 as ``pipeline.cosearch`` in worker processes (a share of the cores' torch threads each), ``--jobs``
 at a time. A CPU cost is measured at the start of its search, under the load of the other jobs
-where ``--jobs`` > 1, on ``--cost-backend`` (default numpy: what serves a searched network on the
-host; the report names it); the decisions/s in the report are measured alone, after all training.
+where ``--jobs`` > 1, on ``--cost-backend`` (default numba where it imports, else numpy: what
+serves a searched network fastest on the host; the report names it; a workdir's searches timed on
+numpy before numba was the default are refused, as any other backend's); the decisions/s in the
+report are measured alone, after all training.
 
     python bench/cosearch.py --workdir bench_cosearch                          # the full default run (long)
     python bench/cosearch.py --workdir bench_cosearch --hardware cpu fpga-model:u250 --jobs 14
@@ -473,8 +475,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=250_000, help="env steps of every retraining (every arm)")
     p.add_argument("--hardware", nargs="+", default=["cpu"], help="co-search costs: cpu, macs, fpga-model[:FILE], ...")
     p.add_argument("--cost-backend", choices=COST_BACKENDS, default=None,
-                   help="what times a measured search cost (cpu: numpy by default, as Act/numpy serves searched networks "
-                        "on the host; torch on request; cuda: torch)")
+                   help="what times a measured search cost (cpu: numba by default where it imports, as Act/numba "
+                        "serves searched networks fastest on the host, else numpy; numpy or torch on request; cuda: torch)")
     p.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS), help="co-search λ (default %(default)s)")
     p.add_argument("--td-lambda", type=float, default=0.1, help="λ of the search without distillation (default 0.1)")
     p.add_argument("--search-steps", type=int, default=2000)

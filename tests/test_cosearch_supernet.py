@@ -4,6 +4,9 @@ choice, both search modes run, and a derived architecture trains with DQN."""
 
 import itertools
 import json
+import math
+
+import numpy as np
 
 import pytest
 import torch
@@ -19,9 +22,10 @@ from hetrl.cosearch.supernet import SuperNet, search_space
 from hetrl.cosearch.teacher import Teacher, TeacherData
 from hetrl.envs import EnvSpec, env_spec
 from hetrl.errors import HetrlError
-from hetrl.nets import QNetwork
+from hetrl.nets import QNetwork, numpy_params
 from hetrl.nets.conv import MinAtarNet
-from hetrl.nets.searched import Architecture, Op, SearchedQNetwork
+from hetrl.nets.fused_q import FusedOp
+from hetrl.nets.searched import SKIP, Architecture, Layer, NumpyOp, Op, SearchedQNetwork
 from hetrl.profile import torch_threads
 
 OBS = (2, 5, 5)
@@ -133,20 +137,70 @@ def test_the_expected_cost_is_the_cost_averaged_over_every_architecture():
 def test_measured_latency_times_each_candidate_here():
     space = search_space((1, 3, 3), 2, conv_layers=1, conv_widths=(2,), conv_ops=(("conv", 3),), dense_widths=(4,))
     for backend, where in (("torch", "on cpu with torch (1 thread), batch 1"),
-                           ("numpy", "on cpu with numpy (Act/numpy's per-layer forward, 1 BLAS thread), batch 1")):
+                           ("numpy", "on cpu with numpy (Act/numpy's per-layer forward, 1 BLAS thread), batch 1"),
+                           ("numba", "on cpu with numba (Act/numba's compiled pass, each operation a one-layer program, "
+                                     "1 thread), batch 1")):
         table = measure_op_latency(space, repeats=2, backend=backend)
         assert where in table.label and table.unit == "s" and table.backend == table.to_dict()["backend"] == backend
         for layer, values in zip(space.layers, table.values):
             for op, row in zip(layer.candidates, values):
-                assert ((row == 0) if op.kind == "skip" else (row > 0)).all()
+                assert ((row == 0) if op.kind == "skip" else (row > 0)).all() and row.isfinite().all()
         assert table(SuperNet(space).probs()).item() > 0
-    assert measure_op_latency(space, repeats=2).backend == "numpy"  # the host's default: what serves searched nets there
+    assert measure_op_latency(space, repeats=2).backend == "numba"  # the host's default: what serves searched nets fastest
     assert "backend" not in macs_table(space).to_dict()  # counted, not timed
 
 
+def test_without_numba_the_host_s_table_is_timed_on_numpy_and_says_why(monkeypatch):
+    monkeypatch.setattr(cost_module, "numba_missing", lambda: "No module named 'numba'")
+    space = search_space((3,), 2, dense_layers=1, dense_widths=(4,))
+    table = measure_op_latency(space, repeats=2)
+    assert table.backend == "numpy" and "numpy because numba does not import here: No module named 'numba'" in table.label
+    assert "numba does not import" not in measure_op_latency(space, repeats=2, backend="numpy").label  # asked for: no reason
+    with pytest.raises(HetrlError) as caught:
+        hardware_cost("cpu", space, backend="numba")
+    assert str(caught.value) == ("--cost-backend numba: numba does not import here (No module named 'numba'); "
+                                 "use --cost-backend numpy")
+
+
+def test_the_numba_cost_ranks_a_far_larger_operation_above_a_small_one():
+    """A 5x5 conv of 32 filters on 16 channels of 10x10 (over 100x the MACs of a 4-unit dense
+    layer on 4 inputs) costs more on numba."""
+    costs = []
+    for space in (search_space((16, 10, 10), 2, conv_layers=1, conv_widths=(32,), conv_ops=(("conv", 5),),
+                               dense_widths=(4,)),
+                  search_space((4,), 2, dense_layers=1, dense_widths=(4,))):
+        macs, table = macs_table(space), measure_op_latency(space, repeats=3, backend="numba")
+        assert space.layers[0].candidates[0].name in ("conv5x5-32", "dense-4")
+        costs.append((macs.values[0][0, 0].item(), table.values[0][0, 0].item()))
+    (big_macs, big_s), (small_macs, small_s) = costs
+    assert big_macs > 100 * small_macs and big_s > small_s > 0 and math.isfinite(big_s)
+
+
+@pytest.mark.parametrize("op, shape", [(Op("conv", 4, 3), (3, 5, 6)), (Op("conv", 3, 5, relu=False), (2, 4, 4)),
+                                       (Op("sepconv", 5, 3), (3, 5, 6)), (Op("sepconv", 4, 5, relu=False), (2, 3, 3)),
+                                       (Op("dense", 7), (9,)), (Op("dense", 3, relu=False), (5,))])
+def test_the_numba_cost_s_one_layer_program_computes_the_operation(op, shape):
+    """FusedOp (what the numba cost times) gives the op's torch output and its numpy forward's, in
+    torch's (C, H, W) order, on random input with zeros (the kernels skip them)."""
+    layer = Layer(op, *shape)
+    with seeded_init(0):
+        module = op.module(shape[0]).eval()
+    x = torch.relu(torch.randn(3, *shape, generator=torch.Generator().manual_seed(1)))  # about half zeros
+    with torch.no_grad():
+        want = module(x).flatten(1).numpy()
+    rows = x.flatten(1).numpy()
+    got = FusedOp(layer, module).forward(rows)
+    numpy_forward = NumpyOp(layer, "op")({f"op.{k}": v for k, v in numpy_params(module).items()}, rows)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, numpy_forward, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="not a skip"):
+        FusedOp(Layer(SKIP, 4))
+
+
 @pytest.mark.parametrize("hardware, backend, message", [
-    ("cpu", "jax", "--cost-backend jax: expected one of numpy, torch"),
+    ("cpu", "jax", "--cost-backend jax: expected one of numba, numpy, torch"),
     ("cuda", "numpy", "--cost-backend numpy runs on the host, not cuda: use --cost-backend torch"),
+    ("cuda", "numba", "--cost-backend numba runs on the host, not cuda: use --cost-backend torch"),
     ("cuda:1", "numpy", "--cost-backend numpy runs on the host, not cuda:1"),
     ("macs", "torch", "only a measured cost (--hardware cpu or cuda) is timed on a backend, not --hardware macs"),
     ("fpga-model:zcu102", "numpy", "not --hardware fpga-model:zcu102; leave --cost-backend out"),
@@ -292,13 +346,13 @@ def test_cosearch_writes_an_architecture_dqn_retrains(teacher_run, tmp_path, cap
     saved = json.loads((decoupled / "architecture.json").read_text())
     assert saved["fpga_search"] == "fixed" and saved["fpga_design"]["method"] == "allocate"
     assert "allocate's greedy after the search" in (decoupled / "summary.md").read_text()
-    measured = tmp_path / "measured"  # the host's measured cost: timed on numpy by default, and the outputs say so
+    measured = tmp_path / "measured"  # the host's measured cost: timed on numba by default, and the outputs say so
     assert main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--steps", "5", "--states", "200",
                  "--out", str(measured), "--no-progress"]) == 0
     saved = json.loads((measured / "architecture.json").read_text())
-    assert saved["hardware"] == "cpu" and saved["cost_backend"] == "numpy" and "with numpy" in saved["cost_label"]
-    assert json.loads((measured / "costs.json").read_text())["backend"] == "numpy"
-    assert "measured on cpu with numpy" in (measured / "summary.md").read_text()
+    assert saved["hardware"] == "cpu" and saved["cost_backend"] == "numba" and "with numba" in saved["cost_label"]
+    assert json.loads((measured / "costs.json").read_text())["backend"] == "numba"
+    assert "measured on cpu with numba" in (measured / "summary.md").read_text()
     capsys.readouterr()
     assert main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--hardware", "macs",
                  "--cost-backend", "torch", "--out", str(tmp_path / "y")]) == 2

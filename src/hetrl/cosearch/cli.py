@@ -28,9 +28,11 @@ def add_subparser(subparsers: Any) -> argparse.ArgumentParser:
                    help="the cost: cpu (each candidate's latency measured here, batch 1, on --cost-backend; default), cuda[:N] "
                         "(measured there), macs (counted operations) or fpga-model[:FILE] (the FPGA model's, modelled)")
     p.add_argument("--cost-backend", choices=COST_BACKENDS, default=None,
-                   help="what times a measured cost: numpy (each candidate's numpy forward, as Act/numpy serves a "
-                        "searched network on the host; the default with --hardware cpu) or torch (its torch module; "
-                        "the default, and the only choice, with --hardware cuda)")
+                   help="what times a measured cost: numba (each candidate as a one-layer program of Act/numba's "
+                        "compiled pass, which serves a searched network fastest on the host; the default with "
+                        "--hardware cpu where numba imports, else numpy, said in the cost's label), numpy (its numpy "
+                        "forward, as Act/numpy serves it) or torch (its torch module; the default, and the only "
+                        "choice, with --hardware cuda)")
     p.add_argument("--fpga-search", choices=FPGA_SEARCH, default="joint",
                    help="with --hardware fpga-model: joint (the accelerator's parallelism per layer searched with the "
                         "agent, within the part's DSP and memory budget; default) or fixed (each layer priced within an "

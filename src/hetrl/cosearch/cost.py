@@ -13,10 +13,12 @@ candidates (:meth:`hetrl.cosearch.supernet.SuperNet.probs`).
 - :func:`measure_op_latency`: each candidate timed alone on a device (the profiler's
   :func:`hetrl.profile.time_calls`: median of repeated blocks after a warm-up) at every input width
   it can get, on the backend that will serve the network there (:func:`cost_backend`): on the
-  host, the numpy forward Act/numpy runs (:class:`hetrl.nets.searched.NumpyOp`); on a GPU, the
-  torch module. Measured seconds per call, the backend's per-call overhead included (a network
-  pays it per layer; torch's is a large part of a layer's time at MinAtar's sizes, which is why
-  the host's table is not timed on torch by default).
+  host, Act/numba's compiled pass with the operation as a one-layer program
+  (:class:`hetrl.nets.fused_q.FusedOp`; the numpy forward Act/numpy runs,
+  :class:`hetrl.nets.searched.NumpyOp`, where numba does not import); on a GPU, the torch module.
+  Measured seconds per call, the backend's per-call overhead included (torch and numpy pay theirs
+  per layer in a network, numba once per pass; torch's is a large part of a layer's time at
+  MinAtar's sizes, which is why the host's table is not timed on torch by default).
 - :func:`hardware_cost`: the cost a ``--hardware`` argument names, labelled as measured or modelled.
 
 Any other callable of the same signature serves the search (the FPGA model's expected cost).
@@ -48,7 +50,7 @@ class CostTable:
     values: list[torch.Tensor]
     unit: str
     label: str
-    backend: str = ""  # what timed a measured table (numpy, torch); empty for a counted or modelled one
+    backend: str = ""  # what timed a measured table (numba, numpy, torch); empty for a counted or modelled one
 
     def __post_init__(self) -> None:
         for k, (layer, table) in enumerate(zip(self.space.layers, self.values, strict=True)):
@@ -86,40 +88,56 @@ def macs_table(space: SearchSpace) -> CostTable:
                   "MACs", "multiply-accumulates per decision (counted)")
 
 
+def numba_missing() -> str | None:
+    """Why numba cannot be imported here (a missing or broken wheel), or None when it can."""
+    try:
+        import numba  # noqa: F401
+    except ImportError as exc:
+        return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return None
+
+
 def cost_backend(device: str, backend: str | None = None) -> str:
     """The backend that times a measured cost on ``device`` (checked; one-line errors).
 
-    Default: ``numpy`` on the host, ``torch`` on a GPU. On the host a searched network is served by
-    Act/torch, Act/numpy or Act/numba, and a run's planner, like ``bench/cosearch.py``, takes the
-    fastest; at acting's batch 1 Act/numpy beats torch, which pays a dispatch per layer, and
-    Act/numba (one compiled pass) beats numpy, but per-op timing on numba is not built yet
-    (docs/results.md, 'Co-search: the cost table's backend', measures them on drawn networks). So the host's table is timed on the backend the derived network will run
-    on, and ranks operations by what they cost there rather than by torch's fixed per-call overhead.
-    ``torch`` stays available on the host, for a network that will be served by torch (a large
-    batch, a learner). A GPU is timed on torch, the only backend that runs there."""
+    Default: ``numba`` on the host where numba imports (else ``numpy``; :func:`measure_op_latency`
+    says why in the table's label), ``torch`` on a GPU. On the host a searched network is served
+    by Act/torch, Act/numpy or Act/numba, and a run's planner, like ``bench/cosearch.py``, takes the
+    fastest: at acting's batch 1 that is Act/numba (one compiled pass), whose lead over numpy
+    varies by operation (docs/results.md, 'Co-search: the cost table's backend'), so a table timed
+    on numpy ranks candidates by what they would cost on a backend that does not serve them.
+    ``numpy`` and ``torch`` stay available on the host, for a network served by them (``torch``: a
+    large batch, a learner). A GPU is timed on torch, the only backend that runs there."""
     on_host = device == "cpu"
     if backend is None:
-        return "numpy" if on_host else "torch"
+        return ("numba" if numba_missing() is None else "numpy") if on_host else "torch"
     if backend not in COST_BACKENDS:
         raise HetrlError(f"--cost-backend {backend}: expected one of {', '.join(COST_BACKENDS)}")
-    if backend == "numpy" and not on_host:
-        raise HetrlError(f"--cost-backend numpy runs on the host, not {device}: use --cost-backend torch (the default there)")
+    if backend != "torch" and not on_host:
+        raise HetrlError(f"--cost-backend {backend} runs on the host, not {device}: use --cost-backend torch (the default there)")
+    if backend == "numba" and (why := numba_missing()) is not None:
+        raise HetrlError(f"--cost-backend numba: numba does not import here ({why}); use --cost-backend numpy")
     return backend
 
 
 def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, threads: int | None = 1,
                        repeats: int = 7, backend: str | None = None) -> CostTable:
     """Seconds per call of every candidate on ``device`` at ``batch`` observations, alone (fresh
-    parameters) at each input width it can get, on ``backend`` (:func:`cost_backend`; default numpy
-    on the host, torch on a GPU): ``torch``, the op's module (no gradient, eval mode) with
-    ``threads`` torch threads on the host (None: as set); ``numpy``, the op's
-    :class:`~hetrl.nets.searched.NumpyOp` (what ``SearchedQNetwork.forward_numpy`` runs) with one
-    BLAS thread, as Act/numpy runs in a run (:mod:`hetrl.runtime.host_blas`; ``threads`` does not
-    apply). A skip costs 0; an operation met twice is timed once."""
+    parameters) at each input width it can get, on ``backend`` (:func:`cost_backend`; default numba
+    on the host, numpy where numba does not import, torch on a GPU): ``numba``, the operation as a
+    one-layer program of Act/numba's compiled pass (:class:`hetrl.nets.fused_q.FusedOp`: the same
+    block records and kernels as inside a served network; one thread, as Act/numba runs; ``threads``
+    does not apply); ``torch``, the op's module (no gradient, eval mode) with ``threads`` torch
+    threads on the host (None: as set); ``numpy``, the op's :class:`~hetrl.nets.searched.NumpyOp`
+    (what ``SearchedQNetwork.forward_numpy`` runs) with one BLAS thread, as Act/numpy runs in a run
+    (:mod:`hetrl.runtime.host_blas`; ``threads`` does not apply). The input is dense random
+    values, so numba's skipping of zero inputs (most of an image, part of a ReLU's output) does not
+    apply: each operation's cost for a dense input. A skip costs 0; an operation met twice is timed once."""
     from hetrl.nets import numpy_params
     from hetrl.profile import sync_for, time_calls, torch_threads
     from hetrl.runtime.host_blas import one_blas_thread
 
+    fallback = numba_missing() if backend is None and device == "cpu" else None
     backend = cost_backend(device, backend)
     sync, measured = sync_for(device), {}
 
@@ -136,7 +154,14 @@ def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, 
         with one_blas_thread():
             return time_calls(lambda: forward(params, x), sync, repeats=repeats)[0]
 
-    timed = timed_numpy if backend == "numpy" else timed_torch
+    def timed_numba(op: Op, w: int, h: int, wd: int) -> float:
+        from hetrl.nets.fused_q import FusedOp
+
+        program = FusedOp(Layer(op, w, h, wd))
+        x = torch.randn(batch, w * h * wd).numpy()  # float32 rows in torch's (C, H, W) order
+        return time_calls(lambda: program.run(x), sync, repeats=repeats)[0]
+
+    timed = {"numba": timed_numba, "numpy": timed_numpy}.get(backend, timed_torch)
 
     def seconds(op: Op, w: int, h: int, wd: int) -> float:
         key = (op, w, h, wd)
@@ -146,8 +171,12 @@ def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, 
             measured[key] = timed(op, w, h, wd)
         return measured[key]
 
-    if backend == "numpy":
+    if backend == "numba":
+        where = "cpu with numba (Act/numba's compiled pass, each operation a one-layer program, 1 thread)"
+    elif backend == "numpy":
         where = "cpu with numpy (Act/numpy's per-layer forward, 1 BLAS thread)"
+        if fallback is not None:
+            where += f"; numpy because numba does not import here: {fallback}"
     elif device == "cpu":
         n_threads = threads or torch.get_num_threads()
         where = f"cpu with torch ({n_threads} thread{'s' if n_threads > 1 else ''})"
@@ -172,7 +201,7 @@ def check_cost_backend(hardware: str, backend: str | None) -> str | None:
 def hardware_cost(hardware: str, space: SearchSpace, batch: int = 1, threads: int | None = 1,
                   fpga_search: str = "joint", backend: str | None = None) -> Cost:
     """The cost ``hardware`` names: ``cpu`` or ``cuda[:N]`` (measured latency on ``backend``,
-    :func:`measure_op_latency`; default numpy on cpu, torch on cuda), ``macs`` (counted operations),
+    :func:`measure_op_latency`; default numba on cpu, torch on cuda), ``macs`` (counted operations),
     or ``fpga-model[:FILE]`` (the FPGA model's expected interval for the device description FILE,
     modelled: ``hetrl.cosearch.accelerator.search_cost(space, FILE, fpga_search)``, the accelerator
     searched ``joint``-ly with the agent or each layer in a ``fixed`` equal share). ``backend``

@@ -4,4 +4,4 @@ MODES = ("one-level", "bi-level")  # weights and architecture on the same batch,
 DISTILL = ("mse", "kl")  # distillation losses (hetrl.cosearch.search.distillation_loss)
 SOURCES = ("auto", "replay", "play")  # where the teacher's states come from (hetrl.cosearch.teacher)
 FPGA_SEARCH = ("joint", "fixed")  # the FPGA model's accelerator: searched with the agent, or an equal share per layer
-COST_BACKENDS = ("numpy", "torch")  # what times a measured cpu cost (hetrl.cosearch.cost.measure_op_latency); cuda: torch
+COST_BACKENDS = ("numba", "numpy", "torch")  # what times a measured cpu cost (hetrl.cosearch.cost.measure_op_latency); cuda: torch

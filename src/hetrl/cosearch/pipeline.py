@@ -44,7 +44,7 @@ def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: S
     ``fpga_search``: with the FPGA model, ``joint`` (its accelerator searched with the agent) or
     ``fixed`` (an equal share per layer; the derived network's design from ``allocate``);
     ``cost_backend``: what times a measured cost (:func:`hetrl.cosearch.cost.cost_backend`; default
-    numpy on cpu, torch on cuda), checked before the teacher is loaded."""
+    numba on cpu, torch on cuda), checked before the teacher is loaded."""
     config = config or SearchConfig()
     if problems := config.validate():
         raise HetrlError("cosearch: " + "; ".join(problems))

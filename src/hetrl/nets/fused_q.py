@@ -35,7 +35,7 @@ from torch import nn
 from hetrl.nets.conv import ConvQNetwork, ConvShape
 from hetrl.nets.exits import ExitQNetwork
 from hetrl.nets.fused_mlp import aligned_zeros
-from hetrl.nets.searched import SearchedQNetwork
+from hetrl.nets.searched import Layer, SearchedQNetwork
 
 # program layout: a header, then a record per block, then a record per branch
 HEADER, BLOCK, BRANCH = 8, 14, 7
@@ -70,6 +70,56 @@ def _obs_shape(net: nn.Module) -> tuple[int, ...]:
     return tuple(int(d) for d in (net.architecture.obs_shape if isinstance(net, SearchedQNetwork) else net.obs_shape))
 
 
+def _layout(shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, int], int]:
+    """Each entry's offset in the flat vector, in ``shapes``' order, and the offset after them (the input scale's)."""
+    offsets, at = {}, 0
+    for name, shape in shapes.items():
+        offsets[name] = at
+        at += int(np.prod(shape, dtype=np.int64))
+    return offsets, at
+
+
+def _conv_record(offsets: dict[str, int], weight: str, bias: str | None, s: ConvShape, kind: int = CONV,
+                 relu: bool = True) -> list[int]:
+    b = offsets[bias] if bias else -1
+    return [kind, offsets[weight], b, s.channels, s.height, s.width, s.filters, s.kernel, s.stride, s.padding,
+            s.size, s.filters * s.positions, int(relu)]
+
+
+def _linear_record(offsets: dict[str, int], name: str, n_in: int, n_out: int, relu: bool = True) -> list[int]:
+    return [LINEAR, offsets[f"{name}.weight"], offsets[f"{name}.bias"], 0, 0, 0, 0, 0, 0, 0, n_in, n_out, int(relu)]
+
+
+def layer_blocks(layer: Layer, prefix: str, offsets: dict[str, int]) -> list[list[int]]:
+    """The block records (branch index not yet appended) of one searched layer whose module's
+    parameters are at ``offsets`` under ``prefix``: a conv or dense layer is one block, a
+    depthwise-separable conv a depthwise block (no bias, no ReLU) then a 1x1 conv block, a skip none."""
+    op = layer.op
+    if op.kind == "skip":
+        return []
+    if op.kind == "dense":
+        return [_linear_record(offsets, f"{prefix}.0", layer.in_width, op.width, op.relu)]
+    same = op.kernel // 2
+    c, h, w = layer.in_width, layer.height, layer.width
+    if op.kind == "conv":
+        return [_conv_record(offsets, f"{prefix}.0.weight", f"{prefix}.0.bias", ConvShape(c, h, w, op.width, op.kernel, 1, same),
+                             relu=op.relu)]
+    return [_conv_record(offsets, f"{prefix}.0.weight", None, ConvShape(c, h, w, c, op.kernel, 1, same), DEPTHWISE, relu=False),
+            _conv_record(offsets, f"{prefix}.1.weight", f"{prefix}.1.bias", ConvShape(c, h, w, op.width, 1, 1, 0), relu=op.relu)]
+
+
+def _widths(blocks: list[list[int]], in_size: int) -> list[int]:
+    """The row widths the pass's buffers must hold for ``blocks``: the input, each block's output
+    and each conv block's work space (one row of z: its weights filter-last, its sums)."""
+    widths = [in_size]
+    for block in blocks:
+        if block[0] == CONV:
+            filters, taps, positions = block[6], block[3] * block[7] * block[7], block[11] // block[6]
+            widths.append((taps + positions) * filters)
+        widths.append(block[11])
+    return widths
+
+
 class FusedQ:
     """The flat layout of a :class:`ConvQNetwork` (no dueling head), an :class:`ExitQNetwork` or a
     :class:`SearchedQNetwork`, and the buffers of its compiled pass (made once per batch size)."""
@@ -81,13 +131,8 @@ class FusedQ:
         state = net.state_dict()
         self.names = list(state)
         self.shapes = {k: tuple(v.shape) for k, v in state.items()}
-        self.offsets: dict[str, int] = {}
-        at = 0
-        for name in self.names:
-            self.offsets[name] = at
-            at += int(np.prod(self.shapes[name], dtype=np.int64))
-        self.scale_offset = at
-        self.size = at + 1
+        self.offsets, self.scale_offset = _layout(self.shapes)
+        self.size = self.scale_offset + 1
         self.exits = isinstance(net, ExitQNetwork)
         self.obs_shape = _obs_shape(net)
         self.in_size = int(np.prod(self.obs_shape))
@@ -102,14 +147,10 @@ class FusedQ:
         self._batch = -1
 
     def _conv_block(self, weight: str, bias: str | None, s: ConvShape, kind: int = CONV, relu: bool = True) -> list[int]:
-        b = self.offsets[bias] if bias else -1
-        return [kind, self.offsets[weight], b, s.channels, s.height, s.width, s.filters, s.kernel, s.stride, s.padding,
-                s.size, s.filters * s.positions, int(relu)]
+        return _conv_record(self.offsets, weight, bias, s, kind, relu)
 
     def _linear_block(self, name: str, n_in: int, relu: bool = True) -> list[int]:
-        n_out = self.shapes[f"{name}.weight"][0]
-        return [LINEAR, self.offsets[f"{name}.weight"], self.offsets[f"{name}.bias"], 0, 0, 0, 0, 0, 0, 0, n_in, n_out,
-                int(relu)]
+        return _linear_record(self.offsets, name, n_in, self.shapes[f"{name}.weight"][0], relu)
 
     def _hetrl_blocks(self, net: nn.Module) -> tuple[list[list[int]], str, dict[int, int]]:
         """The blocks of a conv or early-exit network (ReLU after each), its head's name and the
@@ -132,37 +173,16 @@ class FusedQ:
     def _searched_blocks(self, net: SearchedQNetwork) -> tuple[list[list[int]], str, dict[int, int]]:
         """The blocks of a searched network's layers (none for a skip), and its output layer's name."""
         layers = net.architecture.layers()
-        blocks = []
-        for k, layer in enumerate(layers[:-1]):
-            op, p = layer.op, f"blocks.{k}"
-            if op.kind == "skip":
-                continue
-            if op.kind == "dense":
-                blocks.append(self._linear_block(f"{p}.0", layer.in_width, op.relu))
-                continue
-            same = op.kernel // 2
-            c, h, w = layer.in_width, layer.height, layer.width
-            if op.kind == "conv":
-                blocks.append(self._conv_block(f"{p}.0.weight", f"{p}.0.bias", ConvShape(c, h, w, op.width, op.kernel, 1, same),
-                                               relu=op.relu))
-            else:  # depthwise-separable: the depthwise conv (no bias, no ReLU), then the pointwise 1x1 conv
-                blocks.append(self._conv_block(f"{p}.0.weight", None, ConvShape(c, h, w, c, op.kernel, 1, same),
-                                               DEPTHWISE, relu=False))
-                blocks.append(self._conv_block(f"{p}.1.weight", f"{p}.1.bias", ConvShape(c, h, w, op.width, 1, 1, 0),
-                                               relu=op.relu))
+        blocks = [block for k, layer in enumerate(layers[:-1]) for block in layer_blocks(layer, f"blocks.{k}", self.offsets)]
         return blocks, f"blocks.{len(layers) - 1}.0", {}
 
     def _program(self, net: nn.Module, blocks: list[list[int]], head: str,
                  branch_at: dict[int, int]) -> tuple[np.ndarray, int]:
         off = self.offsets
         branches: list[list[int]] = []
-        widths = [self.in_size]
         for k, block in enumerate(blocks):
             block.append(branch_at.get(k, -1))
-            if block[0] == CONV:  # the convolution's work space (one row of z): its weights filter-last, its sums
-                filters, taps, positions = block[6], block[3] * block[7] * block[7], block[11] // block[6]
-                widths.append((taps + positions) * filters)
-            widths.append(block[11])
+        widths = _widths(blocks, self.in_size)
         if self.exits:
             for j, branch in enumerate(net.branches):
                 p = f"branches.{j}"
@@ -222,6 +242,54 @@ class FusedQ:
         q_epsilon_greedy(flat, self.program, np.ascontiguousarray(obs), self.buf, self.rows, self.q, self.exit_index,
                          n, explore, random_actions, np.float32(level), self.actions)
         return self.actions.copy()
+
+
+class FusedOp:
+    """One searched layer alone as a program of :func:`q_pass` with no head (0 actions): the same
+    block records and compiled kernels as the layer inside a :class:`FusedQ`, for timing an
+    operation as Act/numba runs it (the co-search's numba cost) and checking its output.
+    ``module``: the layer's parameters (default a fresh ``op.module(in_width)``); the input rows are
+    float32 in torch's (C, H, W) order, unscaled."""
+
+    def __init__(self, layer: Layer, module: nn.Module | None = None) -> None:
+        if layer.op.kind == "skip":
+            raise ValueError("FusedOp runs an operation, not a skip (it has no block)")
+        module = module if module is not None else layer.op.module(layer.in_width)
+        state = {f"op.{k}": v for k, v in module.state_dict().items()}
+        offsets, scale_offset = _layout({k: tuple(v.shape) for k, v in state.items()})
+        blocks = layer_blocks(layer, "op", offsets)
+        for block in blocks:
+            block.append(-1)  # no exit branch
+        self.in_size = layer.in_width * layer.height * layer.width
+        self.out_size = blocks[-1][11]
+        self.n_blocks = len(blocks)
+        header = [len(blocks), 0, 0, self.in_size, -1, scale_offset, -1, -1]
+        self.program = np.array(header + [v for rec in blocks for v in rec], dtype=np.int64)
+        self.max_width = max(_widths(blocks, self.in_size))
+        self.flat = aligned_zeros(scale_offset + 1)
+        for name, value in state.items():
+            self.flat[offsets[name]:offsets[name] + value.numel()] = value.detach().cpu().float().numpy().ravel()
+        self.flat[scale_offset] = 1.0
+        self._batch = -1
+
+    def run(self, x: np.ndarray) -> None:
+        """The pass on rows ``x`` (n, in_size float32, contiguous); its output stays in the buffer."""
+        n = len(x)
+        if n != self._batch:
+            self._batch = n
+            self.buf = aligned_zeros(3 * n * self.max_width)
+            self.rows, self.exit_index = np.zeros(n, np.int64), np.zeros(n, np.int64)
+            self.q = np.zeros((n, 0), np.float32)
+        q_pass(self.flat, self.program, x, self.buf, self.rows, self.q, self.exit_index, n)
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """The operation's output rows (n, out_size) for rows ``x``: where :func:`q_pass` leaves the
+        last block's output, the first third of its buffer after an even number of blocks, the second after an odd."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        self.run(x)
+        n, width = len(x), self.max_width
+        at = (self.n_blocks % 2) * n * width
+        return self.buf[at:at + n * width].reshape(n, width)[:, :self.out_size].copy()
 
 
 def limit_of(threshold: float) -> float:
@@ -350,7 +418,8 @@ def _dot(flat, w_off, x, i, n):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, fastmath=True)
 def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no cover - compiled
-    """The network's Q-values into ``q`` and each row's exit into ``exit_index`` (see the module)."""
+    """The network's Q-values into ``q`` and each row's exit into ``exit_index`` (see the module).
+    A program with no actions (:class:`FusedOp`) leaves the last block's output in ``buf``."""
     n_blocks, n_branches, n_actions, in_size = program[0], program[1], program[2], program[3]
     thr_off, scale_off, head_w, head_b = program[4], program[5], program[6], program[7]
     limit = _limit(np.float64(flat[thr_off])) if thr_off >= 0 else math.inf
