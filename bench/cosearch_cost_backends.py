@@ -1,18 +1,19 @@
-"""The co-search's CPU cost table timed on torch and on numpy, side by side (issue 19).
+"""The co-search's CPU cost table timed on torch, numpy and numba, side by side (issue 19).
 
 ``hetrl cosearch --hardware cpu`` times each candidate operation alone (``measure_op_latency``); on
-the host the derived network is served by Act/numpy, so the table is timed on numpy by default.
-This script measures both tables for one MinAtar game's default search space at batch 1 (torch: 1
-thread; numpy: 1 BLAS thread, as Act/numpy runs), ``--rounds`` times each, alternating, and prints:
+the host the derived network is served fastest by Act/numba, so the table is timed on numba by
+default (numpy before). This script measures the three tables for one MinAtar game's default search
+space at batch 1 (torch: 1 thread; numpy: 1 BLAS thread, as Act/numpy runs; numba: each operation a
+one-layer program of Act/numba's pass), ``--rounds`` times each, alternating, and prints:
 
 - per operation and input width, the median over rounds of each backend's seconds per call;
-- the Spearman rank correlation between the two tables over every distinct entry, and within each
+- the Spearman rank correlation between each pair of tables over every distinct entry, and within each
   layer at each input width (the candidates a layer's choice is made among): of the medians, and
   of one round's tables (what one search uses) beside the same between two rounds of one backend
   (how far timing noise alone moves the ranks);
 - for ``--networks`` architectures drawn from the space, each whole network's measured forward at
-  batch 1 on both backends (``SearchedQNetwork.forward`` and ``forward_numpy``, the same thread
-  settings) against each table's sum over its layers.
+  batch 1 on each backend (``SearchedQNetwork.forward``, ``forward_numpy`` and ``FusedQ``'s
+  compiled pass, the same thread settings) against each table's sum over its layers.
 
     python bench/cosearch_cost_backends.py                   # MinAtar/Breakout-v1, 5 rounds, 8 networks
 """
@@ -32,10 +33,11 @@ from hetrl.cosearch.cost import CostTable, measure_op_latency
 from hetrl.cosearch.supernet import search_space
 from hetrl.envs import env_spec
 from hetrl.nets import numpy_params
+from hetrl.nets.fused_q import FusedQ
 from hetrl.profile import time_calls, torch_threads
 from hetrl.runtime.host_blas import one_blas_thread
 
-BACKENDS = ("torch", "numpy")
+BACKENDS = ("torch", "numpy", "numba")
 NET_REPEATS = 21  # time_calls blocks per whole network (the tables take measure_op_latency's default, as a search does)
 
 
@@ -65,11 +67,13 @@ def main() -> int:
                     entries.append((k, i, j))
     print(f"{args.env}: {len(entries)} distinct (operation, input width) entries; median of {args.rounds} rounds, "
           "microseconds per call at batch 1")
-    print(f"{'layer':>5} {'operation':<12} {'input':>6} {'torch':>9} {'numpy':>9} {'torch/numpy':>11}")
+    print(f"{'layer':>5} {'operation':<12} {'input':>6} {'torch':>9} {'numpy':>9} {'numba':>9} {'torch/numpy':>11} "
+          f"{'numpy/numba':>11}")
     for k, i, j in entries:
         layer = space.layers[k]
-        t, n = (median[b][k][i, j].item() * 1e6 for b in BACKENDS)
-        print(f"{k:>5} {layer.candidates[i].name:<12} {layer.in_widths[j]:>6} {t:>9.1f} {n:>9.1f} {t / n:>11.2f}")
+        t, n, c = (median[b][k][i, j].item() * 1e6 for b in BACKENDS)
+        print(f"{k:>5} {layer.candidates[i].name:<12} {layer.in_widths[j]:>6} {t:>9.1f} {n:>9.1f} {c:>9.1f} "
+              f"{t / n:>11.2f} {n / c:>11.2f}")
 
     def rho(a: list[torch.Tensor], b: list[torch.Tensor], subset: list[tuple[int, int, int]]) -> float:
         return float(spearmanr([a[k][i, j].item() for k, i, j in subset], [b[k][i, j].item() for k, i, j in subset]).statistic)
@@ -87,18 +91,22 @@ def main() -> int:
         return (f"{x} against {y}: all entries {statistics.fmean(r[0] for r in got):.2f}, within a layer "
                 f"{statistics.fmean(r[1] for r in got):.2f} ({len(got)} pairs)")
 
-    every, within = line(median["torch"], median["numpy"])
-    print(f"\nSpearman rank correlation, torch-timed against numpy-timed tables (medians over rounds): all entries "
-          f"{every:.2f}; within a layer at one input width ({len(groups)} groups), median {within:.2f}")
+    print(f"\nSpearman rank correlation between tables (medians over rounds); within a layer at one input width: "
+          f"the median over {len(groups)} groups")
+    for x, y in (("torch", "numpy"), ("numba", "numpy"), ("numba", "torch")):
+        every, within = line(median[x], median[y])
+        print(f"  {x} against {y}: all entries {every:.2f}, within a layer {within:.2f}")
     if args.rounds >= 2:
         print("One round's table against another's (what one search uses), mean over pairs of rounds:")
-        for x, y in (("torch", "numpy"), ("torch", "torch"), ("numpy", "numpy")):
+        for x, y in (("torch", "numpy"), ("numba", "numpy"), ("numba", "torch"), ("torch", "torch"), ("numpy", "numpy"),
+                     ("numba", "numba")):
             print(f"  {pairs(x, y)}")
 
     print(f"\n{args.networks} architectures drawn from the space, whole network at batch 1, microseconds per call "
           "(measured forward; the table's sum over the layers, predicted):")
-    print(f"{'architecture':<40} {'torch':>8} {'numpy':>8} {'torch table':>12} {'numpy table':>12}")
-    rng, faster = np.random.default_rng(0), 0
+    print(f"{'architecture':<40} {'torch':>8} {'numpy':>8} {'numba':>8} {'torch table':>12} {'numpy table':>12} "
+          f"{'numba table':>12}")
+    rng, fastest = np.random.default_rng(0), {b: 0 for b in BACKENDS}
     for _ in range(args.networks):
         choice = [int(rng.integers(len(layer.candidates))) for layer in space.layers]
         arch = space.architecture(choice)
@@ -107,16 +115,21 @@ def main() -> int:
         params = numpy_params(net)
         obs = np.random.default_rng(1).integers(0, 2, (1, *spec.obs_shape)).astype(np.uint8)
         x = torch.as_tensor(obs)
+        fused = FusedQ(net)
+        flat = fused.new_flat()
+        for name, view in fused.views(flat).items():
+            view[...] = net.state_dict()[name].numpy()
         with torch.no_grad(), torch_threads(1), one_blas_thread():
             t = time_calls(lambda: net(x), lambda: None, repeats=NET_REPEATS)[0]
             n = time_calls(lambda: net.forward_numpy(params, obs), lambda: None, repeats=NET_REPEATS)[0]
+            c = time_calls(lambda: fused.q_values(flat, obs), lambda: None, repeats=NET_REPEATS)[0]
         one_hot = [torch.nn.functional.one_hot(torch.tensor(c), len(layer.candidates)).double()
                    for c, layer in zip(choice, space.layers)]
         predicted = {b: CostTable(space, median[b], "s", f"{b} table")(one_hot).item() for b in BACKENDS}
-        faster += n < t
-        print(f"{' '.join(arch.names):<40} {t * 1e6:>8.1f} {n * 1e6:>8.1f} {predicted['torch'] * 1e6:>12.1f} "
-              f"{predicted['numpy'] * 1e6:>12.1f}")
-    print(f"numpy's forward faster than torch's on {faster} of {args.networks} networks")
+        fastest[min(zip((t, n, c), BACKENDS))[1]] += 1
+        print(f"{' '.join(arch.names):<40} {t * 1e6:>8.1f} {n * 1e6:>8.1f} {c * 1e6:>8.1f} "
+              + " ".join(f"{predicted[b] * 1e6:>12.1f}" for b in BACKENDS))
+    print("fastest whole network: " + ", ".join(f"{b} on {v} of {args.networks}" for b, v in fastest.items()))
     return 0
 
 
