@@ -130,9 +130,11 @@ def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, 
     does not apply); ``torch``, the op's module (no gradient, eval mode) with ``threads`` torch
     threads on the host (None: as set); ``numpy``, the op's :class:`~hetrl.nets.searched.NumpyOp`
     (what ``SearchedQNetwork.forward_numpy`` runs) with one BLAS thread, as Act/numpy runs in a run
-    (:mod:`hetrl.runtime.host_blas`; ``threads`` does not apply). The input is dense random
-    values, so numba's skipping of zero inputs (most of an image, part of a ReLU's output) does not
-    apply: each operation's cost for a dense input. A skip costs 0; an operation met twice is timed once."""
+    (:mod:`hetrl.runtime.host_blas`; ``threads`` does not apply). The input is random values;
+    numba's convolutions skip zero inputs, so there it is a ReLU's output (half zeros) as a hidden
+    layer reads, not a dense one (which would price its convolutions at twice what a network pays;
+    a MinAtar image, the first layer's input, is sparser still). A skip costs 0; an operation met
+    twice is timed once."""
     from hetrl.nets import numpy_params
     from hetrl.profile import sync_for, time_calls, torch_threads
     from hetrl.runtime.host_blas import one_blas_thread
@@ -158,7 +160,7 @@ def measure_op_latency(space: SearchSpace, device: str = "cpu", batch: int = 1, 
         from hetrl.nets.fused_q import FusedOp
 
         program = FusedOp(Layer(op, w, h, wd))
-        x = torch.randn(batch, w * h * wd).numpy()  # float32 rows in torch's (C, H, W) order
+        x = torch.randn(batch, w * h * wd).relu().numpy()  # float32 rows in torch's (C, H, W) order, half zeros
         return time_calls(lambda: program.run(x), sync, repeats=repeats)[0]
 
     timed = {"numba": timed_numba, "numpy": timed_numpy}.get(backend, timed_torch)
