@@ -49,11 +49,21 @@ def test_the_weighted_change_decides(cached):
 
 
 def test_main_stages_are_the_plans_slots_with_their_shares(cached):
-    cfg, plan = cached
+    """The checked primitives that carry at least MAIN_SHARE of the predicted time per env step, keyed
+    by the plan's slots. The shares are set here: the measured profile's own (a 16x16 learner beside
+    CartPole) depend on the machine's load, and Learn falls under the share on a busy one."""
+    cfg, real = cached
+    per_step = {**{k: 1e-7 for k in real.prediction.per_env_step_s}, "Learn": 6e-5, "EnvStep": 3e-5, "Act": 5e-6}
+    plan = replace(real, prediction=replace(real.prediction, per_env_step_s=per_step))
+    total = sum(per_step.values())
     stages = main_stages(plan, cfg.agent.batch_size)
-    assert stages and sum(stages.values()) <= 1.0 + 1e-9
-    learn = plan.placement.learn
-    assert ("Learn", learn.backend, learn.device, cfg.agent.batch_size, learn.threads) in stages
+    learn, env = plan.placement.learn, plan.placement.env
+    assert stages == pytest.approx({("Learn", learn.backend, learn.device, cfg.agent.batch_size, learn.threads): 6e-5 / total,
+                                    ("EnvStep", env.backend, env.device, plan.num_envs, None): 3e-5 / total})  # Act: 5% < 10%
+    assert main_stages(real, cfg.agent.batch_size).keys() <= {k for k in (
+        ("Learn", learn.backend, learn.device, cfg.agent.batch_size, learn.threads),
+        ("EnvStep", env.backend, env.device, real.num_envs, None),
+        ("Act", real.placement.act.backend, real.placement.act.device, real.num_envs, None))}
 
 
 def test_a_cached_profile_that_still_holds_is_kept(cached, monkeypatch):

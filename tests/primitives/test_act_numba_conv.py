@@ -121,10 +121,13 @@ def test_weight_sync_copies_weights_and_threshold_into_the_flat_vector():
     obs = images(32, seed=5)
     policy = build("Act", Slot("numba"), exit_algo(image_spec()), 0, source=source)
     before = policy.forward(obs)
-    confident_sometimes(source, obs, 0.5)  # new confidence weights and a threshold: the acting copy has neither yet
     with torch.no_grad():
         for p in source.parameters():
             p.add_(0.01)
+    # new confidence weights and a threshold (the acting copy has neither yet), set after the change
+    # above so that no confidence logit lies within rounding of the limit
+    confident_sometimes(source, obs, 0.5)
+    with torch.no_grad():
         want_q, want_exits = (t.numpy() for t in source.act_forward(torch.as_tensor(obs)))
     assert not np.allclose(policy.forward(obs), want_q, atol=1e-4)
     np.testing.assert_array_equal(policy.forward(obs), before)
