@@ -63,7 +63,7 @@ def test_the_loop_job_times_each_primitive_of_its_placement_in_the_run(dqn_profi
 def test_stepping_more_envs_costs_more(dqn_profile):
     one = dqn_profile.lookup("EnvStep", "gymnasium", "cpu", 1).median_s
     sixteen = dqn_profile.lookup("EnvStep", "gymnasium", "cpu", 16).median_s
-    assert sixteen > 2 * one  # 16 envs are stepped one after another on the host (about 10-16x alone; a loaded machine narrows it)
+    assert sixteen > one  # 16 envs are stepped one after another (about 10-16x alone; at load 6 it measured 2.2x: no margin)
 
 
 def test_uniform_replay_has_no_priority_update():
