@@ -366,6 +366,32 @@ def test_confidence_learns_whether_the_branch_agrees_with_the_final_head():
     torch.testing.assert_close(logits.grad.abs(), torch.full((4,), 0.5 / 4))  # BCE at sigmoid(0) = 0.5, mean of 4
 
 
+def test_policy_distillation_teaches_the_branch_the_final_heads_action_only():
+    """exit_target=policy: descent on the branch loss makes the branch's greedy action the final
+    head's on every state, from a start that disagrees on all of them; the Q-values' scale is left
+    free (a shift of the branch's outputs costs nothing)."""
+    learner = ExitDQNLearner(exit_algo(image_spec(), exit_target="policy"), torch.device("cpu"), seed=1)
+    final = torch.tensor([[1.0, 0.9, 0.0], [0.0, 2.0, 1.99], [0.0, 0.5, 3.0], [-1.0, -2.0, -1.5]])
+    branch = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, 1.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], requires_grad=True)
+    assert not (branch.argmax(dim=1) == final.argmax(dim=1)).any()
+    args = (torch.zeros(4, 1, dtype=torch.int64), torch.zeros(4), torch.ones(4))
+    optimizer = torch.optim.SGD([branch], lr=1.0)
+    for _ in range(50):
+        optimizer.zero_grad()
+        learner.branch_loss(final, [branch], [torch.zeros(4)], *args).backward()
+        optimizer.step()
+    assert torch.equal(branch.argmax(dim=1), final.argmax(dim=1))  # margins of 0.1 and 0.01 included
+    shifted = branch.detach() + 5.0
+    same = learner.branch_loss(final, [branch.detach()], [torch.zeros(4)], *args)
+    assert learner.branch_loss(final, [shifted], [torch.zeros(4)], *args).item() == pytest.approx(same.item(), abs=1e-5)
+
+
+def test_a_non_positive_distillation_temperature_is_refused():
+    cfg = make_config("exit-dqn", "CartPole-v1").agent
+    cfg.exit_distill_temperature = 0.0
+    assert any("exit_distill_temperature must be > 0" in problem for problem in cfg.validate())
+
+
 # --- threshold, checkpoints, evaluation ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
@@ -407,7 +433,7 @@ def test_the_threshold_is_chosen_without_the_test_episodes(run_dir, monkeypatch)
     monkeypatch.setattr(evaluation, "make_env", spying)
     from hetrl.exits import sweep
 
-    result = sweep(run_dir, episodes=3, thresholds=(0.9, 0.5), timing=False, store=False)
+    result = sweep(run_dir, episodes=3, thresholds=(0.9, 0.5), timing=False, store=False, fit_updates=0)
     assert len(seeds) == 3 * 3  # three thresholds (the whole network's added), the same three episodes each
     assert set(seeds) == {2 + VALIDATION_SEED_OFFSET + i for i in range(3)}
     tests = {2 + EVAL_SEED_OFFSET + i for i in range(10_000)}
@@ -453,12 +479,43 @@ def test_save_and_load_keep_branches_and_threshold(run_dir, tmp_path):
     assert sum(result.exits.counts) > 0 and len(result.exits.counts) == 2
 
 
+def test_the_branch_fit_teaches_a_fresh_branch_the_final_heads_actions():
+    """fit_branches: from fresh branch weights, with the backbone and final head frozen, the branch
+    comes to take the final head's action on most held-out states (a random network's branch agrees
+    about as often as chance)."""
+    from hetrl.cosearch.teacher import TeacherData
+    from hetrl.exits import branch_agreement, fit_branches
+
+    torch.manual_seed(0)
+    n_actions = 4
+    net = ExitQNetwork((6,), n_actions, (), (64, 64), exits=(0,), branch_hidden=16)
+    obs = torch.randn(4000, 6)
+    with torch.no_grad():
+        q = net.final(obs)
+    data = TeacherData(obs, torch.zeros(4000, dtype=torch.int64), torch.zeros(4000), obs, torch.zeros(4000), q, "test")
+    backbone = {k: v.clone() for k, v in net.state_dict().items() if not k.startswith("branches.")}
+    cfg = exit_algo(exit_target="policy").config
+    fit = fit_branches(net, data, cfg, updates=1500, seed=0)
+    assert fit.agreement_before[0] < 0.6 and fit.agreement_after[0] > 0.9
+    assert fit.agreement_after == pytest.approx(branch_agreement(net, obs[-400:]), abs=0.05)
+    for name, value in net.state_dict().items():  # frozen
+        if name in backbone:
+            assert torch.equal(value, backbone[name]), name
+    assert "after block 0" in fit.describe(net.exit_names()[:-1])
+
+
 def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
-    assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0.9,0", "--out", str(out)]) == 0
+    before = {k: v.clone() for k, v in hetrl.load(run_dir).network.state_dict().items()}
+    assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0.9,0", "--out", str(out),
+                 "--fit-updates", "300"]) == 0
     text = capsys.readouterr().out
-    assert "| threshold |" in text and "Chosen: threshold" in text
+    assert "| threshold |" in text and "Chosen: threshold" in text and "branches fit to the trained network" in text
+    fitted = hetrl.load(run_dir).network.state_dict()  # the fitted branches are stored with the threshold
+    assert not torch.equal(fitted["branches.0.q.weight"], before["branches.0.q.weight"])
+    assert torch.equal(fitted["head.weight"], before["head.weight"])
     data = json.loads((out / "sweep.json").read_text())
+    assert data["fit"]["updates"] == 300 and len(data["fit"]["agreement_after"]) == 1
     assert [p["threshold"] for p in data["points"]] == [1.0, 0.9, 0.0]
     zero = data["points"][2]  # threshold 0: every decision leaves at the first branch
     assert zero["exit_fractions"] == [1.0, 0.0] and zero["ops_ratio"] < 0.5
@@ -491,7 +548,7 @@ def mixed_exits(net, obs):
         g = torch.Generator().manual_seed(0)
         branch.confidence.weight.copy_(torch.randn(branch.confidence.weight.shape, generator=g))
         features = net.blocks[0](net._input(torch.as_tensor(obs)))
-        logits = branch.confidence(features.flatten(1)).squeeze(1)
+        logits = branch.confidence(net._branch_features(0, features)).squeeze(1)
         branch.confidence.bias.sub_(logits.median())  # half above 0, half below
         net.set_threshold(0.5)
 

@@ -360,7 +360,11 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--checkpoint", help="best (default, as hetrl eval), final, or a checkpoint file")
     s.add_argument("--episodes", type=int, default=20, help="validation episodes per threshold (default 20)")
     s.add_argument("--thresholds", help="comma-separated confidences in [0, 1] (default 1,0.99,0.98,0.95,0.9,0.85,"
-                                        "0.8,0.7,0.6,0.5; 1, the whole network, is always included)")
+                                        "0.8,0.7,0.6,0.5,0.4,0.3,0.2,0.1,0; 1, the whole network, is always "
+                                        "included)")
+    s.add_argument("--fit-updates", type=int, default=20_000,
+                   help="first fit the branches to the trained network on the run's replay, backbone and final "
+                        "head frozen, for this many updates (default 20000; 0: sweep the branches as trained)")
     s.add_argument("--min-score-ratio", type=float, default=0.9,
                    help="the least score ratio to the whole network the chosen threshold keeps (default 0.9)")
     s.add_argument("--out", help="where to write the table and plot (default RUN_DIR/exits)")
@@ -383,7 +387,8 @@ def _exits_sweep(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     result = sweep(args.run_dir, args.checkpoint, args.episodes, thresholds, args.min_score_ratio, args.out,
                    store=not args.no_store, timing=not args.no_timing,
-                   progress=lambda label: console.print(f"validation episodes: {label}", highlight=False))
+                   progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
+                   fit_updates=args.fit_updates)
     print(markdown(result))
     return 0
 

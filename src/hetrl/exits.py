@@ -8,6 +8,12 @@
   at a batch size, on observations the policy met; :func:`time_decisions` times several policies
   side by side (alternating blocks), :func:`host_act_backends` lists the host Act backends that
   serve given algorithms.
+- :func:`fit_branches`: the branches fit to the trained network (backbone and final head frozen) on
+  the run's replay, as RAPID-RL trains its branches on a trained network. Branches that learnt
+  beside the backbone (the staged schedule) chase features and greedy actions that move with every
+  update, and end far behind what the same branch reaches on the final network (docs/results.md,
+  "Which branch"); the sweep fits them first by default, so the threshold it chooses belongs to
+  the fitted branches, and stores both.
 - :func:`sweep` (``hetrl exits sweep RUN_DIR``): the trade-off of every threshold on *validation*
   episodes, seeded apart from training's envs and from the test episodes ``hetrl eval`` plays
   (``VALIDATION_SEED_OFFSET`` against ``EVAL_SEED_OFFSET``), so the threshold is chosen without
@@ -48,6 +54,11 @@ VALIDATION_SEED_OFFSET = 2_000_029  # validation episodes: apart from training's
 THRESHOLDS = (NEVER, 0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
 MIN_SCORE_RATIO = 0.9
 KEPT_OBSERVATIONS = 512  # observations kept per threshold (a uniform sample) to time decisions on
+FIT_UPDATES = 20_000  # branch-fit updates before a sweep
+FIT_BATCH = 128  # states per branch-fit update
+FIT_LR = 1e-3  # Adam's step in the branch fit (the run's lr, tuned for the moving DQN target, underfits it)
+FIT_STATES = 50_000  # replay transitions the branch fit draws from, at most
+FIT_HELD_OUT = 0.1  # of them, kept apart to measure each branch's agreement with the final head
 
 
 @dataclass
@@ -206,6 +217,24 @@ class SweepPoint:
 
 
 @dataclass
+class BranchFit:
+    """What :func:`fit_branches` did: on how many states, from where, and each branch's agreement
+    with the final head's greedy action on held-out states before and after."""
+
+    updates: int
+    states: int
+    source: str
+    agreement_before: list[float]
+    agreement_after: list[float]
+
+    def describe(self, names: Sequence[str]) -> str:
+        moved = ", ".join(f"{name} {100 * a:.1f}% -> {100 * b:.1f}%"
+                          for name, a, b in zip(names, self.agreement_before, self.agreement_after))
+        return (f"branches fit to the trained network: {self.updates:,} updates on {self.states:,} states "
+                f"({self.source}); agreement with the final head's action on held-out states: {moved}")
+
+
+@dataclass
 class SweepResult:
     run_dir: str
     checkpoint: str
@@ -220,6 +249,7 @@ class SweepResult:
     chosen: float
     points: list[SweepPoint] = field(default_factory=list)
     stored: bool = False
+    fit: BranchFit | None = None  # the branch fit before the sweep; None: the branches as trained
 
     def point(self, threshold: float) -> SweepPoint:
         return next(p for p in self.points if p.threshold == threshold)
@@ -232,6 +262,69 @@ def choose(points: Sequence[SweepPoint], min_score_ratio: float) -> SweepPoint:
     return min(ok, key=lambda p: (p.ops_ratio, -p.threshold))
 
 
+@torch.no_grad()
+def branch_agreement(network: ExitQNetwork, obs: torch.Tensor, chunk: int = 4096) -> list[float]:
+    """Per branch, the share of ``obs`` on which its greedy action is the final head's."""
+    agree = torch.zeros(len(network.exits))
+    for i in range(0, len(obs), chunk):
+        final, branch_q, _ = network.heads(obs[i:i + chunk])
+        greedy = final.argmax(dim=1)
+        agree += torch.tensor([float((q.argmax(dim=1) == greedy).sum()) for q in branch_q])
+    return (agree / max(1, len(obs))).tolist()
+
+
+def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = FIT_UPDATES, seed: int = 0,
+                 progress: Callable[[str], None] | None = None) -> BranchFit:
+    """Fit ``network``'s branches in place to its own final head on ``data`` (a
+    :class:`hetrl.cosearch.teacher.TeacherData`: the run's replay states), the backbone and final
+    head frozen: fresh branch weights (seeded), then ``updates`` Adam steps (``FIT_LR``, batches of
+    ``FIT_BATCH``) of the run's branch loss (``config``: its exit-dqn config, for ``exit_target`` and
+    the distillation temperature); TD targets, where the target asks for them, from the frozen final head.
+    Agreement is measured on held-out states. The fit starts afresh because a branch that learnt
+    beside a moving backbone may keep hidden units that no state activates any more (dead ReLUs),
+    which no further descent revives."""
+    from hetrl.algos.exit_dqn import branch_loss
+
+    if updates < 0:
+        raise HetrlError(f"branch-fit updates must be >= 0 (got {updates})")
+    if len(data) < 2:
+        raise HetrlError(f"the branch fit needs states; got {len(data)}")
+    generator = torch.Generator().manual_seed(seed)
+    train, held = data.split(1.0 - FIT_HELD_OUT, generator)
+    before = branch_agreement(network, held.obs)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for branch in network.branches:
+            branch.reset_parameters()
+    params = list(network.branches.parameters())
+    frozen = [p for p in network.parameters() if not p.requires_grad]  # a loaded policy's are
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.Adam(params, lr=FIT_LR)
+    batch_size = FIT_BATCH
+    needs_td = config.exit_target in ("td", "both")
+    for step in range(updates):
+        batch = train.take(torch.randint(len(train), (batch_size,), generator=generator))
+        final, branch_q, branch_logits = network.heads(batch["obs"], detach=True)
+        final = final.detach()
+        target = final.new_zeros(batch_size)
+        if needs_td:
+            with torch.no_grad():
+                target = batch["rewards"] + batch["discounts"] * network.final(batch["next_obs"]).max(dim=1).values
+        loss = branch_loss(final, branch_q, branch_logits, batch["actions"].unsqueeze(1), target,
+                           torch.ones(batch_size), config.exit_target, config.exit_distill_temperature)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        if progress and (step + 1) % 5000 == 0:
+            progress(f"{step + 1:,} of {updates:,} updates")
+    for p in network.parameters():
+        p.grad = None
+    for p in frozen:
+        p.requires_grad_(False)
+    return BranchFit(updates, len(data), data.source, before, branch_agreement(network, held.obs))
+
+
 def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int, episodes: int,
                  thresholds: Sequence[float] = THRESHOLDS, atari: Any = None, batch: int = 1, backend: str = "torch",
                  timing: bool = True, timing_seconds: float = 0.2,
@@ -242,7 +335,7 @@ def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int,
     base_return = base_b1 = base_batch = None
     for threshold in values:
         if progress:
-            progress(f"threshold {threshold:g}")
+            progress(f"validation episodes at threshold {threshold:g}")
         counter = ExitCounter(algo, network, threshold, keep=KEPT_OBSERVATIONS if timing else 0, seed=seed)
         returns = evaluate_policy(counter, env_id, episodes, seed, atari, seed_offset=VALIDATION_SEED_OFFSET)
         stats = counter.stats()
@@ -278,25 +371,46 @@ def executor_batch(run: Any) -> tuple[int, str]:
     return max(1, batch), backend
 
 
-def store_threshold(path: Path, threshold: float) -> int:
+def _replaced(value: Any, new: torch.Tensor) -> Any:
+    """``new`` in the form ``value`` is stored in: a tensor, an array, or an encoded numpy array."""
+    if isinstance(value, torch.Tensor):
+        return new.detach().to(value.dtype).clone()
+    if isinstance(value, np.ndarray):
+        return new.detach().cpu().numpy().astype(value.dtype)
+    value["data"] = new.detach().cpu().to(value["data"].dtype).clone()  # a numpy acting copy's, encoded
+    return value
+
+
+def _stored_array(value: Any) -> bool:
+    return isinstance(value, (torch.Tensor, np.ndarray)) or (isinstance(value, dict)
+                                                             and value.get(safe_state.TAG) == "ndarray")
+
+
+def store_threshold(path: Path, threshold: float, branches: Mapping[str, torch.Tensor] | None = None) -> int:
     """Write ``threshold`` into every exit network state of checkpoint ``path`` (the policy, the
-    learner's networks, an acting copy): the entries named ``exit_threshold``. Returns how many."""
+    learner's networks, an acting copy): the entries named ``exit_threshold``; with ``branches``
+    (state-dict entries ``branches.*``, as :func:`fit_branches` left them), those entries of the same
+    states too, so a threshold is never stored apart from the branches it was chosen for. Returns
+    how many states were written."""
     state = safe_state.read(path)  # the file as saved (weights_only): arrays and signed pickles stay encoded
     found = 0
 
     def walk(node: Any) -> None:
         nonlocal found
         if isinstance(node, dict):
-            for key, value in node.items():
-                if key == "exit_threshold" and isinstance(value, (torch.Tensor, np.ndarray)):
-                    node[key] = (torch.full_like(value, threshold) if isinstance(value, torch.Tensor)
-                                 else np.full_like(value, threshold))
-                    found += 1
-                elif key == "exit_threshold" and isinstance(value, dict) and value.get(safe_state.TAG) == "ndarray":
-                    value["data"] = torch.full_like(value["data"], threshold)  # a numpy acting copy's, encoded
-                    found += 1
-                else:
-                    walk(value)
+            if _stored_array(node.get("exit_threshold")):  # an exit network's state
+                value = node["exit_threshold"]
+                shape = tuple(value["data"].shape if isinstance(value, dict) else value.shape)
+                node["exit_threshold"] = _replaced(value, torch.full(shape, float(threshold)))
+                for key, value in (branches or {}).items():
+                    if key not in node:
+                        raise HetrlError(f"{path}: an exit network state without {key}; the checkpoint does not "
+                                         "hold the network that was fit")
+                    node[key] = _replaced(node[key], value)
+                found += 1
+                return
+            for value in node.values():
+                walk(value)
         elif isinstance(node, (list, tuple)):
             for item in node:
                 walk(item)
@@ -310,31 +424,45 @@ def store_threshold(path: Path, threshold: float) -> int:
 def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: int = 20,
           thresholds: Sequence[float] = THRESHOLDS, min_score_ratio: float = MIN_SCORE_RATIO,
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
-          progress: Callable[[str], None] | None = None) -> SweepResult:
-    """``hetrl exits sweep``: the trade-off on validation episodes, written as a table and a PNG,
-    and the chosen threshold stored in the checkpoint (``store``)."""
+          progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES) -> SweepResult:
+    """``hetrl exits sweep``: first the branches fit to the trained network (``fit_updates``; 0: as
+    trained), then the trade-off on validation episodes, written as a table and a PNG, and the
+    chosen threshold (with the fitted branches) stored in the checkpoint (``store``)."""
+    from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
 
     if episodes <= 0:
         raise HetrlError(f"episodes must be > 0 (got {episodes})")
+    if fit_updates < 0:
+        raise HetrlError(f"fit updates must be >= 0 (got {fit_updates}); 0 sweeps the branches as trained")
+    bad = [t for t in thresholds if not 0 <= t <= 1]
+    if bad:
+        raise HetrlError(f"thresholds must be in [0, 1] (got {bad})")
     run = RunDir.open(run_dir)
     cfg = run.load_config()
     policy = load(run.path, checkpoint)
     network = policy.network
     if not isinstance(network, ExitQNetwork):
         raise HetrlError(f"{run.path} trained {cfg.algo}, whose network has no exits; sweep an exit-dqn run")
-    bad = [t for t in thresholds if not 0 <= t <= 1]
-    if bad:
-        raise HetrlError(f"thresholds must be in [0, 1] (got {bad})")
+    fitted = None
+    if fit_updates:
+        if progress:
+            progress(f"fitting the branches to the trained network ({fit_updates:,} updates)")
+        teacher = Teacher(run.path, checkpoint)  # the run's replay states (or, without one, its play)
+        data = teacher.data(FIT_STATES, "auto", cfg.seed)
+        fitted = fit_branches(network, data, policy.algo.config, fit_updates, cfg.seed, progress)
     batch, backend = executor_batch(run)
     points = sweep_policy(policy.algo, network, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
                           backend, timing, timing_seconds, progress)
     best = choose(points, min_score_ratio)
     result = SweepResult(str(run.path), str(policy.source), cfg.env, episodes, VALIDATION_SEED_OFFSET, batch, backend,
-                         network.baseline_macs, network.exit_names(), min_score_ratio, best.threshold, points)
+                         network.baseline_macs, network.exit_names(), min_score_ratio, best.threshold, points,
+                         fit=fitted)
     if store:
-        result.stored = store_threshold(Path(policy.source), best.threshold) > 0
+        branches = ({k: v for k, v in network.state_dict().items() if k.startswith("branches.")} if fitted
+                    else None)
+        result.stored = store_threshold(Path(policy.source), best.threshold, branches) > 0
     folder = Path(out) if out is not None else run.path / "exits"
     write_json(folder / "sweep.json", asdict(result))
     write_text(folder / "sweep.md", markdown(result) + "\n")
@@ -365,6 +493,8 @@ def markdown(result: SweepResult) -> str:
             timing = "- | - | - | -"
         lines.append(f"| {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | {p.score_ratio:.3f} | "
                      f"{p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | {timing} |")
+    if result.fit is not None:
+        lines += ["", result.fit.describe(result.exit_names[:-1]) + "."]
     lines += ["", f"Chosen: threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
                   f"{result.min_score_ratio:g} on the validation episodes"
                   + (f"; stored in {result.checkpoint}." if result.stored else " (not stored)."),

@@ -4,11 +4,15 @@
 Everything but the network and the loss is DQN's: exploration, replay, targets, the protocol and
 every executor. The final head learns by DQN's loss. Each branch learns
 
-- its Q head: from the same TD targets as the final head on the taken action (``exit_target``
-  "td"), by distillation of the final head's Q-values on every action ("distill"), or both
-  (default): distillation carries the final head's ranking of all actions, which is what the
-  branch must reproduce for its greedy action to be the final head's; the TD term anchors the
-  scale early on, while the final head is still poor;
+- its Q head (``exit_target``): by policy distillation ("policy", the default; Rusu et al. 2016,
+  arXiv 1511.06295): the KL divergence from the final head's sharpened policy,
+  ``softmax(Q_final / exit_distill_temperature)``, to ``softmax(Q_branch)``, so the branch learns
+  the final head's choice of action and nothing else; from the same TD targets as the final head
+  on the taken action ("td"); by regression (Huber) on the final head's Q-values on every action
+  ("distill"); or TD and regression together ("both"). A branch exists to take the final head's
+  greedy action, and its output is only ever used through its argmax: regressing all Q-values
+  spends the branch's few weights on values that never decide (docs/results.md measures the
+  agreement each target reaches);
 - its confidence head: whether the branch's greedy action equals the final head's on the batch's
   states (binary cross-entropy on the logit), so a threshold on the confidence bounds how often an
   exit changes the action.
@@ -55,16 +59,17 @@ from hetrl.nets.exits import (
 )
 
 SCHEDULES = ("staged", "joint")
-TARGETS = ("both", "td", "distill")
+TARGETS = ("policy", "both", "td", "distill")
 
 
 @dataclass
 class ExitDQNConfig(DQNConfig):
     exits: tuple[int, ...] | None = None  # blocks (0-based: convs, then hidden layers) a branch follows; none: every block but the last
-    exit_hidden: int = 0  # a hidden layer in each branch (units); 0: linear Q and confidence heads on the block's features
+    exit_hidden: int = 8  # a hidden layer in each branch (units; ReLU) that both heads read; 0: linear heads on the block's features
     exit_schedule: str = "staged"  # staged (branches on detached features, the final head is plain DQN) or joint
     exit_stage_start: int = 0  # staged: updates before the branches start learning
-    exit_target: str = "both"  # what a branch's Q head learns: td (the TD targets), distill (the final head's Q), both
+    exit_target: str = "policy"  # what a branch's Q head learns: policy (the final head's greedy policy, KL), td (the TD targets), distill (the final head's Q, Huber), both (td and distill)
+    exit_distill_temperature: float = 0.01  # policy: T in the final head's softmax(Q / T) (Rusu et al. 2016's best)
     exit_loss_weight: float = 1.0  # the branches' loss beside DQN's (joint: how hard they pull on the shared blocks)
     act_with_exits: bool = False  # act during training with exits (at exit_threshold); false: the whole network
     exit_threshold: float = 0.9  # the confidence an exit needs while training acts with exits
@@ -73,7 +78,8 @@ class ExitDQNConfig(DQNConfig):
     # validation episodes; none: the dearest path (every confidence head runs, the final head answers)
     exit_rates: tuple[float, ...] | None = None
 
-    COST_FREE = DQNConfig.COST_FREE | {"exit_target", "exit_loss_weight", "exit_stage_start"}
+    COST_FREE = DQNConfig.COST_FREE | {"exit_target", "exit_distill_temperature", "exit_loss_weight",
+                                        "exit_stage_start"}
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -86,6 +92,8 @@ class ExitDQNConfig(DQNConfig):
             problems.append(f"exit_schedule must be one of {', '.join(SCHEDULES)} (got {self.exit_schedule!r})")
         if self.exit_target not in TARGETS:
             problems.append(f"exit_target must be one of {', '.join(TARGETS)} (got {self.exit_target!r})")
+        if not self.exit_distill_temperature > 0:
+            problems.append(f"exit_distill_temperature must be > 0 (got {self.exit_distill_temperature})")
         if self.exit_hidden < 0:
             problems.append(f"exit_hidden must be >= 0 (got {self.exit_hidden})")
         if self.exit_stage_start < 0:
@@ -152,18 +160,33 @@ class ExitDQNLearner(DQNLearner):
 
     def branch_loss(self, final: torch.Tensor, branch_q: list[torch.Tensor], branch_logits: list[torch.Tensor],
                     actions: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """The branches' mean loss: Q head (TD and/or distillation) plus confidence (BCE)."""
-        greedy = final.argmax(dim=1)
-        total = final.new_zeros(())
-        for qb, logits in zip(branch_q, branch_logits):
-            if self.cfg.exit_target in ("td", "both"):
-                taken = qb.gather(1, actions).squeeze(1)
-                total = total + (weights * F.huber_loss(taken, target, reduction="none")).mean()
-            if self.cfg.exit_target in ("distill", "both"):
-                total = total + (weights * F.huber_loss(qb, final, reduction="none").mean(dim=1)).mean()
-            agrees = (qb.detach().argmax(dim=1) == greedy).float()
-            total = total + F.binary_cross_entropy_with_logits(logits, agrees)
-        return total / max(1, len(branch_q))
+        """The branches' mean loss under this run's ``exit_target`` (:func:`branch_loss`)."""
+        return branch_loss(final, branch_q, branch_logits, actions, target, weights, self.cfg.exit_target,
+                           self.cfg.exit_distill_temperature)
+
+
+def branch_loss(final: torch.Tensor, branch_q: list[torch.Tensor], branch_logits: list[torch.Tensor],
+                actions: torch.Tensor, target: torch.Tensor, weights: torch.Tensor, kind: str = "policy",
+                temperature: float = 0.01) -> torch.Tensor:
+    """The branches' mean loss: each Q head's (``kind``, an ``exit_target``: policy distillation,
+    TD on the taken ``actions`` towards ``target``, and/or regression on ``final``) plus its
+    confidence's (BCE towards whether its greedy action is the final head's). ``final``: the final
+    head's Q-values, detached; ``weights``: per-sample (PER) weights."""
+    greedy = final.argmax(dim=1)
+    total = final.new_zeros(())
+    teacher = F.softmax(final / temperature, dim=1) if kind == "policy" else None
+    for qb, logits in zip(branch_q, branch_logits):
+        if teacher is not None:
+            kl = F.kl_div(F.log_softmax(qb, dim=1), teacher, reduction="none").sum(dim=1)
+            total = total + (weights * kl).mean()
+        if kind in ("td", "both"):
+            taken = qb.gather(1, actions).squeeze(1)
+            total = total + (weights * F.huber_loss(taken, target, reduction="none")).mean()
+        if kind in ("distill", "both"):
+            total = total + (weights * F.huber_loss(qb, final, reduction="none").mean(dim=1)).mean()
+        agrees = (qb.detach().argmax(dim=1) == greedy).float()
+        total = total + F.binary_cross_entropy_with_logits(logits, agrees)
+    return total / max(1, len(branch_q))
 
 
 class ExitDQN(DQN):

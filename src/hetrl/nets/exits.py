@@ -77,6 +77,13 @@ class Branch(nn.Module):
             self.confidence.bias.fill_(CONFIDENCE_BIAS)
         self.in_features, self.hidden, self.width = in_features, hidden, width
 
+    def reset_parameters(self) -> None:
+        """Fresh weights, as at construction (from torch's global generator)."""
+        for layer in (*(m for m in self.trunk.modules() if isinstance(m, nn.Linear)), self.q, self.confidence):
+            layer.reset_parameters()
+        with torch.no_grad():
+            self.confidence.bias.fill_(CONFIDENCE_BIAS)
+
 
 class ExitQNetwork(nn.Module):
     """A Q-network of ``convs`` (filters, kernel, stride; unpadded) then ``hidden`` linear layers
