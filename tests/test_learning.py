@@ -1,10 +1,13 @@
 """They learn: the default DQN on CartPole-v1 is solved at the end of its default budget (every seed);
-DDPG, TD3 and SAC solve Pendulum-v1 in at least 3 of 4 seeds; DQN solves CartPole-v1 with actor
+DDPG, TD3 and SAC solve Pendulum-v1 in at least 2 of 3 seeds; DQN solves CartPole-v1 with actor
 processes, and learns MinAtar Breakout.
 
 Each seed is a real `hetrl train` run in its own process (two at a time, one torch thread each),
 stopping early once a greedy evaluation reaches the threshold; a seed counts only if that happens
 within the step budget. Settings are the documented defaults except where a line says otherwise.
+Seeds run in rounds of two and stop once enough have solved (or too few are left to): "2 of 3"
+fails less often than the former "3 of 4" for a per-seed success rate above about 0.8 (at 0.95:
+0.7% against 1.4%) and mostly ends after one round, which keeps CI inside its 30 minutes.
 """
 
 import json
@@ -18,7 +21,24 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def solved_seeds(tmp_path, algo, env, steps, threshold, settings, seeds=range(4)):
+def solved_seeds(tmp_path, algo, env, steps, threshold, settings, seeds=range(3), need=None, per_round=2):
+    """The seeds that reached ``threshold`` within ``steps``, and every seed's result; rounds of
+    ``per_round`` seeds side by side, stopping once ``need`` have solved or can no longer."""
+    seeds = list(seeds)
+    need = len(seeds) if need is None else need
+    solved, results = [], []
+    for start in range(0, len(seeds), per_round):
+        round_solved, round_results = _solved_round(tmp_path, algo, env, steps, threshold, settings,
+                                                    seeds[start:start + per_round])
+        solved += round_solved
+        results += round_results
+        left = len(seeds) - start - per_round
+        if len(solved) >= need or len(solved) + left < need:
+            break
+    return solved, results
+
+
+def _solved_round(tmp_path, algo, env, steps, threshold, settings, seeds):
     def one(seed):
         run = tmp_path / f"{algo}_{seed}"
         cmd = [sys.executable, "-m", "hetrl", "train", algo, env, "--steps", str(steps), "--seed", str(seed),
@@ -30,7 +50,7 @@ def solved_seeds(tmp_path, algo, env, steps, threshold, settings, seeds=range(4)
         summary = json.loads((run / "summary.json").read_text())
         return seed, summary["solved_at"], summary["eval_return_mean"]
 
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(len(seeds)) as pool:
         results = list(pool.map(one, seeds))
     print(f"{algo} {env}: (seed, solved at env step, eval return) = {results}")
     return [r for r in results if r[1] is not None and r[1] <= steps], results
@@ -40,15 +60,15 @@ def solved_seeds(tmp_path, algo, env, steps, threshold, settings, seeds=range(4)
 def test_ddpg_and_td3_solve_pendulum(tmp_path, algo):
     # smaller networks than the 400x300 default keep CI fast; Pendulum does not need more
     settings = {"hidden": "64,64", "eval_every": 1000}
-    solved, results = solved_seeds(tmp_path, algo, "Pendulum-v1", 20_000, -200, settings)
-    assert len(solved) >= 3, results
+    solved, results = solved_seeds(tmp_path, algo, "Pendulum-v1", 20_000, -200, settings, seeds=range(3), need=2)
+    assert len(solved) >= 2, results
 
 
 def test_sac_solves_pendulum(tmp_path):
     # 64x64 instead of the 256x256 default keeps CI fast (as for DDPG and TD3 above); the rest are SAC's defaults
     settings = {"hidden": "64,64", "eval_every": 1000}
-    solved, results = solved_seeds(tmp_path, "sac", "Pendulum-v1", 20_000, -200, settings)
-    assert len(solved) >= 3, results
+    solved, results = solved_seeds(tmp_path, "sac", "Pendulum-v1", 20_000, -200, settings, seeds=range(3), need=2)
+    assert len(solved) >= 2, results
 
 
 # The zoo's CartPole row as published (lr 2.3e-3, hard target copies, epsilon over 16k steps): it
@@ -58,16 +78,14 @@ FAST_CARTPOLE = {"lr": 2.3e-3, "tau": 1.0, "eps_decay_steps": 16_000}
 
 
 def test_dqn_solves_cartpole_with_actor_processes(tmp_path):
-    """The local executor (2 actor processes) reaches the inline threshold in 2 of 3 seeds; one seed
-    at a time, since each run already uses both cores, and no third once two have solved."""
+    """The local executor (2 actor processes) reaches the inline threshold in 1 of 2 seeds, one seed
+    at a time (each run already uses both cores), no second once one has solved: what this shows is
+    that learning works through actor processes and shared memory; how reliably the settings learn
+    is the inline tests' to show."""
     settings = {"eval_every": 2500, "executor": "local", "actors": 2, **FAST_CARTPOLE}
-    results = []
-    for seed in range(3):
-        results += solved_seeds(tmp_path, "dqn", "CartPole-v1", 100_000, 475, settings, seeds=[seed])[1]
-        if sum(r[1] is not None for r in results) == 2:
-            break
-    solved = [r for r in results if r[1] is not None]
-    assert len(solved) >= 2, results
+    solved, results = solved_seeds(tmp_path, "dqn", "CartPole-v1", 100_000, 475, settings, seeds=range(2), need=1,
+                                   per_round=1)
+    assert len(solved) >= 1, results
 
 
 def test_dqn_cartpole_defaults_stay_solved_to_the_end(tmp_path):
@@ -102,4 +120,4 @@ def test_dqn_learns_minatar_breakout(tmp_path):
     settings = {"eval_every": 2500, "eval_episodes": 10, "learning_starts": 1000, "eps_decay_steps": 20_000,
                 "target_update_every": 500, "lr": 2.5e-4, "plan": "rule"}
     solved, results = solved_seeds(tmp_path, "dqn", "MinAtar/Breakout-v1", 20_000, 2.0, settings, seeds=range(2))
-    assert len(solved) == 2, results
+    assert len(solved) == 2, results  # need defaults to every seed: one round of two
