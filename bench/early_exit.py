@@ -3,8 +3,10 @@
 For each MinAtar game and seed, a baseline ``dqn`` and an ``exit-dqn`` train with the same settings
 (the tuned MinAtar row, the MinAtar reference agent), the same seed and the same env-step budget,
 each as a fresh ``hetrl train`` subprocess (fixed rule placement: one process, torch Act and Learn
-on the host, ``--threads`` torch threads). Then, for the exit-dqn run, ``hetrl exits sweep`` chooses
-the threshold on validation episodes (seeded apart from the test episodes) and stores it; both final
+on the host, ``--threads`` torch threads). Then, for the exit-dqn run, ``hetrl exits sweep`` fits
+the branches to the trained network (on the run's replay; the report gives each branch's agreement
+with the final head's action before and after) and chooses the threshold on validation episodes
+(seeded apart from the test episodes), and stores both; both final
 policies then play the same test episodes (``hetrl.evaluate``: the seeds ``hetrl eval`` uses), and
 
 - operations ratio: exit-dqn's mean multiply-accumulates per decision over the test episodes'
@@ -91,6 +93,8 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
         "score_ratio": score_ratio(exit_eval.mean, base.mean),
         "macs_exit": stats.macs_mean, "macs_base": macs_dqn, "ops_ratio": stats.macs_mean / macs_dqn,
         "exit_fractions": stats.fractions, "exit_names": stats.names,
+        "fit_agreement": ([result.fit.agreement_before, result.fit.agreement_after] if result.fit is not None
+                          else None),
         "latency_backend": latency["fastest"],
         "latency_b1_us_exit": 1e6 * best["exit"][0], "latency_b1_us_base": 1e6 * best["base"][0],
         "latency_b1_spread_exit": [1e6 * best["exit"][1], 1e6 * best["exit"][2]],
@@ -149,6 +153,14 @@ def _dqn_macs(net: Any, obs: Any) -> int:
     return total
 
 
+def agreement(fit: list[list[float]] | None) -> str:
+    """Each branch's agreement with the final head's action on held-out replay states, before and
+    after the sweep's branch fit ("-": the branches were swept as trained)."""
+    if not fit:
+        return "-"
+    return ", ".join(f"{100 * a:.0f}% -> {100 * b:.0f}%" for a, b in zip(*fit))
+
+
 def spread(values: list[float]) -> str:
     if len(values) == 1:
         return f"{values[0]:.3f}"
@@ -182,8 +194,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines += ["", "Per run (mean over seeds [min-max] above):", "",
               ("| game | seed | threshold | DQN return | exit-dqn return | score ratio | MACs/decision (exit / DQN) | "
                "ops ratio | exits | Act backend | us/decision b1 (exit / DQN, p10-p90) | latency ratio | "
-               "us/decision b1, Act/torch (exit / DQN) | latency ratio, Act/torch |"),
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+               "us/decision b1, Act/torch (exit / DQN) | latency ratio, Act/torch | branch agreement, as trained -> fit |"),
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         exits = ", ".join(f"{n} {100 * f:.0f}%" for n, f in zip(r["exit_names"], r["exit_fractions"]))
         le, lb = r["latency_b1_spread_exit"], r["latency_b1_spread_base"]
@@ -192,7 +204,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                      f"{r['latency_backend']} | {r['latency_b1_us_exit']:.1f} ({le[0]:.1f}-{le[1]:.1f}) / "
                      f"{r['latency_b1_us_base']:.1f} ({lb[0]:.1f}-{lb[1]:.1f}) | {r['latency_ratio_b1']:.2f} | "
                      f"{r['latency_b1_us_exit_torch']:.1f} / {r['latency_b1_us_base_torch']:.1f} | "
-                     f"{r['latency_ratio_b1_torch']:.2f} |")
+                     f"{r['latency_ratio_b1_torch']:.2f} | {agreement(r.get('fit_agreement'))} |")
     return "\n".join(lines)
 
 
