@@ -396,7 +396,7 @@ def test_a_non_positive_distillation_temperature_is_refused():
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
     path = tmp_path_factory.mktemp("exits") / "run"
-    hetrl.train("exit-dqn", "CartPole-v1", steps=1_000, run_dir=path, progress=False, plan="rule", hidden=(32, 32),
+    hetrl.train("exit-dqn", "CartPole-v1", steps=1_000, run_dir=path, progress=False, plan="rule", hidden=(64, 64),
                 learning_starts=300, batch_size=32, eval_every=500, eval_episodes=2, seed=2)
     return path
 

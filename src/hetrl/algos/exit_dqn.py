@@ -65,7 +65,7 @@ TARGETS = ("policy", "both", "td", "distill")
 @dataclass
 class ExitDQNConfig(DQNConfig):
     exits: tuple[int, ...] | None = None  # blocks (0-based: convs, then hidden layers) a branch follows; none: every block but the last
-    exit_hidden: int = 8  # a hidden layer in each branch (units; ReLU) that both heads read; 0: linear heads on the block's features
+    exit_hidden: int = 16  # a hidden layer in each branch (units; ReLU) that both heads read; 0: linear heads on the block's features
     exit_schedule: str = "staged"  # staged (branches on detached features, the final head is plain DQN) or joint
     exit_stage_start: int = 0  # staged: updates before the branches start learning
     exit_target: str = "policy"  # what a branch's Q head learns: policy (the final head's greedy policy, KL), td (the TD targets), distill (the final head's Q, Huber), both (td and distill)
