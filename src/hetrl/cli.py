@@ -362,7 +362,7 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--thresholds", help="comma-separated confidences in [0, 1] (default 1,0.99,0.98,0.95,0.9,0.85,"
                                         "0.8,0.7,0.6,0.5,0.4,0.3,0.2,0.1,0; 1, the whole network, is always "
                                         "included)")
-    s.add_argument("--fit-updates", type=int, default=20_000,
+    s.add_argument("--fit-updates", type=int,
                    help="first fit the branches to the trained network on the run's replay, backbone and final "
                         "head frozen, for this many updates (default 20000; 0: sweep the branches as trained)")
     s.add_argument("--min-score-ratio", type=float, default=0.9,
@@ -374,7 +374,7 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
 
 
 def _exits_sweep(args: argparse.Namespace) -> int:
-    from hetrl.exits import THRESHOLDS, markdown, sweep
+    from hetrl.exits import FIT_UPDATES, THRESHOLDS, markdown, sweep
 
     thresholds = THRESHOLDS
     if args.thresholds:
@@ -388,7 +388,7 @@ def _exits_sweep(args: argparse.Namespace) -> int:
     result = sweep(args.run_dir, args.checkpoint, args.episodes, thresholds, args.min_score_ratio, args.out,
                    store=not args.no_store, timing=not args.no_timing,
                    progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
-                   fit_updates=args.fit_updates)
+                   fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates)
     print(markdown(result))
     return 0
 

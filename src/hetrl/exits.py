@@ -402,11 +402,11 @@ def store_threshold(path: Path, threshold: float, branches: Mapping[str, torch.T
                 value = node["exit_threshold"]
                 shape = tuple(value["data"].shape if isinstance(value, dict) else value.shape)
                 node["exit_threshold"] = _replaced(value, torch.full(shape, float(threshold)))
-                for key, value in (branches or {}).items():
+                for key, fitted in (branches or {}).items():
                     if key not in node:
                         raise HetrlError(f"{path}: an exit network state without {key}; the checkpoint does not "
                                          "hold the network that was fit")
-                    node[key] = _replaced(node[key], value)
+                    node[key] = _replaced(node[key], fitted)
                 found += 1
                 return
             for value in node.values():
@@ -449,7 +449,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     if fit_updates:
         if progress:
             progress(f"fitting the branches to the trained network ({fit_updates:,} updates)")
-        teacher = Teacher(run.path, checkpoint)  # the run's replay states (or, without one, its play)
+        teacher = Teacher(run.path, checkpoint, policy)  # the run's replay states (or, without one, its play)
         data = teacher.data(FIT_STATES, "auto", cfg.seed)
         fitted = fit_branches(network, data, policy.algo.config, fit_updates, cfg.seed, progress)
     batch, backend = executor_batch(run)

@@ -66,9 +66,10 @@ class TeacherData:
 class Teacher:
     """A run's greedy Q-network (best checkpoint by default, as ``hetrl eval``) and its policy."""
 
-    def __init__(self, run_dir: str | Path, checkpoint: str | None = None) -> None:
+    def __init__(self, run_dir: str | Path, checkpoint: str | None = None, policy: Policy | None = None) -> None:
+        """``policy``: the run's policy where the caller has loaded it already (``checkpoint``'s)."""
         self.run = RunDir.open(run_dir)
-        self.policy: Policy = load(run_dir, checkpoint)
+        self.policy: Policy = policy if policy is not None else load(run_dir, checkpoint)
         self.config = self.run.load_config()
         if not isinstance(self.policy.algo, DQN):
             raise HetrlError(f"{run_dir} is a {self.policy.algo.name} run; a teacher is a DQN agent (dqn, exit-dqn): "
