@@ -19,7 +19,7 @@ from hetrl.config import make_config
 from hetrl.envs import EnvSpec, env_spec
 from hetrl.errors import HetrlError
 from hetrl.evaluation import EVAL_SEED_OFFSET
-from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, SweepResult, choose, planning_settings, store_threshold
+from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, SweepResult, choose, monotone_scores, planning_settings, store_threshold
 from hetrl.nets import exits as exits_module
 from hetrl.nets import numpy_params
 from hetrl.nets.conv import MinAtarNet
@@ -410,6 +410,23 @@ def test_choose_takes_the_fewest_operations_at_the_score_ratio():
     assert choose(points, 0.99).threshold == 1.0  # the whole network always qualifies
     assert choose(points, 0.0).threshold == 0.7
 
+
+
+def test_one_lucky_validation_score_does_not_choose_the_threshold():
+    """0.4 scores 0.95 alone, but 0.5 above it (fewer exits) falls short: the monotone fit pools the
+    two (0.895) and the choice stays at 0.6; a real plateau is kept."""
+    def point(threshold, score, ops):
+        return SweepPoint(threshold, 0.0, 0.0, score, 0.0, ops, [])
+
+    noisy = [point(1.0, 1.0, 1.0), point(0.7, 1.02, 0.85), point(0.6, 0.93, 0.65), point(0.5, 0.84, 0.45),
+             point(0.4, 0.95, 0.36), point(0.3, 0.85, 0.34)]
+    fitted = monotone_scores(noisy)
+    assert fitted[0.4] == fitted[0.5] == pytest.approx((0.84 + 0.95) / 2) and fitted[0.3] == 0.85
+    assert all(fitted[a.threshold] >= fitted[b.threshold] for a, b in zip(noisy, noisy[1:]))  # falls with the threshold
+    assert choose(noisy, 0.9).threshold == 0.6
+    plateau = [point(1.0, 1.0, 1.0), point(0.6, 0.97, 0.5), point(0.4, 0.95, 0.36), point(0.3, 0.96, 0.34)]
+    assert monotone_scores(plateau)[0.3] == pytest.approx(0.955)
+    assert choose(plateau, 0.9).threshold == 0.3
 
 def test_the_threshold_is_chosen_without_the_test_episodes(run_dir, monkeypatch):
     """Every episode the sweep plays is a validation episode: its seeds are none of those of the

@@ -20,8 +20,10 @@
   looking at the episodes it is reported on. Each threshold plays the same validation episodes
   (the same seeds); its score ratio is its mean return over the full network's (threshold 1: no
   exit) on them. The choice: the fewest operations among the thresholds whose score ratio is at
-  least ``min_score_ratio``. It writes ``exits/sweep.md`` (the table), ``exits/sweep.json`` and
-  ``exits/sweep.png`` in the run directory, and stores the chosen threshold in the swept checkpoint
+  least ``min_score_ratio`` once the ratios are fit to fall with the threshold
+  (:func:`monotone_scores`, isotonic regression: one noisy validation score does not decide).
+  It writes ``exits/sweep.md`` (the table), ``exits/sweep.json`` and ``exits/sweep.png`` in the
+  run directory, and stores the chosen threshold in the swept checkpoint
   (the network's ``exit_threshold`` buffer), where ``hetrl eval`` and ``hetrl.load`` find it.
 """
 
@@ -255,10 +257,31 @@ class SweepResult:
         return next(p for p in self.points if p.threshold == threshold)
 
 
+def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
+    """Each threshold's score ratio fit to be non-increasing as the threshold falls (isotonic
+    regression by pooling adjacent violators, equal weights): a lower threshold sends more decisions
+    to the branches, so its expected score is no higher. A dip or a bump that breaks that order is
+    noise of the validation episodes, and is pooled with its neighbours rather than believed alone.
+    (scipy's ``isotonic_regression`` does the same, but scipy is not a dependency of hetrl.)"""
+    ordered = sorted(points, key=lambda p: p.threshold)  # ascending: the fit is non-decreasing
+    pools: list[list[float]] = []  # [mean, count]
+    for p in ordered:
+        pools.append([p.score_ratio, 1.0])
+        while len(pools) > 1 and pools[-2][0] > pools[-1][0]:
+            (m2, n2), (m1, n1) = pools.pop(), pools.pop()
+            pools.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    fitted = [mean for mean, count in pools for _ in range(int(count))]
+    return {p.threshold: s for p, s in zip(ordered, fitted)}
+
+
 def choose(points: Sequence[SweepPoint], min_score_ratio: float) -> SweepPoint:
-    """The fewest operations among the points whose score ratio is at least ``min_score_ratio``
-    (ties: the higher threshold); the full network's point always qualifies (its ratio is 1)."""
-    ok = [p for p in points if p.score_ratio >= min_score_ratio or p.threshold >= NEVER]
+    """The fewest operations among the points whose score ratio, fit monotone in the threshold
+    (:func:`monotone_scores`), is at least ``min_score_ratio`` (ties: the higher threshold); the
+    full network's point always qualifies (its ratio is 1). On raw ratios one lucky validation
+    score at a low threshold would be chosen although its neighbours, with nearly the same exits,
+    fall short."""
+    fitted = monotone_scores(points)
+    ok = [p for p in points if fitted[p.threshold] >= min_score_ratio or p.threshold >= NEVER]
     return min(ok, key=lambda p: (p.ops_ratio, -p.threshold))
 
 
@@ -478,10 +501,11 @@ def markdown(result: SweepResult) -> str:
          f"(seeds apart from the test episodes); baseline {result.baseline_macs:,} MACs per decision; "
          f"latency: Act/{result.backend} on the host, one thread, batch 1 and batch {result.batch}."),
         "",
-        (f"| threshold | return | score ratio | MACs/decision | ops ratio | {names} | us/decision b1 (p10-p90) | "
+        (f"| threshold | return | score ratio | monotone fit | MACs/decision | ops ratio | {names} | us/decision b1 (p10-p90) | "
          f"latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
-        "|" + "---|" * (9 + len(result.exit_names)),
+        "|" + "---|" * (10 + len(result.exit_names)),
     ]
+    fitted = monotone_scores(result.points)
     for p in result.points:
         mark = " **chosen**" if p.threshold == result.chosen else ""
         shares = " | ".join(f"{100 * f:.1f}%" for f in p.exit_fractions)
@@ -492,11 +516,12 @@ def markdown(result: SweepResult) -> str:
         else:
             timing = "- | - | - | -"
         lines.append(f"| {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | {p.score_ratio:.3f} | "
-                     f"{p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | {timing} |")
+                     f"{fitted[p.threshold]:.3f} | {p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | {timing} |")
     if result.fit is not None:
         lines += ["", result.fit.describe(result.exit_names[:-1]) + "."]
     lines += ["", f"Chosen: threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
-                  f"{result.min_score_ratio:g} on the validation episodes"
+                  f"{result.min_score_ratio:g} on the validation episodes, the ratios fit to fall with the threshold "
+                  "(isotonic regression)"
                   + (f"; stored in {result.checkpoint}." if result.stored else " (not stored)."),
               "", f"To plan a run that acts with these exits at this distribution: {planning_settings(result)}"]
     return "\n".join(lines)
