@@ -91,11 +91,17 @@ def test_dqn_learns_cartpole_under_ray(tmp_path):
     within the budget, while the ratio of updates to env steps holds. One seed and half the solved
     threshold, as CI's 30 minutes allow: that learning reaches 475 through actor processes is the
     local executor's test (test_learning.py), and the ray executor shares its learner and replay."""
+    from hetrl.planner.plan_file import Plan
+    from hetrl.protocol import Placement, Slot
+
+    plan = tmp_path / "plan.json"  # fixed, with Learn/blas as an automatic plan picks here, without profiling first
+    Plan("dqn", "CartPole-v1", 1, "rule", "-", Placement(Slot("gymnasium", "cpu"), Slot("numpy", "cpu"), Slot("numpy", "cpu"),
+                                                         Slot("blas", "cpu", threads=1)), None, [], "ray", 1).save(plan)
     solved = []
     for seed in (0,):
         run = tmp_path / f"s{seed}"
         proc = subprocess.run(
-            [sys.executable, "-m", "hetrl", "train", "dqn", "CartPole-v1", "--executor", "ray", "--actors", "1",
+            [sys.executable, "-m", "hetrl", "train", "dqn", "CartPole-v1", "--executor", "ray", "--actors", "1", "--plan", str(plan),
              "--steps", "100000", "--seed", str(seed), "--stop-at-return", "250", "--run-dir", str(run), "--no-progress",
              "--device", "cpu", "--set", "eval_every=2500", "--set", "lr=2.3e-3", "--set", "tau=1.0",
              "--set", "eps_decay_steps=16000"],
