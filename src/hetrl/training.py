@@ -113,7 +113,7 @@ class Session:
                overwrite: bool = False) -> "Session":
         """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
         check_machine(config)  # before planning: a plan measures the start of the actors it is asked for
-        RunDir.check_target(run_dir)  # and a run directory that cannot be written, before a profile is measured
+        RunDir.check_target(run_dir, overwrite=overwrite)  # and a run directory that cannot be written or holds a run, before a profile is measured
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
         session.check_machine()
         session.run = RunDir.create(run_dir, config, overwrite=overwrite)

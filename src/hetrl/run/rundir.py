@@ -90,10 +90,30 @@ class RunDir:
     branches = property(lambda self: self.path / "branches")
 
     @staticmethod
-    def check_target(path: str | Path | None, root: str | Path = "runs") -> None:
-        """Before any work: refuse a run directory hetrl could not write (a file, a read-only or
-        unwritable location: :func:`hetrl.files.check_writable`)."""
+    def check_target(path: str | Path | None, root: str | Path = "runs", overwrite: bool = False) -> None:
+        """Before any work (a plan may profile for tens of seconds): refuse a run directory hetrl
+        could not write (a file, a read-only or unwritable location:
+        :func:`hetrl.files.check_writable`), or one :meth:`create` would refuse as it stands (a run
+        is there). :meth:`create` checks again, under the lock."""
         check_writable(root if path is None else path, "--run-dir", directory=True)
+        if path is not None and Path(path).is_dir():
+            RunDir(Path(path)).check_free(overwrite)
+
+    def check_free(self, overwrite: bool = False) -> None:
+        """Refuse, in one line, a directory that holds a run a new one may not replace: a run with
+        checkpoints, a run stopped before its first one unless ``overwrite``, or checkpoints
+        without config.json."""
+        self.check_layout()
+        if self.config.exists():
+            if self.checkpoints():
+                refused = "--overwrite replaces only a run stopped before its first checkpoint; " if overwrite else ""
+                raise HetrlError(f"{self.path} already holds a run with checkpoints; {refused}continue it with "
+                                 f"`hetrl resume {self.path}` or choose another --run-dir")
+            if not overwrite:
+                raise HetrlError(f"{self.path} holds a run stopped before its first checkpoint (nothing to resume); start "
+                                 f"afresh there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
+        elif self.checkpoints() or self.best.exists():
+            raise HetrlError(self.no_config())
 
     @classmethod
     def create(cls, path: str | Path | None, config: TrainConfig, root: str | Path = "runs",
@@ -104,19 +124,10 @@ class RunDir:
         run = cls(Path(path) if path is not None else _new_path(root, config))
         run.lock()
         try:
-            run.check_layout()
-            if run.config.exists():
-                if run.checkpoints():
-                    refused = "--overwrite replaces only a run stopped before its first checkpoint; " if overwrite else ""
-                    raise HetrlError(f"{run.path} already holds a run with checkpoints; {refused}continue it with "
-                                     f"`hetrl resume {run.path}` or choose another --run-dir")
-                if not overwrite:
-                    raise HetrlError(f"{run.path} holds a run stopped before its first checkpoint (nothing to resume); start "
-                                     f"afresh there by adding --overwrite (hetrl.train: overwrite=True), or choose another --run-dir")
+            run.check_free(overwrite)
+            if run.config.exists():  # a run stopped before its first checkpoint, which overwrite replaces
                 run.remove_unstarted()
                 run.replaced = True
-            elif run.checkpoints() or run.best.exists():
-                raise HetrlError(run.no_config())
             save_config(config, run.config)
             ensure_dir(run.checkpoint_dir)
         except BaseException:
