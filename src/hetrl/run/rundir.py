@@ -97,7 +97,12 @@ class RunDir:
         is there). :meth:`create` checks again, under the lock."""
         check_writable(root if path is None else path, "--run-dir", directory=True)
         if path is not None and Path(path).is_dir():
-            RunDir(Path(path)).check_free(overwrite)
+            run = RunDir(Path(path))
+            run.lock()  # a run in use says so first (another process holds it), as create would
+            try:
+                run.check_free(overwrite)
+            finally:
+                run.unlock()
 
     def check_free(self, overwrite: bool = False) -> None:
         """Refuse, in one line, a directory that holds a run a new one may not replace: a run with
