@@ -98,11 +98,8 @@ class RunDir:
         check_writable(root if path is None else path, "--run-dir", directory=True)
         if path is not None and Path(path).is_dir():
             run = RunDir(Path(path))
-            run.lock()  # a run in use says so first (another process holds it), as create would
-            try:
-                run.check_free(overwrite)
-            finally:
-                run.unlock()
+            run.check_not_in_use()  # a run in use says so first, as create's lock would
+            run.check_free(overwrite)
 
     def check_free(self, overwrite: bool = False) -> None:
         """Refuse, in one line, a directory that holds a run a new one may not replace: a run with
@@ -187,11 +184,7 @@ class RunDir:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "unknown"
-                raise HetrlError(f"{self.path} is in use by another hetrl process (PID {holder}, training or resuming it); "
-                                 f"wait for it to end or stop it (`kill {holder}` writes its checkpoint), then try again; "
-                                 f"`hetrl eval` reads it meanwhile") from None
+                raise self._in_use(handle) from None
             handle.seek(0)
             previous = handle.read().strip()
             with fs_errors(self.lock_file):
@@ -212,6 +205,25 @@ class RunDir:
         if removed:
             self.notes.append(f"removed {len(removed)} partial file(s) that a killed writer left: "
                               f"{', '.join(p.name for p in removed)}")
+
+    def _in_use(self, handle: IO[str]) -> HetrlError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        return HetrlError(f"{self.path} is in use by another hetrl process (PID {holder}, training or resuming it); "
+                          f"wait for it to end or stop it (`kill {holder}` writes its checkpoint), then try again; "
+                          f"`hetrl eval` reads it meanwhile")
+
+    def check_not_in_use(self) -> None:
+        """Refuse a run whose lock another process holds, as :meth:`lock` would, but without taking
+        it (nothing written, no stale lock or temp file taken over: :meth:`lock` does that)."""
+        if self._lock is not None or not self.lock_file.is_file():
+            return
+        with fs_errors(self.lock_file), open(self.lock_file) as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise self._in_use(handle) from None
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
     def unlock(self) -> None:
         """Release ``run.lock`` (emptied first: an empty lock file claims nothing); nothing if not held."""
