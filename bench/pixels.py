@@ -5,7 +5,7 @@ Workloads (one settings object per workload, the same for every library; ``SETTI
   MinAtar network, batch 32, replay 100k, 1 update per env step, target copied every 1,000 env steps,
   epsilon 1 -> 0.1, Adam 1e-4 (hetrl's documented equivalent of the reference's RMSProp), Huber
   loss, no clipping, not double. Learning: curves of training-episode returns and the final greedy
-  return (10 episodes, one shared evaluator), beside env steps/s and wall time.
+  return (``--eval-episodes``, 10 by default; one shared evaluator), beside env steps/s and wall time.
 - Atari Breakout-v5 (speed only; learning is not expected in 100k steps): the Nature CNN, 1 update
   per 4 env steps, the DQN preprocessing of ``hetrl.envs.AtariOptions``.
 
@@ -295,12 +295,12 @@ def _spread(values: list[float], digits: int = 0) -> str:
     return f"{fmt.format(statistics.median(values))} [{fmt.format(min(values))}–{fmt.format(max(values))}]"
 
 
-def table(runs: list[dict[str, Any]], workload: str, libs: list[str]) -> list[str]:
+def table(runs: list[dict[str, Any]], workload: str, libs: list[str], episodes: int) -> list[str]:
     s = SETTINGS[workload]
     head = ["library", "env steps/s median [min–max]", "updates/s", "hetrl ÷ library (env steps/s)", "wall time (s)",
             "replay bytes per transition"]
     if s.learning:
-        head += ["final greedy return per seed (10 episodes)", "mean ± std over seeds"]
+        head += [f"final greedy return per seed ({episodes} episodes)", "mean ± std over seeds"]
     lines = [f"### {s.env_id}" + ("" if s.learning else " (speed only)"), "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     rate = {lib: [r["env_steps"] / r["seconds"] for r in runs if r["lib"] == lib and r["workload"] == workload] for lib in libs}
@@ -375,7 +375,7 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     if any(SETTINGS[w].learning for w in args.workloads):
         lines += [f"![training returns]({os.path.relpath(png, out.parent)})", ""]
     for w in args.workloads:
-        lines += table(runs, w, args.libs)
+        lines += table(runs, w, args.libs, args.eval_episodes)
     if failures:
         lines += ["**Not measured:**", ""] + [f"- {f}" for f in failures] + [""]
     lines.append(END)
