@@ -56,6 +56,27 @@ if "numba" in sys.modules:  # a plugin imported it first: make it read the varia
 
 
 @pytest.fixture
+def fixed_plan(tmp_path):
+    """A factory of plan files: the fixed rule's placement on the CPU with Learn/blas, the learner
+    the automatic plan picks for small MLPs on this machine's CPU. Learning tests train on it so that
+    each seed trains the same way on every run (no profile, whose timings could tip the choice) and
+    no run pays the profiling an automatic plan does on CI's empty cache."""
+    from dataclasses import replace
+
+    from hetrl.planner.plan_file import Plan
+    from hetrl.planner.rule import default_placement
+    from hetrl.protocol import Slot
+
+    def make(algo, env, executor="inline", actors=0):
+        placement = replace(default_placement(torch.device("cpu"), (1, 1), threads=1), learn=Slot("blas", "cpu", threads=1))
+        path = tmp_path / f"plan_{algo}_{executor}.json"
+        Plan(algo, env, 1, "rule", "-", placement, None, [], executor, actors).save(path)
+        return path
+
+    return make
+
+
+@pytest.fixture
 def require_cuda():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device on this machine")

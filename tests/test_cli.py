@@ -163,7 +163,6 @@ def test_existing_run_is_never_overwritten(run_dir):
     assert _snapshot(run_dir) == before
 
 
-
 def test_a_run_directory_holding_a_run_is_refused_before_the_plan_profiles(run_dir, monkeypatch, capsys):
     """An automatic plan may profile for tens of seconds: the refusal comes first."""
     from hetrl import training
@@ -176,6 +175,7 @@ def test_a_run_directory_holding_a_run_is_refused_before_the_plan_profiles(run_d
     assert main(["train", "dqn", "CartPole-v1", "--steps", "200", "--run-dir", str(run_dir), "--plan", "auto", *FAST]) == 2
     assert "already holds a run with checkpoints" in capsys.readouterr().err
     assert _snapshot(run_dir) == before
+
 
 def test_overwrite_never_removes_a_run_with_checkpoints(run_dir, capsys):
     before = _snapshot(run_dir)

@@ -411,7 +411,6 @@ def test_choose_takes_the_fewest_operations_at_the_score_ratio():
     assert choose(points, 0.0).threshold == 0.7
 
 
-
 def test_one_lucky_validation_score_does_not_choose_the_threshold():
     """0.4 scores 0.95 alone, but 0.5 above it (fewer exits) falls short: the monotone fit pools the
     two (0.895) and the choice stays at 0.6; a real plateau is kept."""
@@ -427,6 +426,7 @@ def test_one_lucky_validation_score_does_not_choose_the_threshold():
     plateau = [point(1.0, 1.0, 1.0), point(0.6, 0.97, 0.5), point(0.4, 0.95, 0.36), point(0.3, 0.96, 0.34)]
     assert monotone_scores(plateau)[0.3] == pytest.approx(0.955)
     assert choose(plateau, 0.9).threshold == 0.3
+
 
 def test_the_threshold_is_chosen_without_the_test_episodes(run_dir, monkeypatch):
     """Every episode the sweep plays is a validation episode: its seeds are none of those of the

@@ -57,31 +57,17 @@ def _solved_round(tmp_path, algo, env, steps, threshold, settings, seeds):
     return [r for r in results if r[1] is not None and r[1] <= steps], results
 
 
-def fixed_plan(tmp_path, algo, env, executor="inline", actors=0):
-    """A plan file with the fixed rule's placement but Learn/blas, the learner the automatic plan
-    picks for these MLPs on this machine's CPU: each seed trains the same way on every run (no
-    profile, whose timings could tip the choice), and no run pays the profiling that an automatic
-    plan does on CI's empty cache (about half a minute for two runs starting together)."""
-    from hetrl.planner.plan_file import Plan
-    from hetrl.protocol import Placement, Slot
-
-    path = tmp_path / f"plan_{algo}.json"
-    Plan(algo, env, 1, "rule", "-", Placement(Slot("gymnasium", "cpu"), Slot("numpy", "cpu"), Slot("numpy", "cpu"),
-                                              Slot("blas", "cpu", threads=1)), None, [], executor, actors).save(path)
-    return path
-
-
 @pytest.mark.parametrize("algo", ["ddpg", "td3"])
-def test_ddpg_and_td3_solve_pendulum(tmp_path, algo):
+def test_ddpg_and_td3_solve_pendulum(tmp_path, algo, fixed_plan):
     # smaller networks than the 400x300 default keep CI fast; Pendulum does not need more
-    settings = {"hidden": "64,64", "eval_every": 1000, "plan": fixed_plan(tmp_path, algo, "Pendulum-v1")}
+    settings = {"hidden": "64,64", "eval_every": 1000, "plan": fixed_plan(algo, "Pendulum-v1")}
     solved, results = solved_seeds(tmp_path, algo, "Pendulum-v1", 20_000, -200, settings, seeds=range(3), need=2)
     assert len(solved) >= 2, results
 
 
-def test_sac_solves_pendulum(tmp_path):
+def test_sac_solves_pendulum(tmp_path, fixed_plan):
     # 64x64 instead of the 256x256 default keeps CI fast (as for DDPG and TD3 above); the rest are SAC's defaults
-    settings = {"hidden": "64,64", "eval_every": 1000, "plan": fixed_plan(tmp_path, "sac", "Pendulum-v1")}
+    settings = {"hidden": "64,64", "eval_every": 1000, "plan": fixed_plan("sac", "Pendulum-v1")}
     solved, results = solved_seeds(tmp_path, "sac", "Pendulum-v1", 20_000, -200, settings, seeds=range(3), need=2)
     assert len(solved) >= 2, results
 
@@ -92,19 +78,19 @@ def test_sac_solves_pendulum(tmp_path):
 FAST_CARTPOLE = {"lr": 2.3e-3, "tau": 1.0, "eps_decay_steps": 16_000}
 
 
-def test_dqn_solves_cartpole_with_actor_processes(tmp_path):
+def test_dqn_solves_cartpole_with_actor_processes(tmp_path, fixed_plan):
     """The local executor (2 actor processes) reaches the inline threshold in 1 of 2 seeds, one seed
     at a time (each run already uses both cores), no second once one has solved: what this shows is
     that learning works through actor processes and shared memory; how reliably the settings learn
     is the inline tests' to show."""
     settings = {"eval_every": 2500, "executor": "local", "actors": 2, **FAST_CARTPOLE,
-                "plan": fixed_plan(tmp_path, "dqn", "CartPole-v1", "local", 2)}
+                "plan": fixed_plan("dqn", "CartPole-v1", "local", 2)}
     solved, results = solved_seeds(tmp_path, "dqn", "CartPole-v1", 100_000, 475, settings, seeds=range(2), need=1,
                                    per_round=1)
     assert len(solved) >= 1, results
 
 
-def test_dqn_cartpole_defaults_stay_solved_to_the_end(tmp_path):
+def test_dqn_cartpole_defaults_stay_solved_to_the_end(tmp_path, fixed_plan):
     """The FINAL policy of a default run (not the best one, which best.pt keeps) solves CartPole-v1:
     the tuned defaults must not learn and then collapse (docs/results.md measures 10 seeds). Three
     seeds run together (one torch thread each); each evaluated once, at the end (20 episodes). Every
@@ -114,7 +100,7 @@ def test_dqn_cartpole_defaults_stay_solved_to_the_end(tmp_path):
     CartPole-v1 at all. The placement is fixed, so each seed trains as measured: the fixed rule's,
     with Learn/blas, the learner the automatic plan picks for this network on the CPU (twice as
     fast as Learn/torch, which keeps CI inside its 30 minutes)."""
-    plan = fixed_plan(tmp_path, "dqn", "CartPole-v1")
+    plan = fixed_plan("dqn", "CartPole-v1")
 
     def one(seed):
         run = tmp_path / f"final_{seed}"

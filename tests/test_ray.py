@@ -85,18 +85,13 @@ def test_a_killed_ray_actor_is_restarted_and_the_run_goes_on(cluster):
 
 
 @pytest.mark.slow
-def test_dqn_learns_cartpole_under_ray(tmp_path):
+def test_dqn_learns_cartpole_under_ray(tmp_path, fixed_plan):
     """`hetrl train dqn CartPole-v1 --executor ray` learns, with the zoo's fast-learning CartPole
     row (test_learning.FAST_CARTPOLE): a greedy return of 250 (a random policy scores about 22)
     within the budget, while the ratio of updates to env steps holds. One seed and half the solved
     threshold, as CI's 30 minutes allow: that learning reaches 475 through actor processes is the
     local executor's test (test_learning.py), and the ray executor shares its learner and replay."""
-    from hetrl.planner.plan_file import Plan
-    from hetrl.protocol import Placement, Slot
-
-    plan = tmp_path / "plan.json"  # fixed, with Learn/blas as an automatic plan picks here, without profiling first
-    Plan("dqn", "CartPole-v1", 1, "rule", "-", Placement(Slot("gymnasium", "cpu"), Slot("numpy", "cpu"), Slot("numpy", "cpu"),
-                                                         Slot("blas", "cpu", threads=1)), None, [], "ray", 1).save(plan)
+    plan = fixed_plan("dqn", "CartPole-v1", "ray", 1)  # Learn/blas, as an automatic plan picks here, without profiling first
     solved = []
     for seed in (0,):
         run = tmp_path / f"s{seed}"
