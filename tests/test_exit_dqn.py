@@ -25,6 +25,7 @@ from hetrl.nets import numpy_params
 from hetrl.nets.conv import MinAtarNet
 from hetrl.nets.exits import (
     CONFIDENCE_BIAS,
+    INPUT,
     MINATAR_CONVS,
     ExitQNetwork,
     threshold_logit,
@@ -179,6 +180,45 @@ def test_operation_counts_equal_a_hand_count():
     assert net.mean_macs([1, 1, 2]) == (1056 + 1168 + 2 * 1215) / 4
 
 
+def test_a_branch_on_the_input_runs_before_any_block(monkeypatch):
+    """A branch on the observation itself (exit -1): a confident row runs no block at all; its
+    operations are the branch's alone, counted by hand."""
+    net = ExitQNetwork((2, 6, 6), 3, ((3, 3, 1), (4, 2, 2)), (5,), exits=(INPUT, 1), scale=2.0)
+    assert net.exit_names() == ["on the input", "after block 1", "final head"]
+    conv1, conv2, fc, head = 864, 192, 80, 15
+    inputs = 2 * 6 * 6  # the branch reads the 72 input values
+    assert net.macs(0) == inputs + inputs * 3 == 288
+    assert net.macs(1) == conv1 + conv2 + inputs + 16 + 16 * 3 == 1192
+    assert net.macs(2) == conv1 + conv2 + fc + head + inputs + 16 == 1239
+    obs = torch.randint(0, 3, (4, 2, 6, 6), dtype=torch.uint8)
+    with torch.no_grad():
+        net.branches[0].confidence.weight.zero_()
+        net.branches[0].confidence.weight[0, 0] = 20.0  # confident where the first input value is > 1 (scaled: > 0.5)
+        net.branches[0].confidence.bias.fill_(-10.0)
+        net.branches[1].confidence.bias.fill_(-10.0)  # never confident
+        obs[:, 0, 0, 0] = torch.tensor([2, 0, 2, 1], dtype=torch.uint8)
+        _, branch_q, _ = net.heads(obs)
+        want = branch_q[0][0:1]
+    work = Work(net, monkeypatch)
+    with torch.no_grad():
+        q, exit_index = net.act_forward(obs[0:1], threshold=0.5)
+    assert exit_index.tolist() == [0] and work.macs == net.macs(0)
+    assert all(rows == [] for name, rows in work.rows.items() if not name.startswith("branches.0"))
+    torch.testing.assert_close(q, want)
+    work.clear()
+    with torch.no_grad():
+        q, exit_index = net.act_forward(obs, threshold=0.5)
+    assert exit_index.tolist() == [0, 2, 0, 2] and work.rows["blocks.0.0"] == [2] and work.rows["branches.0.q"] == [2]
+    assert work.macs == 2 * net.macs(0) + 2 * net.macs(2)
+    q_np, exit_np = net.act_numpy(numpy_params(net), obs.numpy(), threshold=0.5)
+    np.testing.assert_array_equal(exit_np, exit_index.numpy())
+    np.testing.assert_allclose(q_np, q.numpy(), rtol=1e-5, atol=1e-5)
+    for row in range(4):
+        q1_np, e1_np = net.act_numpy(numpy_params(net), obs[row:row + 1].numpy(), threshold=0.5)
+        assert e1_np[0] == exit_index[row].item()
+        np.testing.assert_allclose(q1_np, q[row:row + 1].numpy(), rtol=1e-5, atol=1e-5)
+
+
 def test_operation_counts_equal_what_the_pass_ran(monkeypatch):
     """The analytic count of each exit equals the multiply-accumulates of the layers a pass ran."""
     net = small_conv()
@@ -212,10 +252,14 @@ def test_the_minatar_backbone_is_dqns_network():
 def test_exits_are_checked():
     with pytest.raises(ValueError, match="out of range"):
         ExitQNetwork((4,), 2, (), (8, 8), exits=(1,))
+    with pytest.raises(ValueError, match="out of range"):
+        ExitQNetwork((4,), 2, (), (8, 8), exits=(-2,))
     with pytest.raises(ValueError, match="no exit"):
         ExitQNetwork((4,), 2, (), (8,))
     with pytest.raises(HetrlError, match="out of range"):
         exit_algo(exits=(1,)).make_networks()
+    with pytest.raises(HetrlError, match="-1 for a branch on the input"):
+        exit_algo(exits=(-2,))
     with pytest.raises(HetrlError, match="no dueling head"):
         exit_algo(dueling=True)
     with pytest.raises(HetrlError, match="exit_schedule"):

@@ -13,7 +13,7 @@ from hetrl.config import make_config
 from hetrl.envs import EnvSpec
 from hetrl.errors import HetrlError
 from hetrl.nets.conv import MinAtarNet, NatureCNN
-from hetrl.nets.exits import MINATAR_CONVS, ExitQNetwork
+from hetrl.nets.exits import INPUT, MINATAR_CONVS, ExitQNetwork
 from hetrl.primitives import build, get
 from hetrl.primitives.act_numba import ActNumba
 from hetrl.profile import measure
@@ -46,8 +46,9 @@ def confident_sometimes(net, obs, threshold=0.5):
         for branch in net.branches:
             branch.confidence.weight.copy_(torch.randn(branch.confidence.weight.shape, generator=g) * 0.3)
         x = net._input(torch.as_tensor(obs))
-        for k in range(len(net.blocks)):
-            x = net._block(k, x)
+        for k in range(INPUT, len(net.blocks)):
+            if k != INPUT:
+                x = net._block(k, x)
             j = net._branch_at.get(k)
             if j is not None:
                 branch = net.branches[j]
@@ -67,8 +68,11 @@ def networks():
     yield "minatar-scaled", MinAtarNet((4, 10, 10), 3, scale=255.0), obs * np.uint8(200)
     yield "minatar-exit", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,)), obs
     yield "minatar-exit-hidden-branch", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (64,), branch_hidden=16), obs
+    yield "minatar-exit-on-the-input", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (64,), exits=(INPUT, 0), branch_hidden=16,
+                                                    scale=255.0), obs * np.uint8(200)
     vectors = np.random.default_rng(2).standard_normal((64, 6)).astype(np.float32)
     yield "mlp-exit", ExitQNetwork((6,), 4, (), (16, 16, 16)), vectors
+    yield "mlp-exit-on-the-input", ExitQNetwork((6,), 4, (), (16, 16), exits=(INPUT, 0)), vectors
 
 
 @pytest.mark.parametrize("name, net, obs", list(networks()), ids=[n for n, _, _ in networks()])

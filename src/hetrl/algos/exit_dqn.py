@@ -64,7 +64,7 @@ TARGETS = ("policy", "both", "td", "distill")
 
 @dataclass
 class ExitDQNConfig(DQNConfig):
-    exits: tuple[int, ...] | None = None  # blocks (0-based: convs, then hidden layers) a branch follows; none: every block but the last
+    exits: tuple[int, ...] | None = None  # blocks (0-based: convs, then hidden layers) a branch follows, -1 the input itself; none: every block but the last
     exit_hidden: int = 16  # a hidden layer in each branch (units; ReLU) that both heads read; 0: linear heads on the block's features
     exit_schedule: str = "staged"  # staged (branches on detached features, the final head is plain DQN) or joint
     exit_stage_start: int = 0  # staged: updates before the branches start learning
@@ -106,8 +106,9 @@ class ExitDQNConfig(DQNConfig):
                                             or abs(sum(self.exit_rates) - 1.0) > 1e-3):
             problems.append(f"exit_rates must be shares >= 0 summing to 1, one per exit and the final head last "
                             f"(got {self.exit_rates}); `hetrl exits sweep RUN` prints a run's")
-        if self.exits is not None and (not self.exits or min(self.exits) < 0):
-            problems.append(f"exits must list block indices >= 0 (got {self.exits}); none: after every block but the last")
+        if self.exits is not None and (not self.exits or min(self.exits) < -1):
+            problems.append(f"exits must list block indices >= 0, or -1 for a branch on the input (got {self.exits}); "
+                            "none: after every block but the last")
         return problems
 
 

@@ -5,7 +5,8 @@ confidence clears a threshold.
 The backbone is one of DQN's networks cut into *blocks*, each a layer and its ReLU: the
 convolutions, then the hidden linear layers (the MinAtar network: conv, 128 units; the Nature
 CNN: three convs, 512 units; an MLP: its ``hidden`` layers). The final head is the output layer.
-A branch sits after block ``k`` (0-based) of ``exits``; by default after every block but the last.
+A branch sits after block ``k`` (0-based) of ``exits``, or on the input itself (``INPUT``, -1: before
+block 0, reading the scaled observation); by default after every block but the last.
 The layers are made in the order DQN's network makes them (blocks, then the head; the branches
 after), so for one seed the backbone and head start from the same weights as ``dqn``'s.
 
@@ -47,6 +48,7 @@ from torch import nn
 
 from hetrl.nets.conv import ConvShape
 
+INPUT = -1  # the exit index of a branch on the observation itself, before any block
 NEVER = 1.0  # a threshold no confidence (a sigmoid) exceeds: no exit, the plain backbone
 CONFIDENCE_BIAS = -4.0  # a fresh confidence head's bias: sigmoid(-4) = 0.018, not confident
 
@@ -126,16 +128,18 @@ class ExitQNetwork(nn.Module):
         self._patch_index = [shape.patch_index() for shape in self.geometry]
         n = len(self.blocks)
         self.exits = tuple(sorted(set(range(n - 1) if exits is None else (int(e) for e in exits))))
+        self.input_width = int(np.prod(self.obs_shape))
         if not self.exits:
             raise ValueError(f"no exit: a network of {n} block{'s' if n != 1 else ''} has no block before its last "
                              "to branch after (give it at least two blocks)")
-        bad = [e for e in self.exits if not 0 <= e < n - 1]
+        bad = [e for e in self.exits if not INPUT <= e < n - 1]
         if bad:
-            raise ValueError(f"exits {bad} out of range: a branch sits after one of blocks 0..{n - 2} "
+            raise ValueError(f"exits {bad} out of range: a branch sits on the input ({INPUT}) or after one of blocks 0..{n - 2} "
                              f"(the network has {n} blocks: {self.n_convs} conv, {len(hidden)} linear; "
                              "after the last comes the final head)")
         self.widths = widths
-        self.branches = nn.ModuleList(Branch(widths[e], self.n_actions, branch_hidden) for e in self.exits)
+        self.branches = nn.ModuleList(Branch(self.input_width if e == INPUT else widths[e], self.n_actions, branch_hidden)
+                                      for e in self.exits)
         self._branch_at = {e: j for j, e in enumerate(self.exits)}
         # plain lists of the same modules (not registered twice): indexing a ModuleList or a
         # Sequential costs microseconds, which a batch-1 pass pays per layer
@@ -158,7 +162,7 @@ class ExitQNetwork(nn.Module):
             self.exit_threshold.fill_(float(threshold))
 
     def exit_names(self) -> list[str]:
-        return [f"after block {e}" for e in self.exits] + ["final head"]
+        return [("on the input" if e == INPUT else f"after block {e}") for e in self.exits] + ["final head"]
 
     # --- torch passes -------------------------------------------------------------------------
     # Layers are called through torch.nn.functional on the modules' parameters: at batch 1 on the
@@ -202,8 +206,9 @@ class ExitQNetwork(nn.Module):
         gradients (the staged schedule)."""
         x = self._input(obs)
         branch_q, branch_logits = [], []
-        for k in range(len(self.blocks)):
-            x = self._block(k, x)
+        for k in range(INPUT, len(self.blocks)):
+            if k != INPUT:
+                x = self._block(k, x)
             j = self._branch_at.get(k)
             if j is not None:
                 branch = self.branches[j]
@@ -226,8 +231,9 @@ class ExitQNetwork(nn.Module):
         n = x.shape[0]
         targets = np.diff(np.round(np.cumsum([0.0, *rates]) * n)).astype(int)  # rows per exit, summing to n
         counts = [0] * self.n_exits
-        for k in range(len(self.blocks)):
-            x = self._block(k, x)
+        for k in range(INPUT, len(self.blocks)):
+            if k != INPUT:
+                x = self._block(k, x)
             j = self._branch_at.get(k)
             if j is None:
                 continue
@@ -262,8 +268,9 @@ class ExitQNetwork(nn.Module):
                 x = self._block(k, x)
             return self._linear(self.head, x), torch.full((n,), last, dtype=torch.int64, device=device)
         if n == 1:  # one sample: exit or go on, nothing to gather
-            for k in range(len(self.blocks)):
-                x = self._block(k, x)
+            for k in range(INPUT, len(self.blocks)):
+                if k != INPUT:
+                    x = self._block(k, x)
                 j = self._branch_at.get(k)
                 if j is not None:
                     f, branch = self._branch_features(j, x), self._branch_list[j]
@@ -273,8 +280,9 @@ class ExitQNetwork(nn.Module):
         out = torch.empty((n, self.n_actions), dtype=torch.float32, device=device)
         exit_index = torch.full((n,), last, dtype=torch.int64, device=device)
         rows = torch.arange(n, device=device)  # which samples are still in the pass
-        for k in range(len(self.blocks)):
-            x = self._block(k, x)
+        for k in range(INPUT, len(self.blocks)):
+            if k != INPUT:
+                x = self._block(k, x)
             j = self._branch_at.get(k)
             if j is None:
                 continue
@@ -316,6 +324,10 @@ class ExitQNetwork(nn.Module):
         return out
 
     def _branch_numpy(self, params: Mapping[str, np.ndarray], j: int, x: np.ndarray) -> np.ndarray:
+        if self.exits[j] == INPUT and self.n_convs:  # the raw rows: scaled as the first conv scales its patches
+            x = x.astype(np.float32)
+            if self.scale != 1.0:
+                x /= np.float32(self.scale)
         if self.branches[j].hidden:
             x = x @ params[f"branches.{j}.trunk.0.weight"].T + params[f"branches.{j}.trunk.0.bias"]
             np.maximum(x, 0, out=x)
@@ -335,8 +347,9 @@ class ExitQNetwork(nn.Module):
                 x = self._block_numpy(params, k, x)
             return x @ params["head.weight"].T + params["head.bias"], np.full(n, last, dtype=np.int64)
         if n == 1:
-            for k in range(len(self.blocks)):
-                x = self._block_numpy(params, k, x)
+            for k in range(INPUT, len(self.blocks)):
+                if k != INPUT:
+                    x = self._block_numpy(params, k, x)
                 j = self._branch_at.get(k)
                 if j is not None:
                     f = self._branch_numpy(params, j, x)
@@ -348,8 +361,9 @@ class ExitQNetwork(nn.Module):
         exit_index = np.full(n, last, dtype=np.int64)
         out: np.ndarray | None = None
         rows = np.arange(n)
-        for k in range(len(self.blocks)):
-            x = self._block_numpy(params, k, x)
+        for k in range(INPUT, len(self.blocks)):
+            if k != INPUT:
+                x = self._block_numpy(params, k, x)
             j = self._branch_at.get(k)
             if j is None:
                 continue

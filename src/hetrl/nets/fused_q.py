@@ -15,7 +15,8 @@ around it costs little. Here the whole pass is one numba call over preallocated 
   and a dense layer are a conv and a linear block, a depthwise-separable convolution is a depthwise
   block (one k x k kernel per channel, no bias, no ReLU) then a 1x1 conv block, a skip is no block;
 - an :class:`~hetrl.nets.exits.ExitQNetwork` decides exits as its torch and numpy passes do: after
-  a block with a branch, each row still in the pass computes the branch's confidence logit; a row
+  a block with a branch (or before block 0, for a branch on the input), each row still in the pass
+  computes the branch's confidence logit; a row
   whose logit is strictly above the threshold's logit takes the branch's Q-values and leaves, the
   rows left are compacted and go on; a threshold of 1 or more runs no branch at all.
 
@@ -33,15 +34,15 @@ import numpy as np
 from torch import nn
 
 from hetrl.nets.conv import ConvQNetwork, ConvShape
-from hetrl.nets.exits import ExitQNetwork
+from hetrl.nets.exits import INPUT, ExitQNetwork
 from hetrl.nets.fused_mlp import aligned_zeros
 from hetrl.nets.searched import Layer, SearchedQNetwork
 
 # program layout: a header, then a record per block, then a record per branch
-HEADER, BLOCK, BRANCH = 8, 14, 7
+HEADER, BLOCK, BRANCH = 9, 14, 7
 CONV, LINEAR, DEPTHWISE = 0, 1, 2  # a block's kind
 # header: n_blocks, n_branches, n_actions, in_size, threshold offset (-1: no exits), scale offset,
-#         head weight offset, head bias offset
+#         head weight offset, head bias offset, the branch on the input (-1: none)
 # block:  kind, weight offset, bias offset (-1: none; depthwise only), channels, height, width,
 #         filters, kernel, stride, padding, in_features, out_features, ReLU (1) or not (0),
 #         branch index (-1: none)
@@ -191,7 +192,8 @@ class FusedQ:
                                  off[f"{p}.confidence.weight"]])
                 widths.append(branch.hidden)
         header = [len(blocks), len(branches), self.n_actions, self.in_size,
-                  off["exit_threshold"] if self.exits else -1, self.scale_offset, off[f"{head}.weight"], off[f"{head}.bias"]]
+                  off["exit_threshold"] if self.exits else -1, self.scale_offset, off[f"{head}.weight"], off[f"{head}.bias"],
+                  branch_at.get(INPUT, -1)]
         program = np.array(header + [v for rec in blocks + branches for v in rec], dtype=np.int64)
         return program, max(widths)
 
@@ -263,7 +265,7 @@ class FusedOp:
         self.in_size = layer.in_width * layer.height * layer.width
         self.out_size = blocks[-1][11]
         self.n_blocks = len(blocks)
-        header = [len(blocks), 0, 0, self.in_size, -1, scale_offset, -1, -1]
+        header = [len(blocks), 0, 0, self.in_size, -1, scale_offset, -1, -1, -1]
         self.program = np.array(header + [v for rec in blocks for v in rec], dtype=np.int64)
         self.max_width = max(_widths(blocks, self.in_size))
         self.flat = aligned_zeros(scale_offset + 1)
@@ -417,6 +419,35 @@ def _dot(flat, w_off, x, i, n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, fastmath=True)
+def _leave(flat, program, j, x, n_x, z, n, rows, q, exit_index, limit):  # pragma: no cover - compiled
+    """Branch ``j`` on the ``n`` rows of ``x`` still in the pass (``n_x`` features each): each row
+    whose confidence logit is above ``limit`` takes the branch's Q-values and leaves; the rows left
+    are compacted to the top of ``x`` (and ``rows``). Returns how many are left."""
+    n_actions, n_blocks = program[2], program[0]
+    r = program[HEADER + n_blocks * BLOCK + j * BRANCH:HEADER + n_blocks * BLOCK + (j + 1) * BRANCH]
+    hidden, n_in = r[0], r[1]
+    f, n_f = x, n_in
+    if hidden > 0:
+        _linear(flat, r[2], r[3], n_in, hidden, x, z, n, True)
+        f, n_f = z, hidden
+    kept = 0
+    for i in range(n):
+        logit = _dot(flat, r[6], f, i, n_f) + flat[r[6] + n_f]
+        if np.float64(logit) > limit:
+            row = rows[i]
+            for a in range(n_actions):
+                q[row, a] = _dot(flat, r[4] + a * n_f, f, i, n_f) + flat[r[5] + a]
+            exit_index[row] = j
+        else:
+            if kept != i:
+                rows[kept] = rows[i]
+                for t in range(n_x):
+                    x[kept, t] = x[i, t]
+            kept += 1
+    return kept
+
+
+@numba.njit(cache=True, fastmath=True)
 def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no cover - compiled
     """The network's Q-values into ``q`` and each row's exit into ``exit_index`` (see the module).
     A program with no actions (:class:`FusedOp`) leaves the last block's output in ``buf``."""
@@ -438,6 +469,10 @@ def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no c
             for t in range(in_size):
                 x[i, t] = np.float32(src[i, t])
     n = batch
+    if program[8] >= 0 and limit != math.inf:  # the branch on the input, before any block
+        n = _leave(flat, program, program[8], x, in_size, z, n, rows, q, exit_index, limit)
+        if n == 0:
+            return
     for k in range(n_blocks):
         p = program[HEADER + k * BLOCK:HEADER + (k + 1) * BLOCK]
         if p[0] == CONV:
@@ -450,27 +485,7 @@ def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no c
         j = p[13]
         if j < 0 or limit == math.inf:
             continue
-        r = program[HEADER + n_blocks * BLOCK + j * BRANCH:HEADER + n_blocks * BLOCK + (j + 1) * BRANCH]
-        hidden, n_in = r[0], r[1]
-        f, n_f = x, n_in
-        if hidden > 0:
-            _linear(flat, r[2], r[3], n_in, hidden, x, z, n, True)
-            f, n_f = z, hidden
-        kept = 0
-        for i in range(n):
-            logit = _dot(flat, r[6], f, i, n_f) + flat[r[6] + n_f]
-            if np.float64(logit) > limit:
-                row = rows[i]
-                for a in range(n_actions):
-                    q[row, a] = _dot(flat, r[4] + a * n_f, f, i, n_f) + flat[r[5] + a]
-                exit_index[row] = j
-            else:
-                if kept != i:
-                    rows[kept] = rows[i]
-                    for t in range(p[11]):
-                        x[kept, t] = x[i, t]
-                kept += 1
-        n = kept
+        n = _leave(flat, program, j, x, p[11], z, n, rows, q, exit_index, limit)
         if n == 0:
             return
     n_in = program[HEADER + (n_blocks - 1) * BLOCK + 11] if n_blocks > 0 else in_size  # the head reads the input itself
