@@ -1,6 +1,7 @@
 """The profiler measures every registered implementation, and its JSON round-trips."""
 
 import json
+import os
 
 import pytest
 
@@ -10,7 +11,8 @@ from hetrl.devices import available_devices
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine
-from hetrl.profile import ENV_COUNTS, Profile, default_path, measure, profile_workload, time_calls
+from hetrl import profile as profile_module
+from hetrl.profile import ENV_COUNTS, Profile, _jobs, actor_start_path, default_path, measure, profile_workload, time_calls
 from hetrl.primitives import implementations
 
 
@@ -103,6 +105,37 @@ def test_default_path_is_per_machine_and_workload(tmp_path, monkeypatch):
     assert a == default_path(machine, "dqn", "CartPole-v1", DQNConfig())
     assert a != default_path(machine, "dqn", "CartPole-v1", DQNConfig(batch_size=128))
     assert a.parent == tmp_path / "hetrl" / "profiles" / machine.fingerprint()
+
+
+def test_actor_start_is_measured_once_per_workload_not_per_agent_setting(tmp_path, monkeypatch):
+    """Two profiles of one env under other agent settings start the actors once: the second reads
+    what the first kept and its notes say so; another env, or a kept file that cannot be read, is
+    measured again."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    measured = []
+
+    def fake(algo, env, agent, actors):
+        measured.append((algo, str(env)))
+        return 1.5 + len(measured)
+
+    monkeypatch.setattr(profile_module, "actor_start_seconds", fake)
+    machine = describe_machine()
+
+    def actor_start(env, agent):
+        notes = []
+        algo = make_algorithm("dqn", env_spec(env), agent)
+        job = dict(_jobs(algo, ["cpu"], [1], machine=machine, notes=notes))["ActorStart local"]
+        return job()[0].median_s, notes
+
+    assert actor_start("CartPole-v1", DQNConfig(hidden=(8, 8))) == (2.5, [])
+    seconds, notes = actor_start("CartPole-v1", DQNConfig(hidden=(64, 64), batch_size=128))
+    path = actor_start_path(machine, "dqn", "CartPole-v1", min(2, os.cpu_count() or 1))
+    assert seconds == 2.5 and len(measured) == 1 and str(path) in notes[0] and "not measured again" in notes[0]
+    assert path.parent == default_path(machine, "dqn", "CartPole-v1", DQNConfig()).parent
+    assert actor_start("Acrobot-v1", DQNConfig(hidden=(8, 8)))[0] == 3.5 and len(measured) == 2
+    path.write_text("{not json")
+    assert actor_start("CartPole-v1", DQNConfig(hidden=(8, 8))) == (4.5, []) and len(measured) == 3
+    assert json.loads(path.read_text())["seconds"] == 4.5  # measured again and kept
 
 
 def test_time_calls_measures_what_it_runs():

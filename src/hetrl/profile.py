@@ -135,6 +135,46 @@ class Profile:
             raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
 
 
+def _cache_dir(machine: Machine) -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles" / machine.fingerprint()
+
+
+def actor_start_path(machine: Machine, algo: str, env: str | EnvSource, actors: int) -> Path:
+    """Where the ActorStart of a workload is kept, beside its profiles: keyed by the env (its kwargs
+    and wrappers too), the actor count and the library, not by the agent's settings. Starting the
+    actors is a fresh interpreter's imports, the fork server and the envs made; the network sizes and
+    replay settings a profile is keyed by change it by less than its own spread from one start to
+    the next, so each profile of the workload under other settings reads it instead of measuring
+    it again (seconds of the profile's time, most of it the measuring interpreter's own start)."""
+    from hetrl import __version__
+
+    source = env if isinstance(env, EnvSource) else EnvSource(env)
+    what = {"env": source.settings(), "actors": actors, "library": [__version__, *LIBRARY]}
+    key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return _cache_dir(machine) / f"actor_start_{algo}_{file_part(source.name)}_{key}.json"
+
+
+def kept_actor_start(path: Path | None, measure: Callable[[], float]) -> tuple[float, str | None]:
+    """ActorStart's seconds from ``path`` where a valid one is kept there, else ``measure()``'d and
+    kept (a cache that cannot be written is left as it is); with where a kept one came from (None:
+    measured now)."""
+    if path is not None and path.is_file():
+        try:
+            kept = read_json(path, "ActorStart")
+            seconds, measured = float(kept["seconds"]), str(kept["measured"])
+            if seconds > 0:
+                return seconds, f"measured {measured}, kept in {path}"
+        except (HetrlError, KeyError, TypeError, ValueError):
+            pass  # unreadable: measured again and written over
+    seconds = measure()
+    if path is not None:
+        try:
+            write_json(path, {"seconds": seconds, "measured": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        except (HetrlError, OSError):
+            pass  # an unwritable cache: measured each time (the profile, kept beside it, says so once)
+    return seconds, None
+
+
 def default_path(machine: Machine, algo: str, env: str | EnvSource, agent: AgentConfig) -> Path:
     """Where a profile of this machine and workload is kept: ``$XDG_CACHE_HOME/hetrl/profiles``,
     keyed by the env (its kwargs and wrappers too), the settings that change what primitives cost
@@ -142,14 +182,13 @@ def default_path(machine: Machine, algo: str, env: str | EnvSource, agent: Agent
     backend measures it instead of planning without it)."""
     from hetrl import __version__
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles"
     source = env if isinstance(env, EnvSource) else EnvSource(env)
     settings = agent.cost_settings()
     if source.kwargs or source.wrappers:
         settings = {**settings, "env_kwargs": source.kwargs, "wrappers": source.wrappers}
     what = {"agent": settings, "library": [__version__, *LIBRARY]}
     key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return cache / machine.fingerprint() / f"{algo}_{file_part(source.name)}_{key}.json"
+    return _cache_dir(machine) / f"{algo}_{file_part(source.name)}_{key}.json"
 
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 7, warmup: int = 3) -> tuple[float, float, float, int]:
@@ -290,8 +329,11 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any = None) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
-    """(label, measure) pairs, one per thing to time; building happens inside measure."""
+def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any = None,
+          machine: Machine | None = None, notes: list[str] | None = None) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
+    """(label, measure) pairs, one per thing to time; building happens inside measure. ``machine``:
+    where ActorStart is kept (:func:`actor_start_path`; None: measured every time); ``notes``: where
+    a job says what it did not measure now."""
     cfg, spec = algo.config, algo.spec
     rng = np.random.default_rng(0)
     B = cfg.batch_size
@@ -391,7 +433,10 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         """Starting and stopping the local executor's actor processes, once, cold (runtime/startup.py):
         the fork server dominates, and more actors fork from it in parallel."""
         actors = min(2, os.cpu_count() or 1)
-        seconds = actor_start_seconds(algo.name, spec.origin, cfg, actors)
+        path = actor_start_path(machine, algo.name, spec.origin, actors) if machine is not None else None
+        seconds, kept = kept_actor_start(path, lambda: actor_start_seconds(algo.name, spec.origin, cfg, actors))
+        if kept and notes is not None:
+            notes.append(f"ActorStart not measured again: {seconds:.2f} s, {kept} (delete the file to measure it again)")
         return [Timing("ActorStart", "local", "cpu", actors, None, seconds, seconds, seconds, 1)]
     if not (spec.source and spec.source.in_process):  # else no actor process can make the envs: runs stay inline
         yield "ActorStart local", actor_start
@@ -518,7 +563,7 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
     result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     result.notes.extend(profile_notes(algorithm))
-    jobs = list(_jobs(algorithm, devices, threads, meters))
+    jobs = list(_jobs(algorithm, devices, threads, meters, machine, result.notes))
     with one_blas_thread():  # as a run acts (runtime/host_blas.py)
         for done, (label, measure) in enumerate(jobs):
             if progress:
