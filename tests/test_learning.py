@@ -1,5 +1,5 @@
-"""They learn: the default DQN on CartPole-v1 is solved at the end of its default budget (2 of 3 seeds,
-none collapsed);
+"""They learn: the default DQN on CartPole-v1 is solved at the end of its default budget (1 of 2 seeds,
+neither collapsed);
 DDPG, TD3 and SAC solve Pendulum-v1 in at least 2 of 3 seeds; DQN solves CartPole-v1 with actor
 processes, and learns MinAtar Breakout.
 
@@ -92,14 +92,15 @@ def test_dqn_solves_cartpole_with_actor_processes(tmp_path, fixed_plan):
 
 def test_dqn_cartpole_defaults_stay_solved_to_the_end(tmp_path, fixed_plan):
     """The FINAL policy of a default run (not the best one, which best.pt keeps) solves CartPole-v1:
-    the tuned defaults must not learn and then collapse (docs/results.md measures 10 seeds). Three
-    seeds run together (one torch thread each); each evaluated once, at the end (20 episodes). Every
-    final policy is far from a collapse (>= 200: the old defaults' collapsed runs ended at 16-22)
-    and at least 2 of 3 solve (>= 475): docs/results.md has 9 of 10 seeds solving on Learn/torch and
-    5 of 6 on Learn/blas, and reaching 475 at the end is also the check that the defaults solve
-    CartPole-v1 at all. The placement is fixed, so each seed trains as measured: the fixed rule's,
-    with Learn/blas, the learner the automatic plan picks for this network on the CPU (twice as
-    fast as Learn/torch, which keeps CI inside its 30 minutes)."""
+    the tuned defaults must not learn and then collapse (docs/results.md measures 10 seeds). Seeds 0
+    and 1 run together (one torch thread each, one per core); each evaluated once, at the end (20
+    episodes). Both final policies are far from a collapse (>= 200: the old defaults' collapsed runs
+    ended at 16-22) and at least one solves (>= 475), which is also the check that the defaults
+    solve CartPole-v1 at all: docs/results.md has 9 of 10 seeds solving at the end on Learn/torch
+    and 5 of 6 on Learn/blas, so at a per-seed rate of 0.85 this fails 2% of the time, against 6%
+    for the former 2 of 3 (and a third run on two cores cost CI a third of the test's time). The
+    placement is fixed, so each seed trains as measured: the fixed rule's, with Learn/blas, the
+    learner the automatic plan picks for this network on the CPU."""
     plan = fixed_plan("dqn", "CartPole-v1")
 
     def one(seed):
@@ -113,12 +114,12 @@ def test_dqn_cartpole_defaults_stay_solved_to_the_end(tmp_path, fixed_plan):
         assert json.loads((run / "plan.json").read_text())["placement"]["learn"]["backend"] == "blas"
         return seed, summary["env_steps"], summary["eval_return_mean"]
 
-    with ThreadPoolExecutor(3) as pool:
-        results = list(pool.map(one, range(3)))
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(one, range(2)))
     print(f"dqn CartPole-v1 defaults, final policy: (seed, env steps, final eval return) = {results}")
     assert all(steps == 100_000 for _, steps, _ in results), results
     assert all(final >= 200 for _, _, final in results), results  # no collapse
-    assert sum(final >= 475 for _, _, final in results) >= 2, results
+    assert any(final >= 475 for _, _, final in results), results
 
 
 def test_dqn_learns_minatar_breakout(tmp_path):
