@@ -10,6 +10,7 @@ from hetrl.cli import main
 from hetrl.errors import HetrlError
 from hetrl.planner.model import predict
 from hetrl.planner.model_local import predict_central, predict_parallel
+from hetrl.planner import rule
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.search import candidates, make_plan
 from hetrl.planner.tables import plan_tables
@@ -91,6 +92,23 @@ def test_unprofiled_sizes_are_interpolated():
     assert p.per_call_s["EnvStep"] == pytest.approx(40 * US)  # between 20 (1 env) and 80 (4 envs)
     p8 = predict(CPU_PLAN, synthetic(HOST), agent, num_envs=8)
     assert p8.per_call_s["EnvStep"] == pytest.approx(160 * US)  # extrapolated from the last two
+
+
+def test_the_fixed_rule_counts_the_cores_this_process_may_use_not_the_machines(monkeypatch):
+    """In a container or under taskset (an affinity of one core on a bigger machine) the rule gives
+    one learner thread and one actor, as on a one-core machine."""
+    import os
+
+    import torch
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    big = (10_000_000, 256)  # work far above SMALL_LEARNER_WORK: every usable core
+    assert rule.default_placement(torch.device("cpu"), big).learn.threads == 1
+    assert rule.default_actors() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert rule.default_placement(torch.device("cpu"), big).learn.threads == 4
+    assert rule.default_actors() == 3
 
 
 def test_planner_takes_several_learner_threads_only_where_they_pay_clearly():

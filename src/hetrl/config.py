@@ -25,7 +25,7 @@ from hetrl.envs.pixels import AtariOptions
 from hetrl.envs.source import EnvSource, env_source
 from hetrl.errors import MAX_SEED, HetrlError, did_you_mean, field_type_problems, field_types, int_problem, type_name
 from hetrl.files import read_config_file, read_json, write_json
-from hetrl.hardware import free_memory_bytes, gib
+from hetrl.hardware import free_memory_bytes, gib, usable_cores
 from hetrl.replay.footprint import is_frame_replay, replay_bytes
 from hetrl.replay.frames import frames_unsupported
 from hetrl.runtime.inference import INFERENCE as INFERENCE_WAYS
@@ -147,14 +147,6 @@ class TrainConfig:
 MAX_CPU_WATTS = 10_000  # cpu_watts above this is a typo (milliwatts?), not a CPU
 MAX_GPU_WATTS = 10_000  # gpu_watts above this is a typo (milliwatts?), not a GPU
 OVERSUBSCRIPTION = 4  # actors, or learner threads, per core of this machine beyond which a run needs force=true
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity: a container's or taskset's share)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def check_machine(config: TrainConfig, executor: str | None = None, actors: int | None = None, threads: int | None = None,

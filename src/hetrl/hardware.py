@@ -22,6 +22,15 @@ from hetrl.devices import cuda_available, mps_available
 from hetrl.energy import MeterStatus, discover_meters
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity: a container's or taskset's share), which
+    ``os.cpu_count()`` (every core of the machine) overstates."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 @dataclass(frozen=True)
 class Cpu:
     model: str

@@ -37,7 +37,7 @@ from hetrl.energy.measurement import MIN_WINDOW_S
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import HetrlError
 from hetrl.files import file_part, read_json, write_json
-from hetrl.hardware import Machine, describe_machine
+from hetrl.hardware import Machine, describe_machine, usable_cores
 from hetrl.planner.rule import default_placement, frame_replay_wanted
 from hetrl.primitives import LIBRARY, build, implementations
 from hetrl.protocol import Slot
@@ -432,7 +432,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     def actor_start():
         """Starting and stopping the local executor's actor processes, once, cold (runtime/startup.py):
         the fork server dominates, and more actors fork from it in parallel."""
-        actors = min(2, os.cpu_count() or 1)
+        actors = min(2, usable_cores())
         path = actor_start_path(machine, algo.name, spec.origin, actors) if machine is not None else None
         seconds, kept = kept_actor_start(path, lambda: actor_start_seconds(algo.name, spec.origin, cfg, actors))
         if kept and notes is not None:
@@ -558,7 +558,7 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
             return profile_workload(algo, env, agent, devices, threads, progress, machine, found)
     algorithm = make_algorithm(algo, env_spec(env), agent)
     devices = devices or available_devices()
-    threads = threads or sorted({1, os.cpu_count() or 1})
+    threads = threads or sorted({1, usable_cores()})
     machine = machine or describe_machine()
     agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
     result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))

@@ -10,10 +10,10 @@ from pathlib import Path
 import torch
 
 from hetrl.algos import Algorithm
-from hetrl.config import TrainConfig, replay_need, usable_cores
+from hetrl.config import TrainConfig, replay_need
 from hetrl.devices import resolve_device
 from hetrl.errors import HetrlError
-from hetrl.hardware import describe_machine, free_memory_bytes
+from hetrl.hardware import describe_machine, free_memory_bytes, usable_cores
 from hetrl.planner.model_ray import predict_ray
 from hetrl.planner.plan_file import Plan
 from hetrl.planner.rule import default_actors, default_placement, frame_replay_wanted

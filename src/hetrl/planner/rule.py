@@ -8,11 +8,11 @@ the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
+from hetrl.hardware import usable_cores
 from hetrl.primitives import get
 from hetrl.protocol import Placement, Slot
 
@@ -40,7 +40,7 @@ def default_placement(device: torch.device, learner_work: tuple[int, int], threa
     learner's device. ``frames``: observations are stacked uint8 frames, kept by the frame replay."""
     host = device.type == "cpu"
     if host and threads == 0:
-        threads = learner_threads(*learner_work, cores=os.cpu_count() or 1)
+        threads = learner_threads(*learner_work, cores=usable_cores())
     return Placement(
         env=Slot("gymnasium", "cpu"),
         act=Slot("numpy", "cpu") if mlp_policy else Slot("torch", str(device)),
@@ -50,5 +50,6 @@ def default_placement(device: torch.device, learner_work: tuple[int, int], threa
 
 
 def default_actors() -> int:
-    """The fixed rule's actor count: one actor per core left beside the learner's (at least one)."""
-    return max(1, (os.cpu_count() or 1) - 1)
+    """The fixed rule's actor count: one actor per core left beside the learner's (at least one),
+    of the cores this process may use."""
+    return max(1, usable_cores() - 1)

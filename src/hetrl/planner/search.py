@@ -13,10 +13,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from hetrl.algos import AgentConfig
-from hetrl.config import usable_cores
 from hetrl.energy.measurement import GPU_POWER, HOST_POWER, USER_FIGURE, device_key
 from hetrl.errors import HetrlError
-from hetrl.hardware import gib
+from hetrl.hardware import gib, usable_cores
 from hetrl.planner.model import Prediction, predict
 from hetrl.planner.model_local import predict_parallel
 from hetrl.planner.plan_file import Candidate, Plan
