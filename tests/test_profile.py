@@ -1,7 +1,6 @@
 """The profiler measures every registered implementation, and its JSON round-trips."""
 
 import json
-import os
 
 import pytest
 
@@ -10,7 +9,7 @@ from hetrl.cli import main
 from hetrl.devices import available_devices
 from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
-from hetrl.hardware import describe_machine
+from hetrl.hardware import describe_machine, usable_cores
 from hetrl import profile as profile_module
 from hetrl.profile import ENV_COUNTS, Profile, _jobs, actor_start_path, default_path, measure, profile_workload, time_calls
 from hetrl.primitives import implementations
@@ -129,7 +128,7 @@ def test_actor_start_is_measured_once_per_workload_not_per_agent_setting(tmp_pat
 
     assert actor_start("CartPole-v1", DQNConfig(hidden=(8, 8))) == (2.5, [])
     seconds, notes = actor_start("CartPole-v1", DQNConfig(hidden=(64, 64), batch_size=128))
-    path = actor_start_path(machine, "dqn", "CartPole-v1", min(2, os.cpu_count() or 1))
+    path = actor_start_path(machine, "dqn", "CartPole-v1", min(2, usable_cores()))
     assert seconds == 2.5 and len(measured) == 1 and str(path) in notes[0] and "not measured again" in notes[0]
     assert path.parent == default_path(machine, "dqn", "CartPole-v1", DQNConfig()).parent
     assert actor_start("Acrobot-v1", DQNConfig(hidden=(8, 8)))[0] == 3.5 and len(measured) == 2
