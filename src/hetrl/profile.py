@@ -135,8 +135,15 @@ class Profile:
             raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
 
 
-def _cache_dir(machine: Machine) -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles" / machine.fingerprint()
+def _cache_file(machine: Machine, stem: str, what: dict[str, Any]) -> Path:
+    """``$XDG_CACHE_HOME/hetrl/profiles/<fingerprint>/<stem>_<key>.json``, the key a hash of
+    ``what`` and the library (a release that adds a backend measures afresh)."""
+    from hetrl import __version__
+
+    text = json.dumps({**what, "library": [__version__, *LIBRARY]}, sort_keys=True, default=str)
+    key = hashlib.sha256(text.encode()).hexdigest()[:10]
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hetrl" / "profiles"
+    return cache / machine.fingerprint() / f"{stem}_{key}.json"
 
 
 def actor_start_path(machine: Machine, algo: str, env: str | EnvSource, actors: int) -> Path:
@@ -146,12 +153,8 @@ def actor_start_path(machine: Machine, algo: str, env: str | EnvSource, actors: 
     replay settings a profile is keyed by change it by less than its own spread from one start to
     the next, so each profile of the workload under other settings reads it instead of measuring
     it again (seconds of the profile's time, most of it the measuring interpreter's own start)."""
-    from hetrl import __version__
-
     source = env if isinstance(env, EnvSource) else EnvSource(env)
-    what = {"env": source.settings(), "actors": actors, "library": [__version__, *LIBRARY]}
-    key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return _cache_dir(machine) / f"actor_start_{algo}_{file_part(source.name)}_{key}.json"
+    return _cache_file(machine, f"actor_start_{algo}_{file_part(source.name)}", {"env": source.settings(), "actors": actors})
 
 
 def kept_actor_start(path: Path | None, measure: Callable[[], float]) -> tuple[float, str | None]:
@@ -180,15 +183,11 @@ def default_path(machine: Machine, algo: str, env: str | EnvSource, agent: Agent
     keyed by the env (its kwargs and wrappers too), the settings that change what primitives cost
     (not the learning rate or epsilon) and the library of implementations (a release that adds a
     backend measures it instead of planning without it)."""
-    from hetrl import __version__
-
     source = env if isinstance(env, EnvSource) else EnvSource(env)
     settings = agent.cost_settings()
     if source.kwargs or source.wrappers:
         settings = {**settings, "env_kwargs": source.kwargs, "wrappers": source.wrappers}
-    what = {"agent": settings, "library": [__version__, *LIBRARY]}
-    key = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
-    return _cache_dir(machine) / f"{algo}_{file_part(source.name)}_{key}.json"
+    return _cache_file(machine, f"{algo}_{file_part(source.name)}", {"agent": settings})
 
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 7, warmup: int = 3) -> tuple[float, float, float, int]:
