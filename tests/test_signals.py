@@ -429,6 +429,22 @@ def test_an_unreachable_ray_address_is_a_one_line_error_within_30_s(tmp_path):
     assert "Traceback" not in err
 
 
+def test_an_unreachable_ray_address_is_refused_before_the_run_plans(tmp_path, monkeypatch):
+    """An automatic plan may profile for minutes; a closed --ray-address is refused before it, and
+    before the run directory is made (needs no Ray: the check is a TCP connection)."""
+    import hetrl.training as training
+
+    def planned(*args, **kwargs):
+        raise AssertionError("planned before the address was checked")
+
+    monkeypatch.setattr(training, "resolve", planned)
+    cfg = make_config("dqn", "CartPole-v1", overrides=["executor=ray", "actors=1"])
+    cfg.ray_address = f"127.0.0.1:{closed_port()}"
+    with pytest.raises(HetrlError, match="connection refused .*check --ray-address"):
+        training.Session.create(cfg, tmp_path / "run", progress=False)
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_ray_address_that_answers_but_is_no_cluster_fails_at_the_connect_timeout(tmp_path):
     pytest.importorskip("ray")
     listener = Listener()

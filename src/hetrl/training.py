@@ -114,6 +114,11 @@ class Session:
         """A new run; ``overwrite`` replaces a run in ``run_dir`` that stopped before its first checkpoint."""
         check_machine(config)  # before planning: a plan measures the start of the actors it is asked for
         RunDir.check_target(run_dir, overwrite=overwrite)  # and a run directory that cannot be written or holds a run, before a profile is measured
+        if config.ray_address:  # and a cluster address where nothing listens, before a profile is measured
+            from hetrl.runtime.ray_executor import CONNECT_TIMEOUT_S
+            from hetrl.runtime.ray_address import check_reachable
+
+            check_reachable(config.ray_address, CONNECT_TIMEOUT_S)
         session = cls(config, console, defaults=defaults, source=source, progress=progress)
         session.check_machine()
         session.run = RunDir.create(run_dir, config, overwrite=overwrite)

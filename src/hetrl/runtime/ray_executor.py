@@ -21,7 +21,6 @@ retry for many minutes, deaf to Ctrl-C), and Ctrl-C or SIGTERM stop the connecti
 from __future__ import annotations
 
 import signal
-import socket
 import sys
 import threading
 import time
@@ -42,6 +41,7 @@ from hetrl.replay.frames import FrameReplay
 from hetrl.runtime.acting_role import Actor, ActorSpec
 from hetrl.runtime.frame_chunks import ChunkStreams, frame_chunk
 from hetrl.runtime.learner_role import LearnerRole
+from hetrl.runtime.ray_address import check_reachable
 from hetrl.runtime.parallel import ParallelBookkeeping
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.timers import Timers, merge_timers
@@ -299,7 +299,7 @@ class RayExecutor(ParallelBookkeeping):
                 ray.init(**options)
                 return
             deadline = time.monotonic() + CONNECT_TIMEOUT_S
-            self._check_reachable(deadline)
+            check_reachable(self.address, CONNECT_TIMEOUT_S, self._check_stop)
             outcome: list[BaseException | None] = []
 
             def connect() -> None:
@@ -331,31 +331,6 @@ class RayExecutor(ParallelBookkeeping):
     def _check_stop(self) -> None:
         if self.should_stop():  # nothing has started: stop now, with nothing to save
             raise StopRequested(signal.SIGINT, f"stopped while connecting to the Ray cluster at {self.address}")
-
-    def _check_reachable(self, deadline: float) -> None:
-        """Raise a one-line error unless a TCP connection to ``address`` opens before ``deadline``
-        (connection refused or an unknown host: at once)."""
-        host, port = _host_port(self.address)
-        if host is None:
-            return  # an address Ray resolves itself ("auto", a file): ray.init's answer, bounded below
-        last: OSError | None = None
-        while time.monotonic() < deadline:
-            self._check_stop()
-            try:
-                with socket.create_connection((host, port), timeout=min(1.0, max(0.05, deadline - time.monotonic()))):
-                    return
-            except socket.gaierror as exc:
-                raise HetrlError(f"cannot reach the Ray cluster at {self.address}: unknown host {host!r} ({exc.strerror}); "
-                                 f"check --ray-address") from None
-            except ConnectionRefusedError:
-                raise HetrlError(f"cannot reach the Ray cluster at {self.address}: connection refused (nothing listens on "
-                                 f"port {port} of {host}; start the head with `ray start --head --port={port}`, "
-                                 f"or check --ray-address)") from None
-            except OSError as exc:  # a timeout, an unreachable network: try again until the deadline
-                last = exc
-                time.sleep(POLL_S)
-        raise HetrlError(f"cannot reach the Ray cluster at {self.address}: no answer within {CONNECT_TIMEOUT_S:g} s "
-                         f"({last}); check --ray-address and that the head's port is open to this machine")
 
     def _new_actor(self, index: int) -> Any:
         incarnation = self._incarnations[index]
@@ -580,21 +555,6 @@ def chunk_schedule(agent: Any, actors: int, num_envs: int, chunk_steps: int = 0)
     if chunk_steps:
         return replace(limiter, lead=max(limiter.lead, 2 * actors * chunk_steps * num_envs)), chunk_steps
     return limiter, max(1, limiter.lead // (2 * actors * num_envs))
-
-
-def _host_port(address: str) -> tuple[str | None, int]:
-    """(host, port) of a Ray address "host:port" or "ray://host:port" (Ray Client); (None, 0) for
-    one Ray resolves itself ("auto", "local") or one that is not of this form."""
-    text = address.strip()
-    if "://" in text:
-        scheme, _, text = text.partition("://")
-        if scheme != "ray":
-            return None, 0
-    host, sep, port = text.rstrip("/").rpartition(":")
-    host = host.strip("[]")  # [::1]:6379
-    if not sep or not host or not port.isdigit():
-        return None, 0
-    return host, int(port)
 
 
 def _options(resources: dict[str, float], strategy: Any = "DEFAULT") -> dict[str, Any]:
