@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from hetrl.algos import Algorithm
+from hetrl.hardware import usable_cores
 from hetrl.planner.plan_file import Plan
 from hetrl.profile import Profile, Timing, TimingKey, measure
 
@@ -87,7 +88,7 @@ def cpu_share(load: float | None = None, cores: int | None = None) -> float:
     gives a newly busy thread a free core for a while even on a loaded machine (seen here: 99% in a
     0.25 s loop at a load of 3 on 2 cores, where a run then got about half a core). 1 where the
     platform has no load average."""
-    cores = cores or os.cpu_count() or 1
+    cores = cores or usable_cores()
     if load is None:
         load = runnable_now()
     if load is None:

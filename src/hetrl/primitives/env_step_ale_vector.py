@@ -19,13 +19,13 @@ and a resumed run resets its envs (the executor warns).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from hetrl.envs.pixels import AtariOptions, ale_game, is_ale, register
 from hetrl.errors import HetrlError
+from hetrl.hardware import usable_cores
 from hetrl.protocol import EnvStep, Slot, implements
 
 
@@ -63,7 +63,7 @@ class EnvStepAleVector(EnvStep):
             raise HetrlError(f"unknown environment {env_id!r}: {exc}") from None
         self.options, self.num_envs, self.seed = opts, num_envs, seed
         self.env = AtariVectorEnv(
-            game, num_envs, num_threads=threads or min(num_envs, os.cpu_count() or 1),
+            game, num_envs, num_threads=threads or min(num_envs, usable_cores()),
             autoreset_mode="SameStep",
             repeat_action_probability=opts.repeat_action_probability, full_action_space=opts.full_action_space,
             max_num_frames_per_episode=opts.max_episode_frames, noop_max=opts.noop_max,

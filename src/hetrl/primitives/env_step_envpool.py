@@ -32,13 +32,13 @@ executor warns).
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
 from hetrl.envs.pixels import ALE_PREFIX, AtariOptions, is_ale
 from hetrl.errors import HetrlError
+from hetrl.hardware import usable_cores
 from hetrl.protocol import EnvStep, Slot, implements
 
 INSTALL = "pip install envpool (Linux x86_64, Python 3.11+; or 'hetrl[pixels]' there)"
@@ -99,7 +99,7 @@ class EnvStepEnvpool(EnvStep):
             raise HetrlError(f"unknown environment {env_id!r}: EnvPool has no Atari game {task!r}")
         self.options, self.num_envs, self.seed = opts, num_envs, seed
         self._make = lambda: envpool.make_gymnasium(
-            task, num_envs=num_envs, batch_size=num_envs, num_threads=threads or min(num_envs, os.cpu_count() or 1),
+            task, num_envs=num_envs, batch_size=num_envs, num_threads=threads or min(num_envs, usable_cores()),
             seed=seed, repeat_action_probability=opts.repeat_action_probability,
             full_action_space=opts.full_action_space, noop_max=opts.noop_max, frame_skip=opts.frame_skip,
             img_height=opts.screen_size, img_width=opts.screen_size, gray_scale=True, stack_num=opts.frame_stack,
