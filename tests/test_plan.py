@@ -111,6 +111,39 @@ def test_the_fixed_rule_counts_the_cores_this_process_may_use_not_the_machines(m
     assert rule.default_actors() == 3
 
 
+def test_the_fixed_rule_gives_a_run_the_compiled_host_backends_that_serve_it():
+    """``--plan rule`` on the host: Learn/blas and, for a small conv policy, Act/numba; torch where
+    those do not serve (numba: the Nature CNN's large images; blas: a dueling head, a branched
+    network) or gain nothing (blas on the Nature CNN), and off the host; without an algorithm,
+    torch's baseline."""
+    import torch
+
+    from hetrl.algos import make_algorithm
+    from hetrl.algos.exit_dqn import ExitDQNConfig
+    from hetrl.envs import AtariOptions
+    from hetrl.envs.spec import EnvSpec
+
+    vector = EnvSpec("Vector-v0", (4,), True, 2, (), (), (), None, False)
+    minatar = EnvSpec("MinAtar/Fake-v0", (4, 10, 10), True, 3, (), (), (), None, False, obs_dtype="uint8")
+    atari = EnvSpec("ALE/Fake-v5", (4, 84, 84), True, 4, (), (), (), None, False, obs_dtype="uint8",
+                    atari=AtariOptions())
+    cpu, work = torch.device("cpu"), (1, 1)
+
+    def placed(algo, spec, device=cpu, **agent):
+        algorithm = make_algorithm(algo, spec, (ExitDQNConfig if algo == "exit-dqn" else DQNConfig)(**agent))
+        p = rule.default_placement(device, work, 1, mlp_policy=algorithm.mlp_networks(), algorithm=algorithm)
+        return p.learn.backend, p.act.backend
+
+    assert placed("dqn", vector) == ("blas", "numpy")
+    assert placed("dqn", minatar) == ("blas", "numba")
+    assert placed("dqn", atari) == ("torch", "torch")  # blas gains nothing on the Nature CNN; numba: small images only
+    assert placed("dqn", vector, dueling=True) == ("torch", "numpy")
+    assert placed("exit-dqn", minatar) == ("torch", "numba")
+    assert placed("dqn", minatar, device=torch.device("meta")) == ("torch", "torch")  # not the host
+    baseline = rule.default_placement(cpu, work, 1, mlp_policy=False)
+    assert (baseline.learn.backend, baseline.act.backend) == ("torch", "torch")
+
+
 def test_planner_takes_several_learner_threads_only_where_they_pay_clearly():
     """Slower on 2 threads (1,500 µs against 1,000), or faster by less than MULTI_THREAD_GAIN (900):
     not a candidate at all (threads waiting on a busy core are a trap); 600 µs: chosen."""

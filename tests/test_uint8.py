@@ -146,7 +146,9 @@ def test_pixel_envs_run_under_every_executor(tmp_path, env_id, executor, inferen
         settings.update(actors=1, inference=inference)
     result = hetrl.train("dqn", env_id, steps=2_500, seed=0, run_dir=tmp_path / "run", progress=False, **settings)
     assert result.env_steps >= 2_500 and result.updates > 0 and result.executor == executor
-    assert "torch" in result.placement["Act"] and "numpy" in result.placement["ReplayAdd"]
+    # the rule's conv policy: Act/numba where it serves the network (MinAtar's), else torch; both take uint8
+    assert result.placement["Act"].split()[0] == ("numba" if env_id == MINATAR else "torch"), result.placement
+    assert "numpy" in result.placement["ReplayAdd"]
     assert stored_obs_dtype(result) == np.uint8
     # the summary's replay memory: bytes, not floats (obs and next_obs, int64 action, float32 reward and discount)
     obs_bytes = int(np.prod(env_spec(env_id).obs_shape))

@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from hetrl.algos import Algorithm, make_algorithm
-from hetrl.config import TrainConfig, check_machine, check_replay_memory, checkpoint_misfit
+from hetrl.config import TrainConfig, check_machine, check_replay_memory, checkpoint_misfit, shaping_changes
 from hetrl.devices import resolve_device
 from hetrl.envs import EnvSource, env_spec
 from hetrl.errors import ActorsFailed, HetrlError, LearnerLost, StopRequested
@@ -69,6 +69,20 @@ def checked_algorithm(config: TrainConfig, source: EnvSource | None = None) -> A
     algo = make_algorithm(config.algo, env_spec(source or config.env_source(), config.atari), config.agent)
     resolve_device(config.device)  # a missing device is refused before anything is printed
     return algo
+
+
+def edited_since_checkpoint(run: RunDir, config: TrainConfig, refused: HetrlError) -> HetrlError | None:
+    """Where ``config`` (the run's config.json) changed a setting that shapes the networks or the
+    replay since the newest checkpoint was written, the error restoring it would give, with
+    ``refused`` as the cause; else None. For a resume whose kept plan refuses the edited settings
+    (a learner backend without a dueling head, say): the edit is the problem to name."""
+    try:
+        path, state = run.load_checkpoint(replay=False, env_state="never")
+    except HetrlError:
+        return None
+    if not shaping_changes(state.get("config"), config):
+        return None
+    return checkpoint_misfit(path, state.get("config"), config, run.config, refused)
 
 
 class Session:
@@ -130,7 +144,11 @@ class Session:
         """A session on an existing run; ``keep_plan`` reuses the run's plan.json, so a resumed run
         places every primitive where it was."""
         plan = Plan.load(run.plan) if keep_plan and run.plan.exists() else None
-        session = cls(config or run.load_config(), plan=plan)
+        config = config or run.load_config()
+        try:
+            session = cls(config, plan=plan)
+        except HetrlError as refused:  # the kept plan no longer serves the settings: edited since?
+            raise (plan and edited_since_checkpoint(run, config, refused)) or refused from None
         session.run = run
         session.print_notes()
         return session

@@ -91,7 +91,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
         work = (algorithm.learner_parameters(), config.agent.batch_size)
         frames = frame_replay_wanted(algorithm)
         placement = default_placement(resolve_device(config.device), work, threads, mlp_policy=algorithm.mlp_networks(),
-                                      frames=frames)
+                                      frames=frames, algorithm=algorithm)
         if config.async_envs and not get("EnvStep", placement.env.backend).cls.steps_in_background:
             background = background_env_backends(algorithm)
             if not background:

@@ -4,7 +4,13 @@ on an accelerator so batches need no transfer), acting with the numpy policy on 
 policy networks are bound by per-call overhead, which numpy has least of; a conv network, which has
 no numpy forward, acts with torch on the learner's device), and a host learner's thread count by
 the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads (inline loop,
-2 cores)', has the measurements behind the threshold)."""
+2 cores)', has the measurements behind the threshold).
+
+Given the run's algorithm (``--plan rule``), a host learner and a host conv policy take the
+compiled backends where they serve it (:func:`host_backends`): Learn/blas (hetrl's MLPs and the
+MinAtar network; on the Nature CNN it gains nothing), Act/numba (small-image conv policies). torch stays the fallback, and the
+backend-neutral baseline the profiler and the tests build on (no algorithm given).
+docs/results.md, 'The fixed rule's backends', has the measurements behind the choice."""
 
 from __future__ import annotations
 
@@ -33,19 +39,37 @@ def learner_threads(n_params: int, batch_size: int, cores: int) -> int:
     return 1 if n_params * batch_size < SMALL_LEARNER_WORK else cores
 
 
+# Network kinds whose update Learn/blas runs no faster than Learn/torch on the host, where the rule
+# keeps the standard implementation: the Nature CNN's update is a few large convolutions.
+BLAS_GAINS_NOTHING = ("nature",)
+
+
+def host_backends(algorithm: Any) -> tuple[str, str]:
+    """The (Learn, conv Act) backends the rule gives ``algorithm`` on the host: Learn/blas (but for
+    :data:`BLAS_GAINS_NOTHING`) and Act/numba where they serve it, torch otherwise (it serves every
+    algorithm)."""
+    gains = getattr(algorithm, "network_kind", None) not in BLAS_GAINS_NOTHING
+    learn = "blas" if gains and not get("Learn", "blas").unsupported(algorithm) else "torch"
+    act = "torch" if get("Act", "numba").unsupported(algorithm) else "numba"
+    return learn, act
+
+
 def default_placement(device: torch.device, learner_work: tuple[int, int], threads: int = 0,
-                      mlp_policy: bool = True, frames: bool = False) -> Placement:
+                      mlp_policy: bool = True, frames: bool = False, algorithm: Any = None) -> Placement:
     """The fixed rule; ``learner_work`` is (parameters, batch size); ``threads`` 0 means by rule.
     ``mlp_policy`` False (a conv Q-network, which has no numpy forward): acting with torch, on the
-    learner's device. ``frames``: observations are stacked uint8 frames, kept by the frame replay."""
+    learner's device. ``frames``: observations are stacked uint8 frames, kept by the frame replay.
+    ``algorithm`` (the run's): a host learner and a host conv policy take :func:`host_backends`'
+    compiled backends; without it, torch's (the backend-neutral baseline)."""
     host = device.type == "cpu"
     if host and threads == 0:
         threads = learner_threads(*learner_work, cores=usable_cores())
+    learn, conv_act = host_backends(algorithm) if host and algorithm is not None else ("torch", "torch")
     return Placement(
         env=Slot("gymnasium", "cpu"),
-        act=Slot("numpy", "cpu") if mlp_policy else Slot("torch", str(device)),
+        act=Slot("numpy", "cpu") if mlp_policy else Slot(conv_act, str(device)),
         replay=Slot(("frames-" if frames else "") + ("numpy" if host else "torch"), "cpu" if host else str(device)),
-        learn=Slot("torch", str(device), threads=threads if host else None),
+        learn=Slot(learn, str(device), threads=threads if host else None),
     )
 
 
