@@ -175,6 +175,31 @@ def test_the_handlers_are_the_runs_own_in_the_main_thread_only_and_restored_afte
     assert seen["other"] == (mine, interrupt)  # a run in another thread leaves the process's alone
 
 
+@pytest.mark.parametrize("eval_every", [0, 200])
+def test_a_stop_during_an_evaluation_cuts_it_short_and_the_checkpoint_is_written(tmp_path, monkeypatch, capsys, eval_every):
+    """A SIGTERM while the policy is evaluated (an untrained Atari policy's games can take minutes)
+    ends the evaluation at the next env step: it is not reported (none of its episodes is kept),
+    and the run stops with its checkpoint. eval_every 0: the final evaluation; 200: a periodic one."""
+    import hetrl.training as training
+
+    real, cut = training.evaluate_policy, []
+
+    def signalled(policy, env, episodes, seed, atari=None, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would, mid-evaluation
+        returns = real(policy, env, episodes, seed, atari, **kwargs)
+        cut.append(len(returns))
+        return returns
+
+    monkeypatch.setattr(training, "evaluate_policy", signalled)
+    result = hetrl.train("dqn", "CartPole-v1", steps=600, run_dir=tmp_path / "run", progress=False, plan="rule",
+                         hidden=(8,), eval_every=eval_every, eval_episodes=5, learning_starts=100)
+    assert cut == [0]  # one evaluation, stopped before its first step
+    assert result.interrupted and result.stop_signal == "SIGTERM" and result.eval_return_mean is None
+    assert RunDir.open(tmp_path / "run").checkpoints()[-1].name == f"step_{result.env_steps:010d}.pt"
+    err = capsys.readouterr().err
+    assert "SIGTERM during the evaluation at env step" in err and "cut short after 0 of 5 episodes" in err
+
+
 def test_a_third_signal_quits_without_the_checkpoint_and_restores_the_handlers():
     before = signal.getsignal(signal.SIGTERM)  # SIG_DFL, or whatever an earlier test (ray.init) installed
     interrupt = signal.getsignal(signal.SIGINT)  # Python's default_int_handler, or SIG_IGN in a background job

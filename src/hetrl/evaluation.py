@@ -21,12 +21,16 @@ EVAL_SEED_OFFSET = 1_000_003  # evaluation episodes never share seeds with train
 def evaluate_policy(
     policy: Callable[[np.ndarray], np.ndarray], env: str | EnvSource, episodes: int, seed: int,
     atari: AtariOptions | None = None, seed_offset: int = EVAL_SEED_OFFSET,
+    should_stop: Callable[[], bool] | None = None,
 ) -> np.ndarray:
     """Returns of ``episodes`` episodes; env i is reset with ``seed + seed_offset + i`` (by default
     ``EVAL_SEED_OFFSET``: the test episodes; ``hetrl exits sweep`` plays validation episodes of
     another offset). The
     envs are made for evaluation (``training=False``): an Atari env plays full games (no life loss
-    as terminal) and returns raw scores; observations keep their dtype (uint8 for pixels)."""
+    as terminal) and returns raw scores; observations keep their dtype (uint8 for pixels).
+    ``should_stop`` (asked before each step of the envs): once true, play stops and only the
+    episodes that ended are returned (fewer than ``episodes``): an untrained Atari policy's games
+    can run for minutes, and a stop signal should not wait for them."""
     envs = [make_env(env, training=False, atari=atari) for _ in range(episodes)]
     first = np.stack([made.reset(seed=seed + seed_offset + i)[0] for i, made in enumerate(envs)])
     obs = first if first.dtype == np.uint8 else first.astype(np.float32)
@@ -34,6 +38,8 @@ def evaluate_policy(
     active = np.ones(episodes, dtype=bool)
     discrete = hasattr(envs[0].action_space, "n")
     while active.any():
+        if should_stop is not None and should_stop():
+            break
         idx = np.flatnonzero(active)
         actions = policy(obs[idx])
         for j, i in enumerate(idx):
@@ -44,7 +50,7 @@ def evaluate_policy(
                 active[i] = False
     for made in envs:
         made.close()
-    return returns
+    return returns[~active]
 
 
 # SDL (pygame, which classic-control envs draw with) starts a video and an audio driver when an env

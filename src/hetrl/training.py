@@ -215,9 +215,18 @@ class Session:
             return f"`hetrl resume {self.run.path}` resumes from the newest, {others[-1].name}, which has it"
         return f"resume from one that has it with --checkpoint ({', '.join(p.name for p in others)})"
 
-    def evaluate(self, episodes: int) -> np.ndarray:
+    def evaluate(self, episodes: int) -> np.ndarray | None:
+        """The greedy policy's returns over ``episodes`` evaluation episodes; None where a stop
+        signal cut the evaluation short (the episodes that had ended would favour the short ones,
+        so none is kept), said in one line."""
         policy = greedy_policy(self.algo, self.executor.policy_network)
-        return evaluate_policy(policy, self.spec.origin, episodes, self.config.seed, self.spec.atari)
+        returns = evaluate_policy(policy, self.spec.origin, episodes, self.config.seed, self.spec.atari,
+                                  should_stop=self.stop.requested)
+        if len(returns) < episodes:
+            self.note(f"{self.stop.name or 'a stop'} during the evaluation at env step {self.executor.env_steps:,}: "
+                      f"it was cut short after {len(returns)} of {episodes} episodes and is not reported")
+            return None
+        return returns
 
     def save_checkpoint(self) -> Path:
         """``step_N.pt`` with the training state, the replay in a file beside it, and the older
@@ -368,18 +377,20 @@ class Session:
                     if final or (next_eval is not None and ex.env_steps >= next_eval):
                         eval_start = time.perf_counter()
                         with self._busy.paused():  # evaluation is not learning (nor in its rate)
-                            last_eval, last_eval_step = self.evaluate(cfg.eval_episodes), ex.env_steps
-                        self._keep_if_best(last_eval)
+                            evaluated = self.evaluate(cfg.eval_episodes)
                         spent = time.perf_counter() - eval_start
                         eval_seconds += spent if learning_from else 0.0
                         final_eval_seconds = spent if final else 0.0
-                        row["eval_return_mean"], row["eval_return_std"] = float(last_eval.mean()), float(last_eval.std())
                         next_eval = _next_multiple(ex.env_steps, cfg.eval_every) if cfg.eval_every else None
-                        # a stop: the target reached before the budget ran out (at its end it is no stop)
-                        if cfg.stop_at_return is not None and last_eval.mean() >= cfg.stop_at_return and not final:
-                            solved_at = ex.env_steps
-                        if hooks.call("on_eval", self._info(episodes_seen, evaluation=last_eval)):
-                            stopped_at = ex.env_steps
+                        if evaluated is not None:  # None: a stop signal cut it short
+                            last_eval, last_eval_step = evaluated, ex.env_steps
+                            self._keep_if_best(last_eval)
+                            row["eval_return_mean"], row["eval_return_std"] = float(last_eval.mean()), float(last_eval.std())
+                            # a stop: the target reached before the budget ran out (at its end it is no stop)
+                            if cfg.stop_at_return is not None and last_eval.mean() >= cfg.stop_at_return and not final:
+                                solved_at = ex.env_steps
+                            if hooks.call("on_eval", self._info(episodes_seen, evaluation=last_eval)):
+                                stopped_at = ex.env_steps
                     metrics.write(row)
                     stats = f"{row['env_steps_per_s']:,.0f} steps/s {row['updates_per_s']:,.0f} upd/s"
                     if row["return_mean"] is not None:
@@ -422,11 +433,13 @@ class Session:
         learning_updates = ex.updates - start_updates
         learning_steps = ex.env_steps - max(start_steps, cfg.agent.learning_starts)
         if solved_at is None and not interrupted.set and last_eval_step != ex.env_steps:  # the final policy's evaluation
-            last_eval = self.evaluate(cfg.eval_episodes)
-            self._keep_if_best(last_eval)
-            hooks.call("on_eval", self._info(episodes_seen, evaluation=last_eval))
-            metrics.write({"env_steps": ex.env_steps, "updates": ex.updates, "wall_s": round(wall, 3),
-                           "eval_return_mean": float(last_eval.mean()), "eval_return_std": float(last_eval.std())})
+            evaluated = self.evaluate(cfg.eval_episodes)
+            if evaluated is not None:  # None: a stop signal cut it short
+                last_eval = evaluated
+                self._keep_if_best(last_eval)
+                hooks.call("on_eval", self._info(episodes_seen, evaluation=last_eval))
+                metrics.write({"env_steps": ex.env_steps, "updates": ex.updates, "wall_s": round(wall, 3),
+                               "eval_return_mean": float(last_eval.mean()), "eval_return_std": float(last_eval.std())})
         metrics.close()
         plot_returns(run.metrics, run.plot, f"{cfg.algo} on {cfg.env} (seed {cfg.seed})")
         result = TrainResult(
