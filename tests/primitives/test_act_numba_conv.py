@@ -170,8 +170,13 @@ def test_the_profiler_times_it_at_the_validated_exit_rates():
     rows = measure(algo, [("Act", "numba", "cpu", n, None) for n in (1, 16)])
     assert sorted(t.size for t in rows if t.primitive == "Act" and t.backend == "numba") == [1, 16]
     assert all(t.median_s > 0 for t in rows)
+    torch.manual_seed(0)  # the weights, so that the rows nearest the limit are the same on every run
     net = algo.make_networks()["q"]
     obs = images(256, seed=6)
     profiled = algo.profiled_policy(net, torch.as_tensor(obs))
+    with torch.no_grad():  # the calibration is exact on the pass it was made with
+        assert np.bincount(profiled.act_forward(torch.as_tensor(obs))[1].numpy(), minlength=2).tolist() == [160, 96]
     policy = build("Act", Slot("numba"), algo, 0, source=profiled)
-    assert np.bincount(policy.act_forward(obs)[1], minlength=2).tolist() == [160, 96]
+    # numba's compiled sums (another order than torch's) may put the one row whose confidence logit
+    # lies within rounding of the limit on the other side of it: at most that row differs
+    assert abs(int(np.bincount(policy.act_forward(obs)[1], minlength=2)[0]) - 160) <= 1
