@@ -8,8 +8,9 @@ the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads
 
 Given the run's algorithm (``--plan rule``), a host learner and a host conv policy take the
 compiled backends where they serve it (:func:`host_backends`): Learn/blas (hetrl's MLPs and the
-MinAtar network; on the Nature CNN it gains nothing), Act/numba (small-image conv policies). torch stays the fallback, and the
-backend-neutral baseline the profiler and the tests build on (no algorithm given).
+MinAtar network; on the Nature CNN it gains nothing), Act/numba (small-image conv policies). torch
+stays the fallback, and the backend-neutral baseline the profiler and the tests build on (no
+algorithm given).
 docs/results.md, 'The fixed rule's backends', has the measurements behind the choice."""
 
 from __future__ import annotations

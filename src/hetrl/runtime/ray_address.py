@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from hetrl.errors import HetrlError
 
-POLL_S = 0.1  # between tries while the address does not answer yet
+POLL_S = 0.1  # while connecting: between tries of the address, and between checks for a stop
 
 
 def host_port(address: str) -> tuple[str | None, int]:

@@ -41,14 +41,13 @@ from hetrl.replay.frames import FrameReplay
 from hetrl.runtime.acting_role import Actor, ActorSpec
 from hetrl.runtime.frame_chunks import ChunkStreams, frame_chunk
 from hetrl.runtime.learner_role import LearnerRole
-from hetrl.runtime.ray_address import check_reachable
 from hetrl.runtime.parallel import ParallelBookkeeping
+from hetrl.runtime.ray_address import POLL_S, check_reachable
 from hetrl.runtime.schedule import ReplaySchedule
 from hetrl.runtime.timers import Timers, merge_timers
 
 TRANSITION_FIELDS = ("obs", "actions", "rewards", "next_obs", "discounts")
 CONNECT_TIMEOUT_S = 25.0  # to reach a cluster at --ray-address and join it, then a clear error
-POLL_S = 0.1  # how often a stop is checked for while connecting
 _connects: list[threading.Thread] = []  # every thread that has run ray.init against an address
 
 
