@@ -4,14 +4,15 @@ written out as matrix products: what Learn/blas runs for DQN.
 Why: at the sizes of small pixel agents (MinAtar's 16 3x3 filters on 10x10 images, batch 32) a
 torch update is mostly not arithmetic: the oneDNN convolution is tuned for large images, autograd
 builds a graph each update and Adam walks per-tensor state. Here a convolution is an im2col gather
-with indices computed once and one matrix product (``patches @ W^T``), the backward pass is written
-out (no input gradient for the first layer, which nobody reads), every intermediate lives in a
-buffer made once per batch size, and Adam is one compiled loop over the flat vector.
+with indices computed once and one matrix product, the backward pass is written out (no input
+gradient for the first layer, which nobody reads), every intermediate lives in a buffer made once
+per batch size, and Adam is one compiled loop over the flat vector.
 
-Layouts: activations of a convolution are produced patch-major, (batch, positions, filters), by the
-product, and copied once to torch's (batch, filters, height, width), so that flattening matches
-torch's and a checkpoint moves between this learner and the torch one. Parameters are in the module's
-``parameters()`` order, each tensor contiguous; the module's parameters become views of the vector.
+Layout: every activation is feature-major, (features, batch), images and feature maps included
+((channels * positions, batch), torch's flattening order by rows), so no layer's output is ever
+transposed for the next (see :class:`QPass`). Parameters are in the module's ``parameters()``
+order, each tensor contiguous; the module's parameters become views of the vector, so a checkpoint
+moves between this learner and the torch one.
 
 Serves :class:`hetrl.nets.conv.ConvQNetwork` and :class:`hetrl.nets.QNetwork` without a dueling head
 (``supports`` says why not otherwise).
@@ -99,52 +100,63 @@ def relu_backward(grad, out):  # pragma: no cover - compiled
             g[i] = 0.0
 
 
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def images_by_feature(obs, scale, out):  # pragma: no cover - compiled
+    """out[j, b] = obs[b, j] / scale: a batch of flattened images (uint8 or float), sample-major, as
+    float32 (pixel, batch), one pass (torch's transposing copy takes several times as long)."""
+    inv = np.float32(1.0 / scale)
+    n, m = obs.shape
+    for j in range(m):
+        for b in range(n):
+            out[j, b] = obs[b, j] * inv
+
+
 class QPass:
     """The buffers of one forward (and backward) pass at one batch size, made once.
 
-    The MLP's activations are kept feature-major, (features, batch): the products are then
-    ``W @ H`` with torch's (out, in) weights as they are, where ``H @ W^T`` (torch's own layout)
-    takes MKL about twice as long at these shapes (docs/benchmarks.md, 'Measurements behind the code').
-    Convolutions produce patch-major (batch * positions, filters) outputs; the last one's are copied
-    once to (filters * positions, batch), i.e. torch's flattening order, feature-major.
+    Every activation is kept feature-major, (features, batch), convolutions included: an image or a
+    feature map is (channels * positions, batch), i.e. torch's (c, h, w) flattening order by rows.
+    So im2col is one gather of whole rows (``index_select`` along dim 0), a convolution is one
+    product ``W @ patches`` with torch's (filters, channels * k * k) weights as they are, its output
+    is already the next layer's input (the last one's is the MLP's), and col2im on the way back is
+    one ``index_add_`` of rows: no transposing copy anywhere but the observations' own, once. The
+    MLP's products are ``W @ H`` for the same reason, where ``H @ W^T`` (torch's own layout) takes
+    MKL about twice as long at these shapes (docs/benchmarks.md, 'Measurements behind the code').
     """
 
     def __init__(self, layout: FlatQ, batch: int) -> None:
         self.layout, self.batch = layout, batch
         convs = layout.convs
-        self.index = [torch.from_numpy(c.patch_index()) for c in convs]
-        self.raw = _zeros(batch, convs[0].channels * convs[0].height * convs[0].width) if convs else None
-        self.patches = [_zeros(batch * c.positions, c.patch) for c in convs]  # (batch * positions, patch)
-        self.pre = [_zeros(batch * c.positions, c.filters) for c in convs]  # patch-major outputs (after ReLU)
-        self.maps = [_zeros(batch, c.filters * c.positions) for c in convs[:-1]]  # torch's (batch, f, h, w)
-        self.hidden = [_zeros(layout.in_features, batch)]  # the MLP's input, then each layer's output
-        self.hidden += [_zeros(int(layout.shapes[2 * layout.n_convs + 2 * i][0]), batch) for i in range(layout.n_linears)]
+        # im2col's rows in (patch element, position) order: patches[k * positions + p] is element k of position p's patch
+        self.index = [torch.from_numpy(np.ascontiguousarray(c.patch_index().reshape(c.positions, c.patch).T).reshape(-1))
+                      for c in convs]
+        self.raw = _zeros(convs[0].size, batch) if convs else None  # the observations, (pixels, batch)
+        self.patches = [_zeros(c.patch, c.positions * batch) for c in convs]
+        self.maps = [_zeros(c.filters, c.positions * batch) for c in convs]  # each convolution's output, after its ReLU
+        first = [self.maps[-1].view(layout.in_features, batch)] if convs else [_zeros(layout.in_features, batch)]
+        self.hidden = first + [_zeros(int(layout.shapes[2 * layout.n_convs + 2 * i][0]), batch) for i in range(layout.n_linears)]
         # the loss's gradient w.r.t. hidden[i]; an MLP's input (hidden[0]) needs none
         self.grads = [_zeros(*h.shape) if i or convs else torch.empty(0) for i, h in enumerate(self.hidden[:-1])]
         self.q_grad_t = _zeros(*self.hidden[-1].shape)
+        # on the way back through convolution k > 0: its patches' gradient, and its input's (col2im)
+        self.patch_grads = [_zeros(c.patch, c.positions * batch) if k else torch.empty(0) for k, c in enumerate(convs)]
+        self.map_grads = [_zeros(c.size, batch) if k else torch.empty(0) for k, c in enumerate(convs)]
 
     def forward(self, weights: list[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
         """Q-values (actions, batch), feature-major, of ``obs`` (uint8 or float, (batch, *obs_shape))
         with ``weights`` (:meth:`FlatQ.tensors`); keeps what the backward pass reads."""
         layout, batch = self.layout, self.batch
         x = obs.reshape(batch, -1)
-        for k, conv in enumerate(layout.convs):
-            if k == 0:  # gathering from float is several times faster than from bytes
-                self.raw.copy_(x)
-                if layout.scale != 1.0:
-                    self.raw.div_(layout.scale)
-                x = self.raw
-            torch.index_select(x, 1, self.index[k], out=self.patches[k].view(batch, -1))
-            pre = self.pre[k]
-            torch.addmm(weights[2 * k + 1], self.patches[k], weights[2 * k].t(), out=pre)
-            pre.clamp_(min=0.0)
-            by_sample = pre.view(batch, conv.positions, conv.filters)
-            if k + 1 < layout.n_convs:
-                self.maps[k].view(batch, conv.filters, conv.positions).copy_(by_sample.transpose(1, 2))
-                x = self.maps[k]
-            else:
-                self.hidden[0].view(conv.filters, conv.positions, batch).copy_(by_sample.permute(2, 1, 0))
-        if not layout.convs:
+        if layout.convs:
+            images_by_feature(x.numpy(), np.float32(layout.scale), self.raw.numpy())
+            x = self.raw
+            for k, conv in enumerate(layout.convs):
+                torch.index_select(x, 0, self.index[k], out=self.patches[k].view(-1, batch))
+                out = self.maps[k]
+                torch.addmm(weights[2 * k + 1].unsqueeze(1), weights[2 * k], self.patches[k], out=out)
+                out.clamp_(min=0.0)
+                x = out.view(-1, batch)
+        else:
             self.hidden[0].copy_(x.t())
         base = 2 * layout.n_convs
         for i in range(layout.n_linears):
@@ -172,19 +184,12 @@ class QPass:
             relu_backward(g_in.numpy(), x.numpy())  # through the ReLU that made x
             g = g_in
         for k in reversed(range(layout.n_convs)):
-            conv = layout.convs[k]
-            pre = self.pre[k]  # reused for the gradient of the pre-activation, patch-major
-            by_sample = pre.view(batch, conv.positions, conv.filters)
-            if k + 1 == layout.n_convs:
-                by_sample.copy_(g.view(conv.filters, conv.positions, batch).permute(2, 1, 0))
-            else:
-                by_sample.copy_(g.view(batch, conv.filters, conv.positions).transpose(1, 2))
-            torch.mm(pre.t(), self.patches[k], out=grads[2 * k])
-            torch.sum(pre, 0, out=grads[2 * k + 1])
+            g = g.view(layout.convs[k].filters, -1)  # the gradient of the convolution's output before its ReLU
+            torch.mm(g, self.patches[k].t(), out=grads[2 * k])
+            torch.sum(g, 1, out=grads[2 * k + 1])
             if k == 0:
                 return
-            patch_grad = torch.mm(pre, weights[2 * k])  # (batch * positions, patch)
-            prev = self.maps[k - 1]
-            g = torch.zeros_like(prev)
-            g.index_add_(1, self.index[k], patch_grad.view(batch, -1))  # col2im
-            relu_backward(g.numpy(), prev.numpy())
+            torch.mm(weights[2 * k].t(), g, out=self.patch_grads[k])
+            g = self.map_grads[k].zero_()
+            g.index_add_(0, self.index[k], self.patch_grads[k].view(-1, batch))  # col2im
+            relu_backward(g.numpy(), self.maps[k - 1].numpy())
