@@ -98,6 +98,17 @@ def _extra(module: str, env_id: str) -> Any:
 _registered: set[str] = set()
 
 
+def packages(env_id: str) -> tuple[str, ...]:
+    """The packages :func:`register` imports for ``env_id`` (none for Gymnasium's own envs). MinAtar's
+    takes seconds to import (it loads seaborn and scipy for its display): a process that starts
+    actors imports them once, in its fork server."""
+    if is_minatar(env_id):
+        return ("minatar", "minatar.gym")
+    if is_ale(env_id):
+        return ("ale_py", "cv2")
+    return ()
+
+
 def register(env_id: str) -> None:
     """Register the pixel envs ``env_id`` belongs to with Gymnasium (importing their package)."""
     if env_id.startswith("hetrl/"):  # the synthetic image env (hetrl.envs.synthetic)

@@ -30,7 +30,8 @@ import torch
 from hetrl.algos import Algorithm
 from hetrl.errors import ActorsFailed, HetrlError
 from hetrl.nets.host_mirror import HostMirror
-from hetrl.primitives import build, check_placement
+from hetrl.envs.pixels import packages
+from hetrl.primitives import LIBRARY, build, check_placement
 from hetrl.protocol import Placement
 from hetrl.replay.frames import FrameReplay, FrameStream
 from hetrl.runtime.acting_role import Actor, ActorSpec
@@ -53,6 +54,7 @@ EPISODE_CAPACITY = 1024
 STOP_TIMEOUT_S, TERMINATE_TIMEOUT_S = 1.0, 0.5
 WATCH_EVERY_S = 0.2  # how often the learner checks that its actors are alive
 QUICK_DEATH_S = 5.0  # an actor dying this soon after (re)starting, three times in a row, fails the run
+ACTOR_PRELOAD = tuple(f"hetrl.primitives.{name}" for name in LIBRARY)  # an actor builds its EnvStep and Act from these
 MAX_BURST = 64  # updates per iteration at most, so that rings are drained and actors fed in between
 # A waiting actor sleeps, doubling the nap from WAIT_MIN_S to WAIT_MAX_S: on a machine with fewer
 # cores than processes, frequent wake-ups of idle actors preempt the learner and cut its rate sharply
@@ -157,7 +159,9 @@ class LocalExecutor(ParallelBookkeeping):
         flags[BASE_ENV_STEPS] = self.env_steps
         flags[ALLOWED_ENV_STEPS] = self.limiter.allowed_env_steps(self.updates)
         self._publish()
-        self._ctx = actor_context()
+        # the fork server imports what every actor needs (torch, the primitives, MinAtar's package: seconds)
+        # once, so an actor (re)starts in a fraction of that
+        self._ctx = actor_context(ACTOR_PRELOAD + packages(self.algo.spec.env_id))
         if self.inference == "central":
             explore, random_actions = self.algo.draw_exploration(np.random.default_rng(0), self.num_envs)
             layout = inference_layout(self.actors, self.num_envs, spec.obs_shape, spec.action_shape, spec.action_dtype,
@@ -319,7 +323,6 @@ class LocalExecutor(ParallelBookkeeping):
         owed = self.limiter.updates_owed(self.env_steps, self.updates) if self.learning.can_sample() else 0
         if owed:
             self._learn(min(owed, MAX_BURST))
-            flags[ALLOWED_ENV_STEPS] = self.limiter.allowed_env_steps(self.updates)
             self.trace.append((self.env_steps, self.updates))
         elif not drained and not served:
             with self.timers.time("LearnerWait"):
@@ -331,7 +334,7 @@ class LocalExecutor(ParallelBookkeeping):
     def _learn(self, count: int) -> None:
         """``count`` updates. A prefetched batch never outlives this call (none is fetched after the
         last update), so outside it the replay has one user."""
-        learning = self.learning
+        learning, flags = self.learning, self.control["flags"]
         for i in range(count):
             batch, on_device = self._prefetched.result() if self._prefetched else learning.sample(self.env_steps)
             self._prefetched = None
@@ -340,6 +343,9 @@ class LocalExecutor(ParallelBookkeeping):
             out = learning.learn_on(on_device)
             self._wait_prefetch()  # the replay is touched by one thread at a time
             learning.update_priorities(batch, out)
+            # every update lets the actors on: raised after a whole burst, the limit would hold them
+            # still while the learner works through what they owe, and the learner would then wait for them
+            flags[ALLOWED_ENV_STEPS] = self.limiter.allowed_env_steps(self.updates)
             if self.server is not None:
                 self._serve()  # actors wait on every update: answer them between updates, not after the burst
             elif self.updates % self.weight_sync_every == 0:

@@ -7,16 +7,19 @@ import multiprocessing as mp
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def actor_context() -> Any:
+def actor_context(preload: Sequence[str] = ()) -> Any:
     """The multiprocessing context actor processes start from: a fork server with the actor code
-    imported, so restarts are quick and the learner's threads are never forked.
+    imported, so restarts are quick and the learner's threads are never forked. ``preload``: more
+    modules the server imports once for every actor it forks (an env's package), when this call
+    starts it (it is one per process: a later call's list is not imported); a module that is not
+    installed is skipped there (the actor's own import then reports it).
 
     The fork server is started here with SIGINT and SIGTERM blocked, as multiprocessing starts its
     resource tracker: a Ctrl-C or a SIGTERM sent to the whole process group (a terminal, Slurm)
@@ -27,7 +30,7 @@ def actor_context() -> Any:
     from multiprocessing import forkserver, resource_tracker
 
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["hetrl.runtime.local"])
+    ctx.set_forkserver_preload(["hetrl.runtime.local", *preload])
     resource_tracker.ensure_running()  # first: it unblocks both signals once it has started its own process
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS) if hasattr(signal, "pthread_sigmask") else None
     try:
