@@ -436,3 +436,22 @@ def test_the_run_summary_reports_what_the_actors_ran(tmp_path):
                          eval_every=0, learning_starts=500, hidden=(16, 16), batch_size=16, run_dir=tmp_path / "run")
     summary = json.loads((Path(result.run_dir) / "summary.json").read_text())
     assert summary["placement"]["Act"] == "numba on cpu, 1 actor", summary["placement"]
+
+
+def test_the_limiter_lets_the_actors_on_after_every_update_of_a_burst():
+    """Raised only after a whole burst, the limit held the actors still while the learner worked
+    through what they owed, and then the learner waited for them: the two took turns."""
+    from hetrl.runtime.shared import ALLOWED_ENV_STEPS
+
+    with closed_cleanly(executor(1.0, actors=1)) as ex:
+        run_to(ex, 600)
+        flags, seen = ex.control["flags"], []
+        learn_on = ex.learning.learn_on
+
+        def recording(batch):
+            seen.append(int(flags[ALLOWED_ENV_STEPS]))
+            return learn_on(batch)
+
+        ex.learning.learn_on = recording
+        ex._learn(4)
+        assert len(seen) == 4 and all(b == a + 1 for a, b in zip(seen, seen[1:])), seen
