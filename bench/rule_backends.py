@@ -6,7 +6,7 @@ For each workload (algorithm and env, with the tuned settings a new run gets: it
 batch size), this times on the host, at ``--threads`` torch threads:
 
 - Learn: ``learn`` on a batch of the run's batch size (random transitions of the env's shapes), on
-  Learn/torch and on Learn/blas where blas serves the algorithm;
+  Learn/torch, and on Learn/torch-channels-last and Learn/blas where they serve the algorithm;
 - Act (conv policies): the greedy ``forward`` at batch 1 on Act/torch and on Act/numba where it
   serves (an MLP policy acts with numpy under the rule either way, so it is not timed here).
 
@@ -38,6 +38,7 @@ from hetrl.protocol import Slot
 
 WORKLOADS = ("dqn:CartPole-v1", "dqn:Acrobot-v1", "td3:Pendulum-v1", "sac:Pendulum-v1", "dqn:MinAtar/Breakout-v1",
              "dqn:MinAtar/SpaceInvaders-v1", "exit-dqn:MinAtar/Breakout-v1", "dqn:ALE/Breakout-v5")
+LEARN_BACKENDS = ("torch", "torch-channels-last", "blas")  # torch first: the others are compared with it
 
 
 def measure(workload: str, rounds: int, threads: int) -> list[dict]:
@@ -48,7 +49,7 @@ def measure(workload: str, rounds: int, threads: int) -> list[dict]:
     rng = np.random.default_rng(0)
     batch = {**_transitions(algo, config.agent.batch_size, rng), "weights": np.ones(config.agent.batch_size, np.float32)}
     calls = {}
-    for backend in ("torch", "blas"):
+    for backend in LEARN_BACKENDS:
         if get("Learn", backend).unsupported(algo):
             continue
         learner = build("Learn", Slot(backend, "cpu", threads), algo, 0)
@@ -67,15 +68,17 @@ def measure(workload: str, rounds: int, threads: int) -> list[dict]:
         for key, fn in calls.items():
             times[key].append(time_calls(fn, lambda: None)[0])
     rows = []
-    for primitive, compiled, chosen in (("Learn", "blas", learn), ("Act", "numba", act)):
+    others = {"Learn": [b for b in LEARN_BACKENDS[1:] if ("Learn", b) in times], "Act": ["numba"]}
+    for primitive, chosen in (("Learn", learn), ("Act", act)):
         if (primitive, "torch") not in times:
             continue
         torch_s = statistics.median(times[(primitive, "torch")])
-        other_s = statistics.median(times[(primitive, compiled)]) if (primitive, compiled) in times else None
-        rows.append({"workload": workload, "primitive": primitive, "size": config.agent.batch_size if primitive == "Learn" else 1,
-                     "compiled": compiled, "rule": chosen, "torch_us": 1e6 * torch_s,
-                     "compiled_us": None if other_s is None else 1e6 * other_s,
-                     "ratio": None if other_s is None else torch_s / other_s})
+        for compiled in others[primitive] or [None]:
+            other_s = statistics.median(times[(primitive, compiled)]) if (primitive, compiled) in times else None
+            rows.append({"workload": workload, "primitive": primitive, "size": config.agent.batch_size if primitive == "Learn" else 1,
+                         "compiled": compiled, "rule": chosen, "torch_us": 1e6 * torch_s,
+                         "compiled_us": None if other_s is None else 1e6 * other_s,
+                         "ratio": None if other_s is None else torch_s / other_s})
     return rows
 
 
@@ -88,7 +91,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     print(f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} thread(s); "
           f"load average before {os.getloadavg()[0]:.2f}; {args.rounds} rounds, backends alternating\n")
-    print("| workload | primitive | batch | torch us/call | blas or numba us/call | torch / it | the rule's |")
+    print("| workload | primitive | batch | torch us/call | other backend us/call | torch / it | the rule's |")
     print("|---|---|---:|---:|---:|---:|---|")
     for workload in args.workloads:
         for r in measure(workload, args.rounds, args.threads):
