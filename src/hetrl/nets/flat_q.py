@@ -150,7 +150,7 @@ class QPass:
         if layout.convs:
             images_by_feature(x.numpy(), np.float32(layout.scale), self.raw.numpy())
             x = self.raw
-            for k, conv in enumerate(layout.convs):
+            for k in range(layout.n_convs):
                 torch.index_select(x, 0, self.index[k], out=self.patches[k].view(-1, batch))
                 out = self.maps[k]
                 torch.addmm(weights[2 * k + 1].unsqueeze(1), weights[2 * k], self.patches[k], out=out)
