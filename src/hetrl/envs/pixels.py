@@ -99,9 +99,10 @@ _registered: set[str] = set()
 
 
 def packages(env_id: str) -> tuple[str, ...]:
-    """The packages :func:`register` imports for ``env_id`` (none for Gymnasium's own envs). MinAtar's
-    takes seconds to import (it loads seaborn and scipy for its display): a process that starts
-    actors imports them once, in its fork server."""
+    """The packages :func:`register` imports for ``env_id``, in its order (none for Gymnasium's own
+    envs; ALE's cv2 is what AtariPreprocessing resizes with). MinAtar's takes seconds to import (it
+    loads seaborn and scipy for its display): a process that starts actors imports them once, in
+    its fork server."""
     if is_minatar(env_id):
         return ("minatar", "minatar.gym")
     if is_ale(env_id):
@@ -116,14 +117,12 @@ def register(env_id: str) -> None:
 
         register_bytes()
     elif is_minatar(env_id) and "minatar" not in _registered:
-        _extra("minatar", env_id)
-        minatar_gym = _extra("minatar.gym", env_id)
+        _, minatar_gym = (_extra(module, env_id) for module in packages(env_id))
         if not any(key.startswith(MINATAR_PREFIX) for key in gym.registry):  # Gymnasium 1.x loads no plugins
             minatar_gym.register_envs()
         _registered.add("minatar")
     elif is_ale(env_id) and "ale" not in _registered:
-        ale_py = _extra("ale_py", env_id)
-        _extra("cv2", env_id)  # AtariPreprocessing resizes with OpenCV
+        ale_py, _ = (_extra(module, env_id) for module in packages(env_id))  # cv2: AtariPreprocessing resizes with it
         gym.register_envs(ale_py)
         _registered.add("ale")
 
