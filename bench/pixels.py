@@ -47,6 +47,13 @@ ROOT = BENCH.parent
 LIBS = ("hetrl", "sb3", "cleanrl")
 LIB_NAMES = {"hetrl": "hetrl", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script"}
 BEGIN, END = "<!-- pixels:begin (written by bench/pixels.py) -->", "<!-- pixels:end -->"
+
+
+def markers(device: str) -> tuple[str, str]:
+    """The report's section markers: one section per device, so a GPU run keeps the CPU table."""
+    if device == "cpu":
+        return BEGIN, END
+    return f"<!-- pixels-{device}:begin (written by bench/pixels.py --device {device}) -->", f"<!-- pixels-{device}:end -->"
 EVAL_SEED = 10_000
 EVAL_MAX_STEPS = 27_000  # a greedy policy that never ends an episode is cut here
 
@@ -208,7 +215,7 @@ def run_sb3(s: PixelSettings, steps: int, seed: int, n_envs: int = 1, vec_env: s
             "train_freq": train_freq, "gradient_steps": gradient_steps}
 
 
-def run_cleanrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
+def run_cleanrl(s: PixelSettings, steps: int, seed: int, device: str = "cpu") -> dict[str, Any]:
     import cleanrl_dqn_pixels as script
     import torch
 
@@ -217,6 +224,7 @@ def run_cleanrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
         buffer_size=s.buffer_size, gamma=s.gamma, target_network_frequency=s.target_every, batch_size=s.batch_size,
         start_e=s.eps_start, end_e=s.eps_end, exploration_steps=s.eps_decay_steps(steps),
         learning_starts=s.learning_starts, train_frequency=s.train_every, max_grad_norm=s.max_grad_norm or 0.0,
+        device=device,
     )
     start = time.perf_counter()
     net, stats = script.train(args)
@@ -224,14 +232,19 @@ def run_cleanrl(s: PixelSettings, steps: int, seed: int) -> dict[str, Any]:
 
     def policy(obs: Any) -> Any:
         with torch.no_grad():
-            return net(torch.as_tensor(obs).float() / stats["scale"]).argmax(dim=1).numpy()
+            return net(torch.as_tensor(obs, device=device).float() / stats["scale"]).argmax(dim=1).cpu().numpy()
 
     return {"version": "bench/cleanrl_dqn_pixels.py", "env_steps": stats["env_steps"], "updates": stats["updates"],
             "seconds": seconds, "policy": policy, "curve": stats["episodes"], "replay_bytes": stats["replay_bytes"],
             "replay_capacity": stats["replay_capacity"]}
 
 
-RUNNERS = {"hetrl": run_hetrl, "sb3": run_sb3, "cleanrl": run_cleanrl}
+def run_on(lib: str, s: PixelSettings, steps: int, seed: int, device: str) -> dict[str, Any]:
+    """One library's run with its networks on ``device`` (hetrl: the learner pinned there, the rest
+    placed by its plan; SB3: ``device=``; the CleanRL-style script: networks and batches there)."""
+    if lib == "hetrl":
+        return run_hetrl(s, steps, seed, {"device": device} if device != "cpu" else None)
+    return run_sb3(s, steps, seed, device=device) if lib == "sb3" else run_cleanrl(s, steps, seed, device)
 
 
 def evaluate(policy: Any, env_id: str, episodes: int) -> list[float]:
@@ -261,7 +274,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     lib, workload = args.worker
     s = SETTINGS[workload]
-    out = RUNNERS[lib](s, args.steps, args.seed)
+    out = run_on(lib, s, args.steps, args.seed, args.device)
     policy = out.pop("policy")
     returns = evaluate(policy, s.env_id, args.eval_episodes) if s.learning else []
     return {"lib": lib, "workload": workload, "seed": args.seed, **out, "eval_returns": returns,
@@ -272,7 +285,8 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
 def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None) -> dict[str, Any]:
     """Run ``SCRIPT --worker JOB...`` (this file unless named) in a fresh interpreter; returns its
     JSON, or raises RuntimeError with the tail of its stderr."""
-    return run_worker(script or Path(__file__).resolve(), [*job, "--eval-episodes", str(args.eval_episodes)], 1)
+    return run_worker(script or Path(__file__).resolve(), [*job, "--eval-episodes", str(args.eval_episodes),
+                                                           "--device", args.device], 1)
 
 
 def steps_of(workload: str, args: argparse.Namespace) -> int:
@@ -366,9 +380,12 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     png = out.with_name(out.stem + "_pixels.png")
     plot_curves(runs, args.workloads, args.libs, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
-    lines = [BEGIN, f"## DQN on pixels: hetrl, Stable-Baselines3 and a CleanRL-style script{quick}", "",
+    begin, end = markers(args.device)
+    where = "" if args.device == "cpu" else f", every library's networks on {args.device} ({gpu_name()})"
+    lines = [begin, f"## DQN on pixels: hetrl, Stable-Baselines3 and a CleanRL-style script"
+                    f"{'' if args.device == 'cpu' else ' on ' + args.device}{quick}", "",
              f"`python bench/pixels.py {' '.join(args.argv)}` on {datetime.date.today()}, {read_cpu().model}, "
-             f"{os.cpu_count()} cores, 1 torch thread per library, Python {platform.python_version()}; seeds "
+             f"{os.cpu_count()} cores{where}, 1 torch thread per library, Python {platform.python_version()}; seeds "
              f"{', '.join(map(str, args.seeds))}; {args.minatar_steps:,} MinAtar and {args.atari_steps:,} Atari env steps "
              f"per run; {seconds / 60:.0f} min in all. Settings: `SETTINGS` in bench/pixels.py (the same for every "
              "library); every library plays the env `hetrl.envs.make_env` builds.", ""]
@@ -378,14 +395,21 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
         lines += table(runs, w, args.libs, args.eval_episodes)
     if failures:
         lines += ["**Not measured:**", ""] + [f"- {f}" for f in failures] + [""]
-    lines.append(END)
+    lines.append(end)
     return "\n".join(lines) + "\n"
 
 
-def write_report(text: str, out: Path) -> None:
+def gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device seen"
+
+
+def write_report(text: str, out: Path, device: str = "cpu") -> None:
+    begin, end = markers(device)
     old = out.read_text() if out.exists() else ""
-    if BEGIN in old and END in old:
-        text = old[:old.index(BEGIN)] + text.rstrip("\n") + old[old.index(END) + len(END):]
+    if begin in old and end in old:
+        text = old[:old.index(begin)] + text.rstrip("\n") + old[old.index(end) + len(end):]
     elif old:
         text = old.rstrip("\n") + "\n\n" + text
     out.write_text(text)
@@ -400,6 +424,8 @@ def main() -> int:
     parser.add_argument("--atari-steps", type=int, default=100_000)
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--quick", action="store_true", help="smoke test: 6k MinAtar / 6k Atari steps, one seed")
+    parser.add_argument("--device", default="cpu", help="where every library's networks run: cpu (default) or cuda "
+                        "(a lent GPU machine; its own section of the report)")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--from-json", type=Path, help="write the report from the runs a (possibly cut short) "
                         "benchmark saved in its _pixels.json, measuring nothing")
@@ -419,17 +445,26 @@ def main() -> int:
         args.out, args.argv = out, saved["args"] + ([] if saved.get("complete") else ["(cut short: the runs it finished)"])
         args.seeds = sorted({r["seed"] for r in runs})
         args.workloads = [w for w in args.workloads if any(r["workload"] == w for r in runs)]
-        write_report(report(runs, failures, args, args.out, sum(r.get("call_seconds", r["seconds"]) for r in runs)), args.out)
+        args.device = saved.get("device", args.device)
+        write_report(report(runs, failures, args, args.out, sum(r.get("call_seconds", r["seconds"]) for r in runs)), args.out,
+                     args.device)
         print(f"wrote {args.out}")
         return 0
     if args.quick:
         args.minatar_steps, args.atari_steps, args.seeds, args.eval_episodes = 6_000, 6_000, args.seeds[:1], 2
+    if args.device != "cpu":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"pixels.py: --device {args.device} needs CUDA, and torch.cuda.is_available() is False here; "
+                  "leave --device out for the CPU table", file=sys.stderr)
+            return 2
     start = time.perf_counter()
     if "hetrl" in args.libs:
         prepare(args)
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
-    raw = args.out.with_name(args.out.stem + "_pixels.json")
+    raw = args.out.with_name(args.out.stem + ("_pixels.json" if args.device == "cpu" else f"_pixels_{args.device}.json"))
     for k, seed in enumerate(args.seeds):
         order = args.libs[k % len(args.libs):] + args.libs[:k % len(args.libs)]
         for workload in args.workloads:
@@ -443,12 +478,13 @@ def main() -> int:
                     failures.append(f"{LIB_NAMES[lib]} {workload} seed {seed}: {str(exc).strip().splitlines()[-1]}")
                     continue
                 runs.append(r)
-                raw.write_text(json.dumps({"complete": False, "args": args.argv, "runs": runs, "failures": failures}))
+                raw.write_text(json.dumps({"complete": False, "args": args.argv, "device": args.device, "runs": runs,
+                                           "failures": failures}))
                 ev = f", greedy {r['eval_mean']:.1f}" if r["eval_mean"] is not None else ""
                 print(f"{r['env_steps'] / r['seconds']:,.0f} env steps/s, {r['updates'] / r['seconds']:,.0f} updates/s{ev}",
                       flush=True)
-    raw.write_text(json.dumps({"complete": True, "args": args.argv, "runs": runs, "failures": failures}))
-    write_report(report(runs, failures, args, args.out, time.perf_counter() - start), args.out)
+    raw.write_text(json.dumps({"complete": True, "args": args.argv, "device": args.device, "runs": runs, "failures": failures}))
+    write_report(report(runs, failures, args, args.out, time.perf_counter() - start), args.out, args.device)
     print(f"wrote {args.out}")
     return 2 if failures else 0
 

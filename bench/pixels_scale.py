@@ -49,19 +49,29 @@ from peers import write_section
 
 ROOT = BENCH.parent
 BEGIN, END = "<!-- pixels_scale:begin (written by bench/pixels_scale.py) -->", "<!-- pixels_scale:end -->"
+GPU_BEGIN, GPU_END = "<!-- pixels_scale-gpu:begin (written by bench/pixels_scale.py --gpu) -->", "<!-- pixels_scale-gpu:end -->"
 WORKLOADS = ("minatar-breakout", "atari-breakout")
 SB3_N_ENVS = (1, 2, 4)
 VEC = {"dummy": "DummyVecEnv", "subproc": "SubprocVecEnv"}
 AIM = {"cpu": 2.0, "gpu": 5.0}  # the plan's choice over SB3's best on Atari (issue 23)
 
 
-def hetrl_configs(gpu: bool) -> dict[str, dict[str, Any]]:
-    """Run settings of each hetrl configuration: inline, local with 1..N actors, the plan's choice."""
-    top = max(1, min(15, (os.cpu_count() or 2) - 1)) if gpu else 2
+def default_actors(gpu: bool) -> list[int]:
+    """1 and 2 actors on the CPU machine; 1..15 (at most a core each beside the learner's) with ``--gpu``."""
+    return list(range(1, (max(1, min(15, (os.cpu_count() or 2) - 1)) if gpu else 2) + 1))
+
+
+def hetrl_configs(actors: list[int]) -> dict[str, dict[str, Any]]:
+    """Run settings of each hetrl configuration: inline, local with each actor count, the plan's choice."""
     configs: dict[str, dict[str, Any]] = {"inline": {"executor": "inline"}}
-    configs.update({f"local-{n}": {"executor": "local", "actors": n} for n in range(1, top + 1)})
+    configs.update({f"local-{n}": {"executor": "local", "actors": n} for n in actors})
     configs["auto"] = {"executor": "auto", "actors": 0, "num_envs": 0, "inference": "auto"}
     return configs
+
+
+def config_of(name: str) -> dict[str, Any]:
+    """The run settings a configuration's name stands for (``inline``, ``local-N``, ``auto``)."""
+    return hetrl_configs([int(name.removeprefix("local-"))] if name.startswith("local-") else [])[name]
 
 
 def settings(workload: str, args: argparse.Namespace) -> pixels.PixelSettings:
@@ -84,7 +94,7 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     s = settings(workload, args)
     load = os.getloadavg()[0]
     if lib == "hetrl":
-        out = pixels.run_hetrl(s, args.steps, args.seed, {**hetrl_configs(args.gpu)[config], "device": args.device})
+        out = pixels.run_hetrl(s, args.steps, args.seed, {**config_of(config), "device": args.device})
     else:
         out = pixels.run_sb3(s, args.steps, args.seed, n_envs=int(config), vec_env=args.sb3_vec, device=args.device)
     policy = out.pop("policy")
@@ -246,12 +256,14 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
            complete: bool) -> str:
     from hetrl.hardware import read_cpu
 
-    png = args.out.with_name(args.out.stem + "_pixels_scale.png")
+    png = args.out.with_name(args.out.stem + ("_pixels_scale_gpu.png" if args.gpu else "_pixels_scale.png"))
     plot(runs, args, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     device = "every library on CUDA" if args.gpu else "every library on the CPU"
     loads = [r["load_before"] for r in runs]
-    lines = [BEGIN, f"## DQN on pixels as the actors grow: hetrl's executors and SB3's n_envs{quick}", "",
+    begin, end = (GPU_BEGIN, GPU_END) if args.gpu else (BEGIN, END)
+    lines = [begin, f"## DQN on pixels as the actors grow: hetrl's executors and SB3's n_envs"
+                    f"{' on a GPU machine' if args.gpu else ''}{quick}", "",
              f"`python bench/pixels_scale.py {' '.join(args.argv)}` on {datetime.date.today()}, {read_cpu().model}, "
              f"{os.cpu_count()} cores, {device}, 1 torch thread per learner, Python {platform.python_version()}; "
              f"seed{'s' if len(args.seeds) > 1 else ''} {', '.join(map(str, args.seeds))}; {seconds / 60:.0f} min in all"
@@ -273,7 +285,7 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     lines += [energy_note(runs), ""]
     if failures:
         lines += ["**Not measured:**", ""] + [f"- {f}" for f in failures] + [""]
-    lines.append(END)
+    lines.append(end)
     return "\n".join(lines) + "\n"
 
 
@@ -289,6 +301,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sb3-vec", choices=("dummy", "subproc"), default="dummy")
     parser.add_argument("--eval-episodes", type=int, default=3, help="greedy episodes after each MinAtar run (0: none)")
     parser.add_argument("--gpu", action="store_true", help="the GPU variant: 1..15 actors, every library on CUDA")
+    parser.add_argument("--actors", nargs="+", type=int, help="hetrl's local-executor actor counts "
+                        "(default: 1 2; 1..15 with --gpu, at most one per core beside the learner's)")
     parser.add_argument("--quick", action="store_true", help="smoke test: 600 MinAtar / 300 Atari env steps after 300 / 200 warm-up")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--from-json", type=Path, help="write the report from a saved _pixels_scale.json, measuring nothing")
@@ -301,7 +315,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.minatar_steps, args.atari_steps, args.minatar_warmup, args.atari_warmup = 600, 300, 300, 200
         args.seeds, args.eval_episodes = args.seeds[:1], min(args.eval_episodes, 1)
     args.kind = "gpu" if args.gpu else "cpu"
-    args.hetrl_configs = list(hetrl_configs(args.gpu))
+    args.hetrl_configs = list(hetrl_configs(args.actors or default_actors(args.gpu)))
     return args
 
 
@@ -318,7 +332,7 @@ def main() -> int:
                   "run without --gpu for the CPU variant", file=sys.stderr)
             return 2
         args.device = "cuda"
-    raw = args.out.with_name(args.out.stem + "_pixels_scale.json")
+    raw = args.out.with_name(args.out.stem + ("_pixels_scale_gpu.json" if args.gpu else "_pixels_scale.json"))
     if args.from_json:
         saved = json.loads(args.from_json.read_text())
         out, args = args.out, parse(saved["args"])
@@ -326,7 +340,7 @@ def main() -> int:
         for r in saved["runs"]:  # the warm-ups the runs had (a --quick of another version had others)
             setattr(args, "atari_warmup" if r["workload"].startswith("atari") else "minatar_warmup", r["learning_starts"])
         write_section(args.out, report(saved["runs"], saved["failures"], args, saved["seconds"], saved["complete"]),
-                      BEGIN, END)
+                      *((GPU_BEGIN, GPU_END) if args.gpu else (BEGIN, END)))
         print(f"wrote {args.out}")
         return 0
     args.argv = sys.argv[1:]
@@ -359,7 +373,8 @@ def main() -> int:
         save(False)
         print(f"{rate(r):,.0f} env steps/s, {r['updates']:,} updates ({chosen(r).split(';')[0]})", flush=True)
     save(True)
-    write_section(args.out, report(runs, failures, args, time.perf_counter() - start, True), BEGIN, END)
+    write_section(args.out, report(runs, failures, args, time.perf_counter() - start, True),
+                  *((GPU_BEGIN, GPU_END) if args.gpu else (BEGIN, END)))
     print(f"wrote {args.out} and {raw}")
     return 2 if failures else 0
 

@@ -1,0 +1,129 @@
+"""One Learn/cudagraph update on a GPU: its time, and where the time goes (issue 22's < 100 us aim).
+
+For each network (DQN 64x64 and 256x256 at batch 64, DDPG 400x300 at batch 256, the MinAtar and
+Nature CNN DQN at batch 32): the update's wall time per call in steady state, three ways,
+- ``launch``: host time of ``learn()`` alone (inputs packed, one pinned copy, graph launched),
+- ``synced``: ``learn()`` then ``torch.cuda.synchronize()`` each call (what the profiler measures),
+- ``pipelined``: N calls back to back and one synchronize (the rate a loop that never waits gets),
+then the kernels of one synced update from ``torch.profiler``: count, summed GPU time, the largest,
+and the host-side work between the graph launches (everything that is not ``cudaGraphLaunch``).
+
+    python bench/cudagraph_update.py                  # needs CUDA; writes nothing, prints a table
+    python bench/cudagraph_update.py --out OUT.json   # also the raw figures
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CASES = {
+    "dqn-64x64-b64": ("dqn", "CartPole-v1", dict(hidden=(64, 64), batch_size=64)),
+    "dqn-256x256-b64": ("dqn", "CartPole-v1", dict(hidden=(256, 256), batch_size=64)),
+    "ddpg-400x300-b256": ("ddpg", "Pendulum-v1", dict(hidden=(400, 300), batch_size=256)),
+    "dqn-minatar-b32": ("dqn", "MinAtar/Breakout-v1", dict(network="minatar", batch_size=32)),
+    "dqn-nature-b32": ("dqn", "ALE/Breakout-v5", dict(network="nature", batch_size=32)),
+}
+
+
+def host_batch(algo: Any, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """A replay batch as the host replay hands it over (uint8 images stay uint8)."""
+    spec = algo.spec
+    def obs() -> np.ndarray:
+        if np.dtype(spec.obs_dtype) == np.uint8:
+            return rng.integers(0, 256, (batch,) + spec.obs_shape, dtype=np.uint8)
+        return rng.standard_normal((batch,) + spec.obs_shape).astype(np.float32)
+    return {"obs": obs(), "actions": algo.random_actions(rng, batch), "rewards": rng.standard_normal(batch).astype(np.float32),
+            "next_obs": obs(), "discounts": rng.choice([0.0, 0.99], batch).astype(np.float32),
+            "weights": np.ones(batch, np.float32)}
+
+
+def measure(case: str, calls: int) -> dict[str, Any]:
+    from hetrl.algos import algorithm_class, make_algorithm
+    from hetrl.envs import env_spec
+    from hetrl.primitives.learn_cudagraph import LearnCudagraph
+
+    name, env_id, settings = CASES[case]
+    algo = make_algorithm(name, env_spec(env_id), algorithm_class(name).Config(**settings))
+    learner = LearnCudagraph(algo, "cuda", seed=0)
+    rng = np.random.default_rng(0)
+    batches = [host_batch(algo, settings["batch_size"], rng) for _ in range(8)]
+    for i in range(50):  # capture and warm
+        learner.learn(**batches[i % 8])
+    torch.cuda.synchronize()
+
+    def per_call(sync: bool) -> float:
+        times = []
+        for i in range(calls):
+            start = time.perf_counter()
+            learner.learn(**batches[i % 8])
+            if sync:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+        torch.cuda.synchronize()
+        return statistics.median(times) * 1e6
+
+    launch, synced = per_call(False), per_call(True)
+    start = time.perf_counter()
+    for i in range(calls):
+        learner.learn(**batches[i % 8])
+    torch.cuda.synchronize()
+    pipelined = (time.perf_counter() - start) / calls * 1e6
+
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(20):
+            learner.learn(**batches[i % 8])
+            torch.cuda.synchronize()
+    kernels: dict[str, list[float]] = {}
+    host: dict[str, list[float]] = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(e.name, []).append(e.device_time)
+        elif e.cpu_parent is None:
+            host.setdefault(e.name, []).append(e.cpu_time_total)
+    per_update = {k: sum(v) / 20 for k, v in kernels.items()}
+    host_per_update = {k: sum(v) / 20 for k, v in host.items()}
+    return {"case": case, "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
+            "kernels_per_update": sum(len(v) for v in kernels.values()) / 20, "gpu_us_per_update": sum(per_update.values()),
+            "top_kernels": sorted(per_update.items(), key=lambda kv: -kv[1])[:8],
+            "host_ops": sorted(host_per_update.items(), key=lambda kv: -kv[1])[:8]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("cudagraph_update.py: needs CUDA, and torch.cuda.is_available() is False here", file=sys.stderr)
+        return 2
+    torch.backends.cuda.matmul.allow_tf32 = False
+    rows = []
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; median us per update over {args.calls} calls")
+    for case in args.cases:
+        r = measure(case, args.calls)
+        rows.append(r)
+        print(f"{case}: launch {r['launch_us']:.0f} us, synced {r['synced_us']:.0f} us, pipelined {r['pipelined_us']:.0f} us; "
+              f"{r['kernels_per_update']:.0f} kernels, {r['gpu_us_per_update']:.0f} us of GPU time per update", flush=True)
+        for name, us in r["top_kernels"]:
+            print(f"    gpu  {us:7.1f} us  {name[:110]}")
+        for name, us in r["host_ops"]:
+            print(f"    host {us:7.1f} us  {name[:110]}")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
