@@ -172,10 +172,21 @@ def test_learn_outputs_conform_and_are_deterministic(algo):
 
 @pytest.mark.gpu
 def test_learn_agrees_across_devices(algo, require_cuda):
+    """The same updates on either device. An update's random draws (SAC's noise) come from a
+    generator of the learner's device, and CPU and CUDA generators give different numbers for one
+    seed: here both learners read the same draws, made on the host."""
     batch = _learn_batch(algo, b=32, seed=5)
     results = []
     for device in ("cpu", "cuda"):
         learn = LearnTorch(algo, device, seed=0)
+        draws = np.random.default_rng(9)
+        own_draws = learn.learner.draw_inputs
+
+        def host_draws(inputs, own_draws=own_draws, draws=draws, device=device):
+            return {k: torch.as_tensor(draws.standard_normal(v.shape).astype(np.float32), device=device)
+                    for k, v in own_draws(inputs).items()}
+
+        learn.learner.draw_inputs = host_draws
         for _ in range(3):
             out = learn.learn(**{k: torch.as_tensor(v, device=device) for k, v in batch.items()})
         results.append(out["td_errors"].cpu().numpy())
