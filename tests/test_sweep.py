@@ -48,10 +48,13 @@ def test_sweep_runs_each_count_and_writes_table_json_and_plot(tmp_path, capsys):
                  "--set", "hidden=32,32", "--set", "learning_starts=500", "--set", "train_every=1", "--set", "plan=rule"])
     assert code == 0
     data = json.loads((out / "sweep.json").read_text())
-    assert [p["actors"] for p in data["points"]] == [1, 2]
+    assert [p["actors"] for p in data["points"]] == [1, 2] and data["complete"] is True
     for p in data["points"]:  # each point is its run's summary
         summary = json.loads((out / f"actors_{p['actors']}" / "summary.json").read_text())
         assert (summary["executor"], summary["actors"]) == ("local", p["actors"])
+        # measured for speed alone: no evaluation episodes (a greedy Atari game can last 27k steps), no replay saved
+        assert summary["eval_return_mean"] is None
+        assert not list((out / f"actors_{p['actors']}" / "checkpoints").glob("replay_step_*.pt"))
         assert p["env_steps_per_s"] == pytest.approx(summary["learning_env_steps_per_s"])
         assert p["joules_per_env_step"] == summary["joules_per_env_step"] and p["energy"] == summary["energy"]
         assert p["joules_per_update"] == summary["joules_per_update"]
@@ -72,3 +75,25 @@ def test_sweep_runs_each_count_and_writes_table_json_and_plot(tmp_path, capsys):
     assert "knee" in capsys.readouterr().err
     # the folder now holds a sweep: a second one there is refused, nothing overwritten
     assert main(["sweep", "dqn", "CartPole-v1", "--actors", "1", "--out", str(out)]) == 2
+
+
+def test_a_sweep_cut_short_keeps_the_points_it_measured(tmp_path, monkeypatch):
+    """sweep.json is written after every actor count, so a sweep stopped (or killed) at the second
+    count still holds the first, marked incomplete."""
+    import hetrl.sweep as sweep_module
+
+    real, calls = sweep_module.Session.create, []
+
+    def create(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module.Session, "create", create)
+    out = tmp_path / "sweep"
+    code = main(["sweep", "dqn", "CartPole-v1", "--actors", "1,2", "--steps", "800", "--out", str(out),
+                 "--set", "hidden=16,16", "--set", "learning_starts=300", "--set", "plan=rule"])
+    assert code != 0 and len(calls) == 2  # Ctrl-C at the second count: the command stops there
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["complete"] is False and [p["actors"] for p in data["points"]] == [1] and data["knee_actors"] == 1

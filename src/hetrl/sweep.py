@@ -69,22 +69,30 @@ def sweep(config: TrainConfig, counts: list[int], out: Path, console: Console) -
     check_writable(out, "--out", directory=True)
     if out.exists() and any(out.iterdir()):
         raise HetrlError(f"{out} already holds files; pass another --out (nothing was overwritten)")
-    points = []
+    points: list[SweepPoint] = []
     for actors in counts:
-        cfg = apply_overrides(replace(config), ["executor=local", f"actors={actors}", "eval_every=0", "eval_episodes=1"])
+        # speed alone: no evaluation during or after the run, and no replay in its checkpoint
+        cfg = apply_overrides(replace(config), ["executor=local", f"actors={actors}", "eval_every=0", "checkpoint_replay=none"])
         console.print(f"sweep: {actors} actor{'s' if actors != 1 else ''} ...")
-        result = Session.create(cfg, out / f"actors_{actors}", console).train(progress=False)
+        result = Session.create(cfg, out / f"actors_{actors}", console).train(progress=False, final_eval=False)
         if result.learning_env_steps_per_s is None:
             raise HetrlError(f"the run with {actors} actors never got past learning_starts; raise --steps")
         actor_wait = {name: share for name, _, _, share in result.timers}.get("ActorWait", 0.0)
         points.append(SweepPoint(actors, result.learning_env_steps_per_s, learner_utilisation(result), actor_wait,
                                  result.joules_per_env_step, result.joules_per_update, result.energy, result.energy_methods,
                                  result.accelerator_utilisation, result.accelerator_busy, result.accelerator_busy_method))
+        save(out, config, points, complete=False)  # a sweep cut short keeps the points it measured
+    save(out, config, points, complete=True)
     chosen = knee(points)
-    write_json(out / "sweep.json", {"algo": config.algo, "env": config.env, "knee_actors": chosen.actors,
-                                    "knee_fraction": KNEE_FRACTION, "points": [asdict(p) for p in points]})
     plot(points, chosen, out / "sweep.png", f"{config.algo} on {config.env}")
     return points
+
+
+def save(out: Path, config: TrainConfig, points: list[SweepPoint], complete: bool) -> None:
+    """sweep.json: the points measured so far, their knee, and whether every actor count ran."""
+    write_json(out / "sweep.json", {"algo": config.algo, "env": config.env, "complete": complete,
+                                    "knee_actors": knee(points).actors, "knee_fraction": KNEE_FRACTION,
+                                    "points": [asdict(p) for p in points]})
 
 
 def table(points: list[SweepPoint]) -> Table:

@@ -249,10 +249,12 @@ class Session:
             "eval_return_mean": mean, "eval_return_std": std, "eval_episodes": len(returns),
         })
 
-    def train(self, progress: bool = True, callbacks: Sequence[Callback] | Callbacks = ()) -> TrainResult:
+    def train(self, progress: bool = True, callbacks: Sequence[Callback] | Callbacks = (),
+              final_eval: bool = True) -> TrainResult:
         """Run to ``config.steps`` (or the target return, or Ctrl-C or SIGTERM, or a callback's
         stop); the executor is closed at the end whatever happens, so no actor process or shared
-        memory outlives the call. A signal stops the run cleanly, with its checkpoint
+        memory outlives the call. ``final_eval`` False skips the final policy's evaluation (a run
+        measured for speed alone, as ``hetrl sweep``'s: a greedy Atari game can last 27k steps). A signal stops the run cleanly, with its checkpoint
         (``hetrl.run.signals``); so does an abort, its actors failing over and over. The loop's
         energy is measured on every meter there is (RAPL, NVML), or reported unavailable, and so is
         the learner's GPU's busy share over the learning phase. The run directory's lock is released
@@ -274,7 +276,7 @@ class Session:
                     skip = "the learner is a Ray actor, whose GPU this process cannot name" if self.executor_kind == "ray" else ""
                     with discover_meters() as meters, BusyMeasurement(self.placement.learn.device, skip=skip) as busy:
                         self._energy, self._busy = EnergyMeasurement(meters), busy
-                        return self._train(progress)
+                        return self._train(progress, final_eval)
                 except ActorsFailed as exc:
                     raise HetrlError(f"{exc}; {self._save_on_abort()}") from None
                 except LearnerLost as exc:  # nothing left to save: the newest checkpoint stays as it is
@@ -309,7 +311,7 @@ class Session:
         return (f"the newest checkpoint (env step {self.saved_at:,}) is kept as it was; `hetrl resume {self.run.path}` "
                 f"continues from it")
 
-    def _train(self, progress: bool) -> TrainResult:
+    def _train(self, progress: bool, final_eval: bool = True) -> TrainResult:
         cfg, ex, run = self.config, self.executor, self.run
         if not run.plan.exists():
             self.plan.save(run.plan)
@@ -374,7 +376,7 @@ class Session:
                     row.update(_shares(timers, last_timers, now - last_t))
                     last_timers = timers
                     final = ex.env_steps >= cfg.steps or stopped_at is not None  # the final policy is evaluated in this row (one row per step)
-                    if final or (next_eval is not None and ex.env_steps >= next_eval):
+                    if (final and final_eval) or (next_eval is not None and ex.env_steps >= next_eval):
                         eval_start = time.perf_counter()
                         with self._busy.paused():  # evaluation is not learning (nor in its rate)
                             evaluated = self.evaluate(cfg.eval_episodes)
@@ -432,7 +434,8 @@ class Session:
         prediction = self.plan.prediction if same else None
         learning_updates = ex.updates - start_updates
         learning_steps = ex.env_steps - max(start_steps, cfg.agent.learning_starts)
-        if solved_at is None and not interrupted.set and last_eval_step != ex.env_steps:  # the final policy's evaluation
+        # the final policy's evaluation
+        if final_eval and solved_at is None and not interrupted.set and last_eval_step != ex.env_steps:
             evaluated = self.evaluate(cfg.eval_episodes)
             if evaluated is not None:  # None: a stop signal cut it short
                 last_eval = evaluated
