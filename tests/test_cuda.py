@@ -37,14 +37,27 @@ def assert_held_ratio(result):
     assert result.replay_ratio_measured == pytest.approx(result.replay_ratio, rel=0.1)
 
 
+@pytest.mark.parametrize("learner", ["rule", "torch"])
 @pytest.mark.parametrize("algo, env", [("dqn", "CartPole-v1"), ("ddpg", "Pendulum-v1"), ("sac", "Pendulum-v1")])
-def test_a_run_with_the_learner_on_cuda_trains_and_resumes(tmp_path, algo, env):
+def test_a_run_with_the_learner_on_cuda_trains_and_resumes(tmp_path, algo, env, learner):
+    """The rule's CUDA placement (the graphed learner fed by the host replay), and the torch learner
+    with its replay beside it on the GPU (a plan file)."""
     extra = dict(prioritized=True) if algo == "dqn" else {}
-    first = hetrl.train(algo, env, steps=500, seed=0, device="cuda", plan="rule", run_dir=tmp_path / "run",
+    if learner == "rule":
+        plan = "rule"
+    else:
+        gpu = Slot("torch", "cuda:0")
+        plan = str(Plan(algo, env, 1, "throughput", "-", Placement(Slot("gymnasium"), Slot("numpy"), gpu, gpu), None,
+                        []).save(tmp_path / "plan.json"))
+    first = hetrl.train(algo, env, steps=500, seed=0, device="cuda", plan=plan, run_dir=tmp_path / "run",
                         checkpoint_every=10_000, **SMALL, **extra)
     assert first.updates > 0
-    assert first.placement["Learn"].startswith("torch on cuda")
-    assert first.placement["ReplaySample"].startswith("torch on cuda")  # the replay sits beside the learner
+    if learner == "rule":
+        assert first.placement["Learn"].startswith("cudagraph on cuda")
+        assert first.placement["ReplaySample"].startswith("numpy on cpu")  # the graph takes the host batch in one copy
+    else:
+        assert first.placement["Learn"].startswith("torch on cuda")
+        assert first.placement["ReplaySample"].startswith("torch on cuda")  # the replay sits beside the learner
     resumed = hetrl.resume(tmp_path / "run", steps=800, progress=False)
     assert resumed.env_steps == 800 and resumed.updates > first.updates
     evaluated = hetrl.evaluate(tmp_path / "run", episodes=2)
@@ -55,7 +68,7 @@ def test_actor_processes_feed_a_cuda_learner(tmp_path):
     result = hetrl.train("dqn", "CartPole-v1", steps=1_500, seed=0, device="cuda", plan="rule", executor="local",
                          actors=1, run_dir=tmp_path / "run", **SMALL)
     assert result.executor == "local" and result.actors == 1
-    assert result.env_steps >= 1_500 and result.placement["Learn"].startswith("torch on cuda")
+    assert result.env_steps >= 1_500 and result.placement["Learn"].startswith("cudagraph on cuda")
     assert_held_ratio(result)
 
 
@@ -95,7 +108,7 @@ def test_a_gpu_run_reports_nvml_energy(tmp_path):
     take far less, so the run is long enough to give a measured number, not 'unavailable'."""
     from hetrl.energy.measurement import MIN_WINDOW_S
 
-    result = hetrl.train("dqn", "CartPole-v1", steps=6_000, seed=0, device="cuda", plan="rule",
+    result = hetrl.train("dqn", "CartPole-v1", steps=20_000, seed=0, device="cuda", plan="rule",
                          run_dir=tmp_path / "run", **SMALL)
     assert result.wall_s >= MIN_WINDOW_S, f"{result.wall_s:.2f} s is under the window: lengthen the run"
     assert "nvml:gpu" in result.energy and "shorter than" not in result.energy, result.energy

@@ -144,6 +144,39 @@ def test_the_fixed_rule_gives_a_run_the_compiled_host_backends_that_serve_it():
     assert (baseline.learn.backend, baseline.act.backend) == ("torch", "torch")
 
 
+def test_the_fixed_rule_graphs_a_cuda_learner_and_feeds_it_from_the_host_replay():
+    """``--plan rule`` with the learner on CUDA (a placement: no GPU needed to make it): Learn/cudagraph
+    where it captures the update, the replay on the host (numpy, or the frame replay for Atari), a
+    small conv policy acting with numba on the host, the Nature CNN with torch on the GPU; torch's
+    learner and a device replay where the graph does not serve (a branched network), and without an
+    algorithm (the baseline)."""
+    import torch
+
+    from hetrl.algos import make_algorithm
+    from hetrl.algos.exit_dqn import ExitDQNConfig
+    from hetrl.envs import AtariOptions
+    from hetrl.envs.spec import EnvSpec
+
+    vector = EnvSpec("Vector-v0", (4,), True, 2, (), (), (), None, False)
+    minatar = EnvSpec("MinAtar/Fake-v0", (4, 10, 10), True, 3, (), (), (), None, False, obs_dtype="uint8")
+    atari = EnvSpec("ALE/Fake-v5", (4, 84, 84), True, 4, (), (), (), None, False, obs_dtype="uint8",
+                    atari=AtariOptions())
+    cuda = torch.device("cuda")
+
+    def placed(algo, spec):
+        algorithm = make_algorithm(algo, spec, (ExitDQNConfig if algo == "exit-dqn" else DQNConfig)())
+        p = rule.default_placement(cuda, (1, 1), mlp_policy=algorithm.mlp_networks(), frames=spec.atari is not None,
+                                   algorithm=algorithm)
+        return p.learn.backend, f"{p.replay.backend} on {p.replay.device}", f"{p.act.backend} on {p.act.device}"
+
+    assert placed("dqn", vector) == ("cudagraph", "numpy on cpu", "numpy on cpu")
+    assert placed("dqn", minatar) == ("cudagraph", "numpy on cpu", "numba on cpu")
+    assert placed("dqn", atari) == ("cudagraph", "frames-numpy on cpu", "torch on cuda")
+    assert placed("exit-dqn", minatar) == ("torch", "torch on cuda", "torch on cuda")
+    baseline = rule.default_placement(cuda, (1, 1), mlp_policy=False)
+    assert (baseline.learn.backend, baseline.replay.device) == ("torch", "cuda")
+
+
 def test_planner_takes_several_learner_threads_only_where_they_pay_clearly():
     """Slower on 2 threads (1,500 µs against 1,000), or faster by less than MULTI_THREAD_GAIN (900):
     not a candidate at all (threads waiting on a busy core are a trap); 600 µs: chosen."""

@@ -8,9 +8,11 @@ the size of its work (:func:`learner_threads`; docs/results.md, 'Learner threads
 
 Given the run's algorithm (``--plan rule``), a host learner and a host conv policy take the
 compiled backends where they serve it (:func:`host_backends`): Learn/blas (hetrl's MLPs and the
-MinAtar network; on the Nature CNN it gains nothing), Act/numba (small-image conv policies). torch
-stays the fallback, and the backend-neutral baseline the profiler and the tests build on (no
-algorithm given).
+MinAtar network; on the Nature CNN it gains nothing), Act/numba (small-image conv policies). A CUDA
+learner takes Learn/cudagraph where it captures the update (:func:`graphed_learner`), with the
+replay on the host (the graph takes the batch in one pinned copy) and small conv policies acting
+with numba on the host. torch stays the fallback, and the backend-neutral baseline the profiler and
+the tests build on (no algorithm given).
 docs/results.md, 'The fixed rule's backends', has the measurements behind the choice."""
 
 from __future__ import annotations
@@ -66,12 +68,28 @@ def default_placement(device: torch.device, learner_work: tuple[int, int], threa
     if host and threads == 0:
         threads = learner_threads(*learner_work, cores=usable_cores())
     learn, conv_act = host_backends(algorithm) if host and algorithm is not None else ("torch", "torch")
+    act = Slot("numpy", "cpu") if mlp_policy else Slot(conv_act, str(device))
+    replay_on_host = host
+    if not host and algorithm is not None and graphed_learner(algorithm, device):
+        # the graphed update takes the host replay's batch in one pinned copy (a device replay's
+        # per-call work costs more than the copy), and small conv policies act on the host
+        learn, replay_on_host = "cudagraph", True
+        if not mlp_policy and host_backends(algorithm)[1] == "numba":
+            act = Slot("numba", "cpu")
     return Placement(
         env=Slot("gymnasium", "cpu"),
-        act=Slot("numpy", "cpu") if mlp_policy else Slot(conv_act, str(device)),
-        replay=Slot(("frames-" if frames else "") + ("numpy" if host else "torch"), "cpu" if host else str(device)),
+        act=act,
+        replay=Slot(("frames-" if frames else "") + ("numpy" if replay_on_host else "torch"),
+                    "cpu" if replay_on_host else str(device)),
         learn=Slot(learn, str(device), threads=threads if host else None),
     )
+
+
+def graphed_learner(algorithm: Any, device: torch.device) -> bool:
+    """Whether the rule gives a learner on ``device`` Learn/cudagraph: a CUDA device and an update
+    it captures (:meth:`LearnCudagraph.unsupported`)."""
+    learn = get("Learn", "cudagraph")
+    return learn.runs_on(str(device)) and not learn.unsupported(algorithm)
 
 
 def default_actors() -> int:
