@@ -680,3 +680,24 @@ def test_the_runs_summary_labels_the_users_figure(tmp_path: Path, monkeypatch: p
     assert "J per env step measured, and the user's figure (not measured)" in shown.getvalue()
     assert "energy counter (nvmlDeviceGetTotalEnergyConsumption)" in shown.getvalue()
     assert "J per gradient update" in shown.getvalue()
+
+
+def test_a_paused_block_is_left_out_of_the_span(tmp_path: Path) -> None:
+    """A run's evaluation episodes run under ``paused``: their joules and seconds are not the
+    training's, so J per env step counts training alone."""
+    now = [0.0]
+    gpu = FakeGpu("Fake H100", bus=0x3B, energy_mj=0)
+    with discover_meters(tmp_path / "no-rapl", FakeNvml([gpu]), cuda_index_by_pci={(0, 0x3B, 0): 0}) as report:
+        span = EnergyMeasurement(report, clock=lambda: now[0])
+        span.start()
+        gpu.energy_mj += 100_000  # 100 J over 1 s of training
+        now[0] += 1.0
+        with span.paused():
+            gpu.energy_mj += 500_000  # 500 J over 5 s of evaluation: left out
+            now[0] += 5.0
+        gpu.energy_mj += 200_000
+        now[0] += 1.0
+        result = span.stop()
+    assert result.seconds == pytest.approx(2.0)
+    assert result.total_joules == pytest.approx(300.0)
+    assert result.joules_per_step(100) == pytest.approx(3.0)

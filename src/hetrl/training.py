@@ -378,7 +378,7 @@ class Session:
                     final = ex.env_steps >= cfg.steps or stopped_at is not None  # the final policy is evaluated in this row (one row per step)
                     if (final and final_eval) or (next_eval is not None and ex.env_steps >= next_eval):
                         eval_start = time.perf_counter()
-                        with self._busy.paused():  # evaluation is not learning (nor in its rate)
+                        with self._busy.paused(), self._energy.paused():  # evaluation is not learning (nor in its rate or joules)
                             evaluated = self.evaluate(cfg.eval_episodes)
                         spent = time.perf_counter() - eval_start
                         eval_seconds += spent if learning_from else 0.0

@@ -18,7 +18,8 @@ unavailable with that reason, so a report never sets a figure beside a measureme
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 from hetrl.energy.discovery import MeterReport
@@ -152,7 +153,8 @@ class EnergyResult:
 
 
 class EnergyMeasurement:
-    """Energy per meter between :meth:`start` and :meth:`stop` (or over a ``with`` block: see ``result``).
+    """Energy per meter between :meth:`start` and :meth:`stop` (or over a ``with`` block: see ``result``),
+    less the blocks run under :meth:`paused`.
 
     The meters stay open (their :class:`MeterReport` owns them). A meter that fails to read is moved
     to the unavailable list with its error, never given a guessed value; so is every meter when the
@@ -166,6 +168,7 @@ class EnergyMeasurement:
         self._unavailable = list(report.unavailable)
         self._begin: dict[Meter, float] = {}
         self._t0: float | None = None
+        self._paused_s = 0.0
         self.result: EnergyResult | None = None
 
     def _read(self, meter: Meter) -> float | None:
@@ -176,8 +179,27 @@ class EnergyMeasurement:
             return None
 
     def start(self) -> None:
-        self._t0 = self._clock()
+        self._t0, self._paused_s = self._clock(), 0.0
         self._begin = {m: j for m in self._meters if (j := self._read(m)) is not None}
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave the block's joules and seconds out of the span (a run's evaluation episodes are not
+        its training). A meter that fails to read at either edge leaves the span, with its error."""
+        if self._t0 is None:
+            yield
+            return
+        t, before = self._clock(), {m: self._read(m) for m in self._begin}
+        try:
+            yield
+        finally:
+            for meter, joules in before.items():
+                after = self._read(meter) if joules is not None else None
+                if after is None:
+                    self._begin.pop(meter, None)
+                else:
+                    self._begin[meter] += after - joules
+            self._paused_s += self._clock() - t
 
     def stop(self) -> EnergyResult:
         if self._t0 is None:
@@ -187,7 +209,7 @@ class EnergyMeasurement:
             end = self._read(meter)
             if end is not None:
                 readings.append(EnergyReading(meter.name, meter.device, end - begin, meter.source, meter.method))
-        seconds, dropped = self._clock() - self._t0, ()
+        seconds, dropped = self._clock() - self._t0 - self._paused_s, ()
         if seconds < self.min_window_s:
             self._unavailable += [Unavailable(meter.kind, f"{meter.name}: {short_span(seconds, self.min_window_s)}")
                                   for meter in self._meters if any(r.meter == meter.name for r in readings)]
