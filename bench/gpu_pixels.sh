@@ -2,15 +2,22 @@
 # The pixel workloads on a lent GPU machine, in one go sized for a short lease (issues 17, 22, 23).
 #
 #   bash bench/gpu_pixels.sh OUT_DIR
+#   STEPS="tests cudagraph sweep" bash bench/gpu_pixels.sh OUT_DIR    # some of the steps
 #
-# Writes into OUT_DIR: devices.txt, gpu_tests.txt (every test marked gpu), cudagraph_update.txt (one
-# Learn/cudagraph update per network: wall time and its kernels), sweep/ and sweep.txt (`hetrl sweep`
-# on Atari Breakout over the actor counts in SWEEP_ACTORS, with NVML energy and the GPU's busy
-# share), and bench.md with the raw JSON beside it: bench/pixels.py --device cuda (MinAtar and Atari
-# Breakout, hetrl against SB3 and the CleanRL-style script with every network on the GPU) and
-# bench/pixels_scale.py --gpu (Atari Breakout, hetrl's executors against SB3's n_envs). Each step has
-# its own time limit (seconds, the variables below) and the next one runs after a failure; the exit
-# status counts the failed steps. The run lengths are short: figures of a check, not the full runs.
+# Steps (STEPS, in this order by default: tests cudagraph sweep pixels scale), each writing into OUT_DIR:
+# - tests: devices.txt and gpu_tests.txt (every test marked gpu);
+# - cudagraph: cudagraph_update.txt/.json (one Learn/cudagraph update per network: time, kernels);
+# - sweep: sweep.txt and sweep/sweep.json, sweep.png (`hetrl sweep` on Atari Breakout over
+#   SWEEP_ACTORS, NVML energy and the GPU's busy share; plan SWEEP_PLAN, the fixed rule by default,
+#   which needs no profile);
+# - pixels: bench.md and bench_pixels_cuda.json (bench/pixels.py --device cuda: MinAtar and Atari
+#   Breakout, hetrl against SB3 and the CleanRL-style script, every network on the GPU);
+# - scale: bench.md and bench_pixels_scale_gpu.json (bench/pixels_scale.py --gpu on Atari Breakout).
+# pixels and scale let hetrl plan (plan=auto): its first run profiles the workload on the machine,
+# which on a 16-core H100 machine took over 3 minutes for Atari (docs/results.md): their limits
+# (PIXELS_S, SCALE_S) must leave room for it. Each step has its own time limit (seconds) and the
+# next one runs after a failure; the exit status counts the failed steps. The run lengths are
+# short: figures of a check, not the full runs.
 set -uo pipefail
 out=${1:?usage: bash bench/gpu_pixels.sh OUT_DIR}
 mkdir -p "$out"
@@ -31,15 +38,19 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output
     [ $rc -eq 0 ] || failed=$((failed + 1))
 }
 
-step devices 30 $py -m hetrl devices
-step gpu_tests ${TESTS_S:-100} $py -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors tests
-step cudagraph_update ${CUDAGRAPH_S:-40} $py bench/cudagraph_update.py --calls 300 --out "$out/cudagraph_update.json"
-step pixels ${PIXELS_S:-160} $py bench/pixels.py --device cuda --seeds 0 --workloads minatar-breakout atari-breakout \
+want() { [[ " ${STEPS:-tests cudagraph sweep pixels scale} " == *" $1 "* ]]; }
+
+if want tests; then
+    step devices 30 $py -m hetrl devices
+    step gpu_tests ${TESTS_S:-150} $py -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors tests
+fi
+want cudagraph && step cudagraph_update ${CUDAGRAPH_S:-40} $py bench/cudagraph_update.py --calls 300 --out "$out/cudagraph_update.json"
+want sweep && step sweep ${SWEEP_S:-120} $py -m hetrl sweep dqn ALE/Breakout-v5 --actors "$SWEEP_ACTORS" --steps 6000 \
+    --set learning_starts=1000 --set num_envs=4 --set device=cuda --set plan=${SWEEP_PLAN:-rule} --out "$out/sweep"
+want pixels && step pixels ${PIXELS_S:-420} $py bench/pixels.py --device cuda --seeds 0 --workloads minatar-breakout atari-breakout \
     --minatar-steps 12000 --atari-steps 8000 --eval-episodes 5 --out "$out/bench.md"
-step sweep ${SWEEP_S:-75} $py -m hetrl sweep dqn ALE/Breakout-v5 --actors "$SWEEP_ACTORS" --steps 6000 \
-    --set learning_starts=1000 --set num_envs=0 --out "$out/sweep"
 # shellcheck disable=SC2086
-step pixels_scale ${SCALE_S:-140} $py bench/pixels_scale.py --gpu --workloads atari-breakout --actors $SCALE_ACTORS \
+want scale && step pixels_scale ${SCALE_S:-300} $py bench/pixels_scale.py --gpu --workloads atari-breakout --actors $SCALE_ACTORS \
     --n-envs 1 4 --atari-steps 5000 --atari-warmup 1000 --eval-episodes 0 --out "$out/bench.md"
 rm -rf "$out/sweep"/actors_*  # run directories: sweep.json holds the figures
 echo "failed steps: $failed"
