@@ -96,7 +96,7 @@ def test_a_drifted_profile_is_measured_again_and_the_run_says_so(cached, monkeyp
         wanted = {(p, b, d, cfg.agent.batch_size if n is None else n, t) for p, b, d, n, t in keys}
         return [replace(t, median_s=t.median_s * 2.0, p10_s=t.p10_s * 2.0) for t in profile.timings if t.key in wanted]
 
-    def profiling(algo, env, agent, machine=None):
+    def profiling(algo, env, agent, machine=None, resume=None):
         from hetrl.profile import Profile, default_path
         from hetrl.hardware import describe_machine
         real = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))

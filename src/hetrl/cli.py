@@ -211,7 +211,7 @@ def _profile(args: argparse.Namespace) -> int:
     from hetrl.config import make_config
     from hetrl.devices import resolve_device
     from hetrl.hardware import describe_machine
-    from hetrl.profile import default_path, profile_table, profile_workload
+    from hetrl.profile import default_path, partial_path, profile_table, profile_workload
     from hetrl.run.report import progress_bar
 
     cfg = make_config(args.algo, args.env, args.config, args.overrides)
@@ -221,7 +221,7 @@ def _profile(args: argparse.Namespace) -> int:
     out = check_writable(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent), "--out")  # before profiling
     with progress_bar(console, not args.no_progress) as bar:
         task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="", unit="measurements")
-        profile = profile_workload(cfg.algo, cfg.env_source(), cfg.agent, devices, machine=machine,
+        profile = profile_workload(cfg.algo, cfg.env_source(), cfg.agent, devices, machine=machine, resume=partial_path(out),
                                    progress=lambda label, done, total: bar.update(task, completed=done + 1, total=total, stats=label))
     console.print(profile_table(profile))
     path = profile.save(out)

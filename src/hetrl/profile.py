@@ -63,6 +63,9 @@ ENERGY_SECONDS = MIN_WINDOW_S  # a meter is read over at least this long (hetrl.
 
 TimingKey = tuple[str, str, str, "int | None", "int | None"]  # primitive, backend, device, size, threads
 
+PARTIAL_SUFFIX = ".partial.json"  # beside the profile's file: the measurements of a profile not yet finished
+PARTIAL_MAX_AGE_S = 24 * 3600  # older measurements are not resumed: the machine's load may have changed
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -542,19 +545,51 @@ def measure(algorithm: Algorithm, keys: Sequence[TimingKey]) -> list[Timing]:
     return rows
 
 
+def partial_path(path: str | Path) -> Path:
+    """Where a profile on its way to ``path`` keeps the measurements made so far (``resume``)."""
+    path = Path(path)
+    return path.with_name(path.stem + PARTIAL_SUFFIX)
+
+
+def _resumed(resume: Path, result: Profile, labels: list[str]) -> int:
+    """Restore into ``result`` the measurements a profile cut short saved in ``resume``: the count
+    of leading jobs done, or 0 where there is none for this very profile (another workload, agent,
+    machine or list of jobs, an unreadable file, or one older than :data:`PARTIAL_MAX_AGE_S`)."""
+    try:
+        if time.time() - resume.stat().st_mtime > PARTIAL_MAX_AGE_S:
+            return 0
+        data = json.loads(resume.read_text())
+        saved = data["profile"]
+        same = ((saved["algo"], saved["env"], saved["agent"], saved["machine"].get("fingerprint"), data["labels"])
+                == (result.algo, result.env, result.agent, result.fingerprint, labels))
+        if not same or data.get("format") != PROFILE_FORMAT:
+            return 0
+        timings, done = [Timing(**t) for t in saved["timings"]], int(data["done"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return 0
+    result.timings.extend(timings)
+    result.notes.extend(saved.get("notes", []))
+    result.notes.append(f"{done} of {len(labels)} measurements were resumed from a profile cut short "
+                        f"(saved {time.strftime('%Y-%m-%dT%H:%M:%S%z', time.localtime(resume.stat().st_mtime))})")
+    return done
+
+
 def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, devices: list[str] | None = None,
                      threads: list[int] | None = None, progress: Callable[[str, int, int], None] | None = None,
-                     machine: Machine | None = None, meters: Any = None) -> Profile:
+                     machine: Machine | None = None, meters: Any = None, resume: Path | None = None) -> Profile:
     """Measure every primitive of ``algo`` on ``env`` on this machine (see the module docstring).
 
     ``progress(label, done, total)`` is called before each measurement. ``meters`` (a MeterReport;
     default: every meter found here) also gives each primitive's energy per call where one works.
+    ``resume`` (a file, :func:`partial_path` of where the profile will be saved): the measurements
+    are saved there one by one, and a profile cut short (killed, Ctrl-C) goes on from them the next
+    time instead of starting over; the file is removed once every measurement is made.
     """
     from hetrl.energy.discovery import discover_meters
 
     if meters is None:
         with discover_meters() as found:
-            return profile_workload(algo, env, agent, devices, threads, progress, machine, found)
+            return profile_workload(algo, env, agent, devices, threads, progress, machine, found, resume)
     algorithm = make_algorithm(algo, env_spec(env), agent)
     devices = devices or available_devices()
     threads = threads or sorted({1, usable_cores()})
@@ -563,11 +598,17 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     result.notes.extend(profile_notes(algorithm))
     jobs = list(_jobs(algorithm, devices, threads, meters, machine, result.notes))
+    labels = [label for label, _ in jobs]
+    done = _resumed(resume, result, labels) if resume is not None else 0
     with one_blas_thread():  # as a run acts (runtime/host_blas.py)
-        for done, (label, measure) in enumerate(jobs):
+        for index, (label, measure) in enumerate(jobs[done:], start=done):
             if progress:
-                progress(label, done, len(jobs))
+                progress(label, index, len(jobs))
             result.timings.extend(measure())
+            if resume is not None:
+                write_json(resume, {"format": PROFILE_FORMAT, "labels": labels, "done": index + 1, "profile": result.to_dict()})
+    if resume is not None:
+        resume.unlink(missing_ok=True)
     return result
 
 

@@ -22,7 +22,7 @@ from hetrl.planner.whatif import WhatIfDevice, with_what_if
 from hetrl.primitives import get, implementations
 from hetrl.protocol import Placement, Slot
 from hetrl.planner.calibration import Measure, calibrate, cpu_share
-from hetrl.profile import Profile, default_path, measure, profile_workload
+from hetrl.profile import Profile, default_path, measure, partial_path, profile_workload
 from hetrl.replay.footprint import is_frame_replay
 from hetrl.replay.frames import frames_unsupported
 from hetrl.runtime.env_halves import background_env_backends, no_background_env
@@ -114,7 +114,8 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
                                      cores=usable_cores(), memory=free_memory(profile))
 
         def profile_now() -> Profile:
-            profile = profiling(config.algo, env, config.agent, machine=machine, **({"progress": progress} if progress else {}))
+            profile = profiling(config.algo, env, config.agent, machine=machine, resume=partial_path(path),
+                                **({"progress": progress} if progress else {}))
             _keep(profile, path, announce)
             return profile
 
