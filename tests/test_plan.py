@@ -647,3 +647,27 @@ def test_ray_prediction_of_a_frame_replay_costs_the_frame_chunks_that_travel():
     assert p.per_call_s["ChunkTransfer"] == pytest.approx(16_000 * US)
     plain = predict_ray(CPU_PLAN, synthetic(HOST + stacks + frames), agent, 1, actors=2, chunk_steps=16)
     assert plain.per_call_s["ChunkTransfer"] == pytest.approx(128_000 * US)  # a plain replay's chunks carry stacks
+
+
+def test_the_fixed_rule_acts_centrally_where_the_policy_is_on_an_accelerator(monkeypatch):
+    """``--plan rule --executor local`` with a learner on CUDA (a plan: no GPU needed to make it): the
+    Nature CNN's policy, which the rule puts on the learner's device, acts in the learner's process
+    for every actor (no device context and weight copy in each actor); a host policy (MinAtar's,
+    with numba) acts in the actors; a name in the config wins."""
+    import torch
+
+    from hetrl.algos import make_algorithm
+    from hetrl.config import make_config
+    from hetrl.envs import env_spec
+    from hetrl.planner import choice
+
+    monkeypatch.setattr(choice, "resolve_device", lambda _: torch.device("cuda"))
+
+    def planned(env, *extra):
+        cfg = make_config("dqn", env, None, ["plan=rule", "executor=local", "actors=2", *extra])
+        run = choice.resolve(cfg, make_algorithm("dqn", env_spec(env), cfg.agent))
+        return run.plan.placement.act.device, run.inference
+
+    assert planned("ALE/Breakout-v5") == ("cuda", "central")
+    assert planned("MinAtar/Breakout-v1") == ("cpu", "actor")
+    assert planned("ALE/Breakout-v5", "inference=actor") == ("cuda", "actor")

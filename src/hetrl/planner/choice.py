@@ -99,7 +99,11 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
             placement = replace(placement, env=Slot(background[0], placement.env.device))
         executor = "inline" if config.executor == "auto" else config.executor
         actors = 0 if executor == "inline" else (config.actors or default_actors())
-        return Plan(config.algo, config.env, config.num_envs or 1, "rule", "-", placement, None, [], executor, actors)
+        # a policy on an accelerator acts in the learner's process for every actor: an actor's own
+        # copy there costs each actor a device context and a weight copy into it at every fetch
+        central = executor == "local" and placement.act.device != "cpu"
+        return Plan(config.algo, config.env, config.num_envs or 1, "rule", "-", placement, None, [], executor, actors,
+                    inference="central" if central else "actor")
     if config.plan == "auto":
         learn_device = None if config.device == "auto" else str(resolve_device(config.device))
         machine = describe_machine()
