@@ -250,3 +250,21 @@ def test_the_replay_fill_is_capped_by_bytes_and_the_profile_says_so():
     assert replay_fill(algo((4,), "float32", 1000), frames=False) == 1000
     minatar = algo((4, 10, 10), "uint8")  # 800 bytes a transition: not capped
     assert replay_fill(minatar, frames=False) == REPLAY_FILL and profile_notes(minatar) == []
+
+
+def test_the_round_trip_starts_the_fork_server_with_the_actors_preload(monkeypatch):
+    """The profiler's round-trip actor may be the first to start this process's fork server, whose
+    list of imports is fixed then: it passes what a run's actors need (the primitives and the env's
+    packages: MinAtar's here), so the run's actors that follow do not import them each."""
+    import hetrl.profile as profile_module
+    from hetrl.algos import DQNConfig, make_algorithm
+    from hetrl.envs import env_spec
+    from hetrl.runtime.local import actor_preload
+
+    asked = []
+    monkeypatch.setattr(profile_module, "measure_round_trip",
+                        lambda layout, preload=(): asked.append(tuple(preload)) or ([1e-5] * 3, [1e-6] * 3))
+    algo = make_algorithm("dqn", env_spec("MinAtar/Breakout-v1"), DQNConfig(network="minatar"))
+    job = dict(profile_module._jobs(algo, ["cpu"], [1]))["InferenceTrip pipe"]
+    job()
+    assert asked == [actor_preload("MinAtar/Breakout-v1")] and "minatar" in asked[0]

@@ -44,6 +44,7 @@ from hetrl.protocol import Slot
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
+from hetrl.runtime.local import actor_preload
 from hetrl.runtime.learner_role import to_device
 from hetrl.runtime.ray_probe import CHUNK_CALLS, CHUNK_ROUNDS, cluster_given, measure_chunk_transfer
 from hetrl.runtime.schedule import default_lead
@@ -451,7 +452,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         layout = inference_layout(1, 1, spec.obs_shape, spec.action_shape, spec.action_dtype, explore, random_actions,
                                   spec.obs_dtype)
         rows = []
-        for name, samples in zip(("InferenceTrip", "InferenceServe"), measure_round_trip(layout)):
+        for name, samples in zip(("InferenceTrip", "InferenceServe"), measure_round_trip(layout, actor_preload(spec.env_id))):
             p10, median, p90 = np.percentile(samples, [10, 50, 90])
             rows.append(Timing(name, "pipe", "cpu", 1, None, float(median), float(p10), float(p90), TRIP_ROUNDS * len(samples)))
         return rows

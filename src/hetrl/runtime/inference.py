@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import select
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -178,13 +178,14 @@ class InferenceClient:
 TRIP_BLOCKS, TRIP_ROUNDS, TRIP_WARMUP = 7, 200, 100
 
 
-def measure_round_trip(layout: Layout) -> tuple[list[float], list[float]]:
+def measure_round_trip(layout: Layout, preload: Sequence[str] = ()) -> tuple[list[float], list[float]]:
     """Seconds per round trip as an actor sees it, and the learner's seconds per answered request
     (its share of the work: gathering, writing back, waking the actor), per timed block. One actor
     process asks while this process answers with a free ``act`` (no policy: Act is profiled
     alone), so the figures are the transport's cost; the actor is started from the local
-    executor's fork server, as a run's are."""
-    ctx = actor_context()
+    executor's fork server, as a run's are (``preload``: what that server imports, where this call
+    starts it: ``hetrl.runtime.local.actor_preload``)."""
+    ctx = actor_context(preload)
     server = InferenceServer(layout, lambda: ctx.Pipe(duplex=False))
     results, sender = ctx.Pipe(duplex=False)  # a pipe, not a queue: no named semaphore a kill could leave behind
     proc = ctx.Process(target=_asking_actor, args=(server.client_args(0), sender), daemon=True)

@@ -55,6 +55,13 @@ STOP_TIMEOUT_S, TERMINATE_TIMEOUT_S = 1.0, 0.5
 WATCH_EVERY_S = 0.2  # how often the learner checks that its actors are alive
 QUICK_DEATH_S = 5.0  # an actor dying this soon after (re)starting, three times in a row, fails the run
 ACTOR_PRELOAD = tuple(f"hetrl.primitives.{name}" for name in LIBRARY)  # an actor builds its EnvStep and Act from these
+
+
+def actor_preload(env_id: str) -> tuple[str, ...]:
+    """What the fork server imports once for every actor of a run on ``env_id``: the primitives and
+    the env's packages. Whoever starts the server first (a run, or the profiler's round trip) passes
+    it, since a server's list is fixed when it starts (:func:`actor_context`)."""
+    return ACTOR_PRELOAD + packages(env_id)
 MAX_BURST = 64  # updates per iteration at most, so that rings are drained and actors fed in between
 # A waiting actor sleeps, doubling the nap from WAIT_MIN_S to WAIT_MAX_S: on a machine with fewer
 # cores than processes, frequent wake-ups of idle actors preempt the learner and cut its rate sharply
@@ -161,7 +168,7 @@ class LocalExecutor(ParallelBookkeeping):
         self._publish()
         # the fork server imports what every actor needs (torch, the primitives, MinAtar's package: seconds)
         # once, so an actor (re)starts in a fraction of that
-        self._ctx = actor_context(ACTOR_PRELOAD + packages(self.algo.spec.env_id))
+        self._ctx = actor_context(actor_preload(self.algo.spec.env_id))
         if self.inference == "central":
             explore, random_actions = self.algo.draw_exploration(np.random.default_rng(0), self.num_envs)
             layout = inference_layout(self.actors, self.num_envs, spec.obs_shape, spec.action_shape, spec.action_dtype,
