@@ -12,7 +12,7 @@ from ray.cluster_utils import Cluster
 from hetrl.algos import make_algorithm
 from hetrl.config import make_config
 from hetrl.envs import env_spec
-from hetrl.profile import _jobs, _transitions
+from hetrl.profile import _jobs, synthetic_transitions
 
 MB = 2**20
 
@@ -29,7 +29,7 @@ def main() -> None:
             algo = make_algorithm("dqn", env_spec(env), make_config("dqn", env).agent)
             rows = dict(_jobs(algo, ["cpu"], [1]))["ChunkTransfer ray"]()
             for t in rows:
-                nbytes = sum(v.nbytes for v in _transitions(algo, t.size, np.random.default_rng(0)).values())
+                nbytes = sum(v.nbytes for v in synthetic_transitions(algo, t.size, np.random.default_rng(0)).values())
                 print(f"| {env} | {t.size} | {nbytes:,} | {t.backend} | {1e6 * t.median_s:,.0f} | "
                       f"{1e6 * t.p10_s:,.0f}-{1e6 * t.p90_s:,.0f} | {1e6 * t.median_s / t.size:,.1f} |")
     finally:

@@ -33,7 +33,7 @@ from hetrl.config import config_from_dict
 from hetrl.envs import env_spec
 from hetrl.planner.rule import host_backends
 from hetrl.primitives import build, get
-from hetrl.profile import _transitions, time_calls
+from hetrl.profile import synthetic_transitions, time_calls
 from hetrl.protocol import Slot
 
 WORKLOADS = ("dqn:CartPole-v1", "dqn:Acrobot-v1", "td3:Pendulum-v1", "sac:Pendulum-v1", "dqn:MinAtar/Breakout-v1",
@@ -47,7 +47,7 @@ def measure(workload: str, rounds: int, threads: int) -> list[dict]:
     algo = make_algorithm(algo_name, env_spec(env), config.agent)
     learn, act = host_backends(algo)
     rng = np.random.default_rng(0)
-    batch = {**_transitions(algo, config.agent.batch_size, rng), "weights": np.ones(config.agent.batch_size, np.float32)}
+    batch = {**synthetic_transitions(algo, config.agent.batch_size, rng), "weights": np.ones(config.agent.batch_size, np.float32)}
     calls = {}
     for backend in LEARN_BACKENDS:
         if get("Learn", backend).unsupported(algo):
@@ -56,7 +56,7 @@ def measure(workload: str, rounds: int, threads: int) -> list[dict]:
         feed = batch if get("Learn", backend).takes_host_arrays else {k: torch.as_tensor(v) for k, v in batch.items()}
         calls[("Learn", backend)] = lambda learner=learner, feed=feed: learner.learn(**feed)
     if not algo.mlp_networks():
-        obs = _transitions(algo, 1, rng)["obs"]
+        obs = synthetic_transitions(algo, 1, rng)["obs"]
         source = build("Learn", Slot("torch", "cpu", threads), algo, 0).learner.policy_network
         for backend in ("torch", "numba"):
             if get("Act", backend).unsupported(algo):

@@ -285,7 +285,9 @@ def profile_notes(algo: Algorithm) -> list[str]:
     return notes
 
 
-def _transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+def synthetic_transitions(algo: Algorithm, n: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """``n`` random transitions of ``algo``'s env, shaped and typed as its replay stores them: what
+    the profiler times the replay and the learner on (and the benches that time them alike)."""
     shape = algo.spec.obs_shape
     if getattr(algo.spec, "obs_dtype", "float32") == "uint8":
         # stacked frames of byte values, as a stream gives them: row i's obs is frames i..i+C-1, its
@@ -395,8 +397,8 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 capped = fill < min(cfg.buffer_size, REPLAY_FILL)  # by bytes: then the storage is only that large
                 sized = type(algo)(spec, replace(cfg, buffer_size=fill)) if capped else algo
                 storage = build("ReplayAdd", Slot(backend, device), sized, 0)
-                storage.add(**_transitions(algo, fill, rng))
-                out = [timing("ReplayAdd", backend, device, n, lambda t=_transitions(algo, n, rng): storage.add(**t))
+                storage.add(**synthetic_transitions(algo, fill, rng))
+                out = [timing("ReplayAdd", backend, device, n, lambda t=synthetic_transitions(algo, n, rng): storage.add(**t))
                        for n in ENV_COUNTS]
                 draws = itertools.cycle([rng.random(B) for _ in range(64)])
                 uniform = next(draws)
@@ -409,7 +411,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                 return out
             yield f"Replay {backend} on {device}", replay
 
-    host_batch = {**_transitions(algo, B, rng), "weights": np.ones(B, np.float32)}
+    host_batch = {**synthetic_transitions(algo, B, rng), "weights": np.ones(B, np.float32)}
     for backend, impl in implementations("Learn").items():
         if impl.unsupported(algo):  # e.g. the fused numba learner for DDPG: nothing to measure
             continue
@@ -468,7 +470,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         rows = []
         for size in CHUNK_SIZES:
             chunk = (_frame_chunk(algo, size, rng) if frames else  # as collect copies them
-                     {key: np.ascontiguousarray(value) for key, value in _transitions(algo, size, rng).items()})
+                     {key: np.ascontiguousarray(value) for key, value in synthetic_transitions(algo, size, rng).items()})
             samples, crossed = measure_chunk_transfer(chunk)
             p10, median, p90 = np.percentile(samples, [10, 50, 90])
             rows.append(Timing("ChunkTransfer", chunk_backend_name(crossed, frames), "cpu", size, None,
