@@ -586,7 +586,8 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     default: every meter found here) also gives each primitive's energy per call where one works.
     ``resume`` (a file, :func:`partial_path` of where the profile will be saved): the measurements
     are saved there one by one, and a profile cut short (killed, Ctrl-C) goes on from them the next
-    time instead of starting over; the file is removed once every measurement is made.
+    time instead of starting over; the file is removed once every measurement is made. Where it
+    cannot be written (the cache's own fallback covers that), the profile goes on without it.
     """
     from hetrl.energy.discovery import discover_meters
 
@@ -609,9 +610,16 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
                 progress(label, index, len(jobs))
             result.timings.extend(measure())
             if resume is not None:
-                write_json(resume, {"format": PROFILE_FORMAT, "labels": labels, "done": index + 1, "profile": result.to_dict()})
+                try:
+                    write_json(resume, {"format": PROFILE_FORMAT, "labels": labels, "done": index + 1,
+                                        "profile": result.to_dict()})
+                except HetrlError:  # an unwritable cache: the profile goes on without a way to resume
+                    resume = None
     if resume is not None:
-        resume.unlink(missing_ok=True)
+        try:
+            resume.unlink(missing_ok=True)
+        except OSError:
+            pass
     return result
 
 
