@@ -35,15 +35,11 @@ CASES = {
 
 
 def host_batch(algo: Any, batch: int, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """A replay batch as the host replay hands it over (uint8 images stay uint8)."""
-    spec = algo.spec
-    def obs() -> np.ndarray:
-        if np.dtype(spec.obs_dtype) == np.uint8:
-            return rng.integers(0, 256, (batch,) + spec.obs_shape, dtype=np.uint8)
-        return rng.standard_normal((batch,) + spec.obs_shape).astype(np.float32)
-    return {"obs": obs(), "actions": algo.random_actions(rng, batch), "rewards": rng.standard_normal(batch).astype(np.float32),
-            "next_obs": obs(), "discounts": rng.choice([0.0, 0.99], batch).astype(np.float32),
-            "weights": np.ones(batch, np.float32)}
+    """A replay batch as the host replay hands it over (uint8 images stay uint8), made as the
+    profiler makes the one it times Learn on."""
+    from hetrl.profile import synthetic_transitions
+
+    return {**synthetic_transitions(algo, batch, rng), "weights": np.ones(batch, np.float32)}
 
 
 def measure(case: str, calls: int) -> dict[str, Any]:

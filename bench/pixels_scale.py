@@ -56,6 +56,11 @@ VEC = {"dummy": "DummyVecEnv", "subproc": "SubprocVecEnv"}
 AIM = {"cpu": 2.0, "gpu": 5.0}  # the plan's choice over SB3's best on Atari (issue 23)
 
 
+def markers(gpu: bool) -> tuple[str, str]:
+    """The report's section markers: the GPU variant has its own section, so it keeps the CPU one."""
+    return (GPU_BEGIN, GPU_END) if gpu else (BEGIN, END)
+
+
 def default_actors(gpu: bool) -> list[int]:
     """1 and 2 actors on the CPU machine; 1..15 (at most a core each beside the learner's) with ``--gpu``."""
     return list(range(1, (max(1, min(15, (os.cpu_count() or 2) - 1)) if gpu else 2) + 1))
@@ -261,7 +266,7 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     device = "every library on CUDA" if args.gpu else "every library on the CPU"
     loads = [r["load_before"] for r in runs]
-    begin, end = (GPU_BEGIN, GPU_END) if args.gpu else (BEGIN, END)
+    begin, end = markers(args.gpu)
     lines = [begin, f"## DQN on pixels as the actors grow: hetrl's executors and SB3's n_envs"
                     f"{' on a GPU machine' if args.gpu else ''}{quick}", "",
              f"`python bench/pixels_scale.py {' '.join(args.argv)}` on {datetime.date.today()}, {read_cpu().model}, "
@@ -340,7 +345,7 @@ def main() -> int:
         for r in saved["runs"]:  # the warm-ups the runs had (a --quick of another version had others)
             setattr(args, "atari_warmup" if r["workload"].startswith("atari") else "minatar_warmup", r["learning_starts"])
         write_section(args.out, report(saved["runs"], saved["failures"], args, saved["seconds"], saved["complete"]),
-                      *((GPU_BEGIN, GPU_END) if args.gpu else (BEGIN, END)))
+                      *markers(args.gpu))
         print(f"wrote {args.out}")
         return 0
     args.argv = sys.argv[1:]
@@ -374,7 +379,7 @@ def main() -> int:
         print(f"{rate(r):,.0f} env steps/s, {r['updates']:,} updates ({chosen(r).split(';')[0]})", flush=True)
     save(True)
     write_section(args.out, report(runs, failures, args, time.perf_counter() - start, True),
-                  *((GPU_BEGIN, GPU_END) if args.gpu else (BEGIN, END)))
+                  *markers(args.gpu))
     print(f"wrote {args.out} and {raw}")
     return 2 if failures else 0
 

@@ -254,11 +254,11 @@ class Session:
         """Run to ``config.steps`` (or the target return, or Ctrl-C or SIGTERM, or a callback's
         stop); the executor is closed at the end whatever happens, so no actor process or shared
         memory outlives the call. ``final_eval`` False skips the final policy's evaluation (a run
-        measured for speed alone, as ``hetrl sweep``'s: a greedy Atari game can last 27k steps). A signal stops the run cleanly, with its checkpoint
-        (``hetrl.run.signals``); so does an abort, its actors failing over and over. The loop's
-        energy is measured on every meter there is (RAPL, NVML), or reported unavailable, and so is
-        the learner's GPU's busy share over the learning phase. The run directory's lock is released
-        at the end."""
+        measured for speed alone, as ``hetrl sweep``'s: a greedy Atari game can last 27k steps). A
+        signal stops the run cleanly, with its checkpoint (``hetrl.run.signals``); so does an abort,
+        its actors failing over and over. The loop's energy is measured on every meter there is
+        (RAPL, NVML), or reported unavailable, and so is the learner's GPU's busy share over the
+        learning phase. The run directory's lock is released at the end."""
         from hetrl.energy.busy import BusyMeasurement
         from hetrl.energy.discovery import discover_meters
         from hetrl.energy.measurement import EnergyMeasurement

@@ -67,18 +67,18 @@ def default_placement(device: torch.device, learner_work: tuple[int, int], threa
     host = device.type == "cpu"
     if host and threads == 0:
         threads = learner_threads(*learner_work, cores=usable_cores())
-    learn, conv_act = host_backends(algorithm) if host and algorithm is not None else ("torch", "torch")
-    act = Slot("numpy", "cpu") if mlp_policy else Slot(conv_act, str(device))
-    replay_on_host = host
+    compiled = host_backends(algorithm) if algorithm is not None else ("torch", "torch")
+    learn, conv_act = compiled if host else ("torch", "torch")
+    act_device, replay_on_host = str(device), host
     if not host and algorithm is not None and graphed_learner(algorithm, device):
         # the graphed update takes the host replay's batch in one pinned copy (a device replay's
         # per-call work costs more than the copy), and small conv policies act on the host
         learn, replay_on_host = "cudagraph", True
-        if not mlp_policy and host_backends(algorithm)[1] == "numba":
-            act = Slot("numba", "cpu")
+        if compiled[1] == "numba":
+            conv_act, act_device = "numba", "cpu"
     return Placement(
         env=Slot("gymnasium", "cpu"),
-        act=act,
+        act=Slot("numpy", "cpu") if mlp_policy else Slot(conv_act, act_device),
         replay=Slot(("frames-" if frames else "") + ("numpy" if replay_on_host else "torch"),
                     "cpu" if replay_on_host else str(device)),
         learn=Slot(learn, str(device), threads=threads if host else None),

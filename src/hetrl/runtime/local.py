@@ -55,6 +55,12 @@ STOP_TIMEOUT_S, TERMINATE_TIMEOUT_S = 1.0, 0.5
 WATCH_EVERY_S = 0.2  # how often the learner checks that its actors are alive
 QUICK_DEATH_S = 5.0  # an actor dying this soon after (re)starting, three times in a row, fails the run
 ACTOR_PRELOAD = tuple(f"hetrl.primitives.{name}" for name in LIBRARY)  # an actor builds its EnvStep and Act from these
+MAX_BURST = 64  # updates per iteration at most, so that rings are drained and actors fed in between
+# A waiting actor sleeps, doubling the nap from WAIT_MIN_S to WAIT_MAX_S: on a machine with fewer
+# cores than processes, frequent wake-ups of idle actors preempt the learner and cut its rate sharply
+# (docs/benchmarks.md, 'Measurements behind the code'). The limiter's lead keeps the learner fed meanwhile.
+WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
+IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
 
 
 def actor_preload(env_id: str) -> tuple[str, ...]:
@@ -62,12 +68,6 @@ def actor_preload(env_id: str) -> tuple[str, ...]:
     the env's packages. Whoever starts the server first (a run, or the profiler's round trip) passes
     it, since a server's list is fixed when it starts (:func:`actor_context`)."""
     return ACTOR_PRELOAD + packages(env_id)
-MAX_BURST = 64  # updates per iteration at most, so that rings are drained and actors fed in between
-# A waiting actor sleeps, doubling the nap from WAIT_MIN_S to WAIT_MAX_S: on a machine with fewer
-# cores than processes, frequent wake-ups of idle actors preempt the learner and cut its rate sharply
-# (docs/benchmarks.md, 'Measurements behind the code'). The limiter's lead keeps the learner fed meanwhile.
-WAIT_MIN_S, WAIT_MAX_S = 5e-5, 2e-3
-IDLE_WAIT_S = 2e-4  # an idle learner's nap (with central inference: until a request comes, at most this)
 
 
 def ring_frame_capacity(num_envs: int, n_step: int, stack: int) -> int:
