@@ -221,10 +221,21 @@ def cell_rows(cell: Cell, results: list[dict[str, Any]], peak1: float, peak_all:
     gflops = statistics.median(r["flops_per_update"] * r["updates"] / r["learn_seconds"] / 1e9 for r in hetrl_best) if learn_s else 0.0
     regime = "compute" if share >= 0.5 and gflops >= 0.5 * peak1 else "overhead"
     aim = (gflops >= 0.75 * peak_all and ratio >= 1.8) if regime == "compute" else ratio >= 3.0
+    # the ratio hetrl would reach if its run were its updates' arithmetic alone at the all-cores peak
+    # (no env stepping, acting or replay, every product at the peak): no implementation of the same
+    # arithmetic beats it, so a compute-bound cell whose ceiling is under its aim cannot meet it this way
+    arithmetic_s = statistics.median(r["flops_per_update"] * r["updates"] / (peak_all * 1e9) for r in hetrl_best)
+    env_steps = statistics.median(r["env_steps"] for r in hetrl_best)
+    ceiling = env_steps / arithmetic_s / best[fastest][1] if arithmetic_s else float("inf")
+    outside_us = statistics.median((r["loop_seconds"] - r["learn_seconds"]) / r["env_steps"] for r in hetrl_best) * 1e6
+    # the timed call's time outside the loop (the final checkpoint, evaluation episode, plot and summary),
+    # per env step: a fixed cost that weighs on short runs
+    fixed_us = statistics.median((r["seconds"] - r["loop_seconds"]) / r["env_steps"] for r in hetrl_best) * 1e6
     evals = {lib: [r["eval_return_mean"] for r in runs if r["lib"] == lib] for lib in by_lib}
     episodes = {lib: [x for r in runs if r["lib"] == lib for x in r["eval_returns"]] for lib in by_lib}
     return {"cell": cell, "median": median, "best": best, "default": default, "fastest": fastest, "ratio": ratio,
             "ratio_default": ratio_default, "share": share, "gflops": gflops, "regime": regime, "aim": aim,
+            "ceiling": ceiling, "outside_us": outside_us, "fixed_us": fixed_us, "learn_us": learn_s / env_steps * 1e6,
             "evals": evals, "parity": parity(episodes["hetrl"], [episodes[p] for p in peers]), "backend": hetrl_best[0].get("learn_backend", "?"),
             "threads_used": hetrl_best[0].get("threads_used")}
 
@@ -246,7 +257,7 @@ def table(rows: list[dict[str, Any]], peak1: float, peak_all: float, libs: Seque
     peers = [lib for lib in libs if lib != "hetrl"]
     head = (["cell", "hetrl default", "hetrl best (threads)"] + [f"{LIB_NAMES[p]} default" for p in peers]
             + [f"{LIB_NAMES[p]} best (threads)" for p in peers]
-            + ["hetrl ÷ fastest peer, best", "at defaults", "Learn share", "learner GFLOP/s (1 core / all)", "regime", "aim",
+            + ["hetrl ÷ fastest peer, best", "arithmetic ceiling", "at defaults", "Learn share", "learner GFLOP/s (1 core / all)", "regime", "aim",
                "eval: hetrl | peers", "parity"])
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in rows:
@@ -262,12 +273,36 @@ def table(rows: list[dict[str, Any]], peak1: float, peak_all: float, libs: Seque
         peer_evals = "; ".join(f"{statistics.fmean(r['evals'][p]):.0f}" for p in peers if p in r["evals"])
         row = ([r["cell"].title, at("hetrl", "default"), at("hetrl", "best")] + [at(p, "default") for p in peers]
                + [at(p, "best") for p in peers]
-               + [f"**{r['ratio']:.2f}×** vs {LIB_NAMES[r['fastest']]}",
+               + [f"**{r['ratio']:.2f}×** vs {LIB_NAMES[r['fastest']]}", f"{r['ceiling']:.2f}×",
                   f"{r['ratio_default']:.2f}×" if r["ratio_default"] else "–", f"{r['share']:.0%}",
                   f"{g:,.0f} ({g / peak1:.0%} / {g / peak_all:.0%})", r["regime"], "met" if r["aim"] else "**missed**",
                   f"{statistics.fmean(r['evals']['hetrl']):.0f} | {peer_evals}", "yes" if r["parity"] else "**no**"])
         lines.append("| " + " | ".join(row) + " |")
     return lines
+
+
+def why_missed(r: dict[str, Any], peak_all: float) -> str:
+    """One line on why a cell misses its aim, from what the run measured."""
+    peer_us = 1e6 / r["best"][r["fastest"]][1]
+    times = (f"per env step hetrl spent {r['learn_us']:,.0f} µs in Learn, {r['outside_us']:,.0f} µs in the rest of its "
+             f"loop (env stepping, acting, replay) and {r['fixed_us']:,.0f} µs outside the loop (the end of the run: "
+             f"final checkpoint, evaluation episode, plot); {LIB_NAMES[r['fastest']]} {peer_us:,.0f} µs in all")
+    if r["regime"] == "compute":
+        reasons = []
+        if r["gflops"] < 0.75 * peak_all:
+            reasons.append(f"the learner ran at {r['gflops'] / peak_all:.0%} of the all-cores peak")
+        if r["ratio"] < 1.8:
+            reasons.append(f"the arithmetic ceiling is {r['ceiling']:.2f}×, under 1.8×: the same updates at the all-cores "
+                           "peak with nothing else in the loop could not reach the aim" if r["ceiling"] < 1.8
+                           else f"{r['ratio']:.2f}× of a {r['ceiling']:.2f}× ceiling; {times}")
+        return "; ".join(reasons)
+    target_us = peer_us / 3
+    if r["outside_us"] >= target_us:
+        return f"{times}: the loop outside Learn alone is over the {target_us:,.0f} µs per env step that 3× allows"
+    if r["learn_us"] + r["outside_us"] <= target_us:
+        return (f"{times}: the loop alone is within the {target_us:,.0f} µs per env step that 3× allows; the fixed "
+                "end-of-run cost over this run's few steps is not")
+    return f"{times}; 3× allows {target_us:,.0f} µs per env step in all"
 
 
 def heat_map(rows: list[dict[str, Any]], path: Path) -> None:
@@ -300,6 +335,11 @@ def heat_map(rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def measured_here(args: argparse.Namespace) -> dict[str, Any]:
+    return {"date": str(datetime.date.today()), "machine": platform.processor() or platform.machine(), "cores": args.cores,
+            "python": platform.python_version()}
+
+
 def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out: Path, png: Path, seconds: float) -> str:
     # the highest peak any session of this grid measured (a resumed grid measures it again): a learner's
     # share of the peak is never overstated by a slower measurement
@@ -310,11 +350,12 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
     if rows:
         heat_map(rows, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
+    where = raw.get("measured") or measured_here(args)  # the measuring run's machine and date (--from-json keeps them)
     command = " ".join(["python bench/grid.py", *raw.get("argv", args.argv)])  # the measuring run's (--from-json keeps it)
     versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
     lines = [BEGIN, f"## The speed grid{quick}", "",
-             f"`{command}` on {datetime.date.today()}, {platform.processor() or platform.machine()}, {args.cores} cores, "
-             f"Python {platform.python_version()}; {args.steps:,} env steps per run ({1000:,} of them random warm-up), "
+             f"`{command}` on {where['date']}, {where['machine']}, {where['cores']} cores, "
+             f"Python {where['python']}; {args.steps:,} env steps per run ({1000:,} of them random warm-up), "
              f"{args.repeats} repeat(s), {args.eval_episodes} greedy evaluation episodes per run; {seconds / 60:.0f} min "
              f"in all. Versions: {', '.join(versions)}.", "",
              f"fp32 matmul peak (torch.mm, best of sizes {', '.join(map(str, MATMUL_SIZES))}, measured in this run; the "
@@ -324,7 +365,9 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
              "thread setting (default, or an explicit count), its *default* what it does untouched (hetrl: the plan's "
              "thread count; the peers: torch's default, every core). Ratio: hetrl's best over the fastest peer's best. "
              "Learn share: hetrl's Learn timer over its loop (best run); learner GFLOP/s: linear-layer FLOPs per update "
-             "(bench/peer_runners.py `update_flops`, backward as 2× forward) × updates over the Learn timer. Regime: "
+             "(bench/peer_runners.py `update_flops`, backward as 2× forward) × updates over the Learn timer. Arithmetic "
+             "ceiling: the ratio hetrl would reach if its run took only its updates' FLOPs at the all-cores peak (no env "
+             "stepping, acting or replay): no implementation of the same arithmetic can beat it. Regime: "
              "compute-bound where the Learn share is >= 50% and the learner >= 50% of the 1-core peak. Aim: "
              "compute-bound cells >= 75% of the all-cores peak and >= 1.8×; overhead-bound cells >= 3×. Parity: hetrl's "
              "mean eval return over its runs' episodes is above the weakest peer's, or below it by less than two standard "
@@ -335,6 +378,9 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
     missed = [r for r in rows if not r["aim"]]
     lines += ["", f"Cells measured: {len(rows)} of {len(cells)}; aim met in {len(rows) - len(missed)}, missed in {len(missed)}; "
                   f"parity in {sum(r['parity'] for r in rows)}.", ""]
+    if missed:
+        lines += ["Why the missed cells miss (computed from the runs above):", ""]
+        lines += [f"- {r['cell'].title}: {why_missed(r, peak_all)}." for r in missed] + [""]
     if any(c.algo == "sac" for c in cells) and "cleanrl" in args.libs:
         lines += ["SAC cells have no CleanRL-style run (bench/cleanrl_ddpg.py has DDPG and TD3 only).", ""]
     if raw["failures"]:
@@ -393,7 +439,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     out = args.out.resolve()
     png, raw_path = out.with_name(f"{out.stem}_grid.png"), out.with_name(f"{out.stem}_grid.json")
-    raw: dict[str, Any] = {"results": [], "failures": [], "matmul": {}}
+    raw: dict[str, Any] = {"results": [], "failures": [], "matmul": {}, "measured": measured_here(args)}
     if args.from_json:
         raw = json.loads(args.from_json.read_text())
         cells = [Cell(**c) for c in raw["cells"]]
@@ -407,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resume and raw_path.exists():
         raw = json.loads(raw_path.read_text())
         raw["failures"] = []
+        raw.setdefault("measured", measured_here(args))
         earlier_s = raw.get("seconds", 0.0)  # the time of the runs kept counts too
         raw["matmul_earlier"] = [*raw.get("matmul_earlier", []), raw["matmul"]]
         raw["matmul"] = {}

@@ -27,3 +27,33 @@ def test_the_command_line_refuses_a_bad_cell_in_one_line(flags):
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert "--cells takes algo:env:hidden:batch:ratio with ratio in" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _run(lib: str, seconds: float, **extra: float) -> dict:
+    return {"lib": lib, "cell": "ddpg:Pendulum-v1:64,64:64:1", "threads": grid.DEFAULT, "env_steps": 5000, "updates": 4000,
+            "seconds": seconds, "eval_return_mean": -100.0, "eval_returns": [-100.0, -101.0], **extra}
+
+
+def _row(hetrl: dict, peer_seconds: float) -> dict:
+    cell = grid.Cell.parse("ddpg:Pendulum-v1:64,64:64:1")
+    return grid.cell_rows(cell, [hetrl, _run("sb3", peer_seconds)], peak1=100.0, peak_all=200.0, libs=("hetrl", "sb3"))
+
+
+def test_the_arithmetic_ceiling_and_why_a_cell_misses_are_computed_from_the_runs():
+    # 4000 updates of 0.1 GFLOP at the 200 GFLOP/s peak: 2 s, so at most 2,500 env steps/s
+    slow_learner = _run("hetrl", 4.2, loop_seconds=4.0, learn_seconds=3.5, flops_per_update=1e8)
+    row = _row(slow_learner, peer_seconds=20.0)  # the peer: 250 env steps/s
+    assert row["regime"] == "compute" and row["ceiling"] == pytest.approx(10.0)
+    assert not row["aim"] and "57% of the all-cores peak" in grid.why_missed(row, 200.0)
+    row = _row(slow_learner, peer_seconds=3.0)  # a peer at 1,667 env steps/s: the same arithmetic allows 1.5x at most
+    assert row["ceiling"] == pytest.approx(1.5)
+    assert "the arithmetic ceiling is 1.50×, under 1.8×" in grid.why_missed(row, 200.0)
+
+
+def test_an_overhead_bound_miss_names_the_fixed_end_of_run_cost_when_the_loop_alone_would_meet_the_aim():
+    # loop 0.25 s (50 µs per env step, 10 of them in Learn), 0.2 s after it; the peer 200 µs per env step in all
+    quick = _run("hetrl", 0.45, loop_seconds=0.25, learn_seconds=0.05, flops_per_update=1e5)
+    row = _row(quick, peer_seconds=1.0)
+    assert row["regime"] == "overhead" and not row["aim"]
+    assert (row["learn_us"], row["outside_us"], row["fixed_us"]) == pytest.approx((10.0, 40.0, 40.0))
+    assert "the loop alone is within the 67 µs per env step that 3× allows" in grid.why_missed(row, 200.0)
