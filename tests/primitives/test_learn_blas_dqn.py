@@ -20,6 +20,8 @@ def _image_spec(env_id: str, shape: tuple[int, int, int], n_actions: int = 5) ->
 
 
 VECTOR = EnvSpec("Vector-v0", (7,), True, 3, (), (), (), None, False)
+FOUR_INPUTS = EnvSpec("Four-v0", (4,), True, 2, (), (), (), None, False)
+WIDE = EnvSpec("Wide-v0", (20,), True, 18, (), (), (), None, False)
 MINATAR = _image_spec("MinAtar/Breakout-v1", (4, 10, 10), 3)  # 0/1 channels, taken as they are
 ODD = _image_spec("Odd-v0", (3, 12, 9))  # bytes / 255, a non-square image
 NATURE = _image_spec("Nature-v0", (4, 36, 36), 4)  # the smallest image the Nature CNN's three convolutions fit
@@ -29,6 +31,12 @@ CASES = {
     "minatar net, 12x9 bytes, double, clipped, Polyak": (
         ODD, DQNConfig(network="minatar", double=True, max_grad_norm=0.5, tau=0.1, lr=1e-3)),
     "mlp, hard target copies": (VECTOR, DQNConfig(hidden=(32, 16), target_update_every=3, lr=1e-3)),
+    # the thin layers' kernels (hetrl.nets.flat_q) and the BLAS products each on both sides of NARROW
+    "mlp, 4 inputs, one hidden layer, double": (FOUR_INPUTS, DQNConfig(hidden=(24,), double=True, lr=1e-3)),
+    "mlp, wide input, 18 actions, three hidden layers": (WIDE, DQNConfig(hidden=(40, 24, 20), max_grad_norm=0.5, lr=1e-3)),
+    "mlp, wide input, 18 actions, one hidden layer": (WIDE, DQNConfig(hidden=(20,), lr=1e-3)),
+    "minatar net, 18 actions (the Q layer by BLAS)": (
+        _image_spec("MinAtar/Many-v0", (4, 10, 10), 18), DQNConfig(network="minatar", double=False, lr=1e-3)),
 }
 
 

@@ -28,6 +28,7 @@ from torch import nn
 from hetrl.nets.conv import ConvQNetwork, ConvShape
 from hetrl.nets.fused_mlp import aligned_zeros
 from hetrl.nets.mlp import QNetwork
+from hetrl.nets.narrow import NARROW
 
 
 def supports(net: nn.Module) -> str | None:
@@ -111,6 +112,126 @@ def images_by_feature(obs, scale, out):  # pragma: no cover - compiled
             out[j, b] = obs[b, j] * inv
 
 
+# --- the thin layers of the MLP head, feature-major ---------------------------------------------
+# A Q-network's first layer on a vector observation (a few inputs) and its Q layer (a few outputs)
+# are thin products that BLAS runs far below its peak, and around every hidden product a bias copy
+# and a ReLU pass add two passes of their own. These kernels do each thin layer, and the bias and
+# ReLU of the product below it, in one pass over the batch (hetrl.nets.narrow does the same for the
+# sample-major layers of DDPG's, TD3's and SAC's learners). The timings: docs/benchmarks.md,
+# 'Measurements behind the code'.
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def forward_few_inputs(x, w, b, out):  # pragma: no cover - compiled
+    """out = ReLU(w @ x + b) for a layer with few inputs: x (inputs, batch), out (outputs, batch)."""
+    zero = np.float32(0.0)
+    for j in range(w.shape[0]):
+        o = out[j]
+        bj = b[j]
+        for c in range(o.shape[0]):
+            o[c] = bj
+        for k in range(w.shape[1]):
+            wk, xk = w[j, k], x[k]
+            for c in range(o.shape[0]):
+                o[c] += wk * xk[c]
+        for c in range(o.shape[0]):
+            o[c] = max(o[c], zero)
+
+
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def bias_relu(h, b):  # pragma: no cover - compiled
+    """h = ReLU(h + b) in place, b added to every column: the rest of a hidden layer after its product."""
+    zero = np.float32(0.0)
+    for k in range(h.shape[0]):
+        hk, bk = h[k], b[k]
+        for c in range(hk.shape[0]):
+            hk[c] = max(hk[c] + bk, zero)
+
+
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def finish_then_few_outputs(h, h_bias, finish, w, b, out):  # pragma: no cover - compiled
+    """out = w @ h + b for a layer with few outputs (outputs, batch); first, if ``finish``,
+    h = ReLU(h + h_bias) in place (the product of the layer below as BLAS left it), row by row while
+    the row is in L1."""
+    zero = np.float32(0.0)
+    for j in range(w.shape[0]):
+        oj, bj = out[j], b[j]
+        for c in range(oj.shape[0]):
+            oj[c] = bj
+    for k in range(w.shape[1]):
+        hk = h[k]
+        if finish:
+            hb = h_bias[k]
+            for c in range(hk.shape[0]):
+                hk[c] = max(hk[c] + hb, zero)
+        for j in range(w.shape[0]):
+            wjk, oj = w[j, k], out[j]
+            for c in range(hk.shape[0]):
+                oj[c] += wjk * hk[c]
+
+
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def backward_few_outputs(g, h, w, gw, gb, g_in, g_in_sums, sums):  # pragma: no cover - compiled
+    """Back through a layer with few outputs whose input ``h`` (inputs, batch) is a ReLU's output, given
+    g (outputs, batch): gw = g @ h.T and gb = g summed over the batch; if ``g_in`` has rows,
+    g_in = w.T @ g where h > 0, zero elsewhere, and if ``sums``, g_in summed over the batch into
+    ``g_in_sums`` (the bias gradient of the layer that made h)."""
+    zero = np.float32(0.0)
+    n_out, n_in = w.shape
+    for j in range(n_out):
+        gj, acc = g[j], zero
+        for c in range(gj.shape[0]):
+            acc += gj[c]
+        gb[j] = acc
+    for k in range(n_in):
+        hk = h[k]
+        for j in range(n_out):
+            gj, acc = g[j], zero
+            for c in range(hk.shape[0]):
+                acc += gj[c] * hk[c]
+            gw[j, k] = acc
+        if g_in.shape[0]:
+            gi = g_in[k]
+            for c in range(gi.shape[0]):
+                gi[c] = zero
+            for j in range(n_out):
+                wjk, gj = w[j, k], g[j]
+                for c in range(gi.shape[0]):
+                    gi[c] += wjk * gj[c]
+            acc = zero
+            for c in range(gi.shape[0]):
+                v = gi[c] if hk[c] > zero else zero
+                gi[c] = v
+                acc += v
+            if sums:
+                g_in_sums[k] = acc
+
+
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def relu_backward_sums(g, out, sums):  # pragma: no cover - compiled
+    """g = 0 where the ReLU's output ``out`` is not positive, in place, and each row of g summed over
+    the batch into ``sums`` (the bias gradient of the layer that made ``out``)."""
+    zero = np.float32(0.0)
+    for k in range(g.shape[0]):
+        gk, ok, acc = g[k], out[k], zero
+        for c in range(gk.shape[0]):
+            v = gk[c] if ok[c] > zero else zero
+            gk[c] = v
+            acc += v
+        sums[k] = acc
+
+
+@numba.njit(cache=True, fastmath=True, error_model="numpy")
+def weight_grad_few_inputs(g, x, gw):  # pragma: no cover - compiled
+    """gw = g @ x.T for a layer with few inputs: (outputs, batch) by (inputs, batch), as dot products."""
+    zero = np.float32(0.0)
+    for j in range(g.shape[0]):
+        gj = g[j]
+        for k in range(x.shape[0]):
+            xk, acc = x[k], zero
+            for c in range(gj.shape[0]):
+                acc += gj[c] * xk[c]
+            gw[j, k] = acc
+
+
 class QPass:
     """The buffers of one forward (and backward) pass at one batch size, made once.
 
@@ -141,6 +262,21 @@ class QPass:
         # on the way back through convolution k > 0: its patches' gradient, and its input's (col2im)
         self.patch_grads = [_zeros(c.patch, c.positions * batch) if k else torch.empty(0) for k, c in enumerate(convs)]
         self.map_grads = [_zeros(c.size, batch) if k else torch.empty(0) for k, c in enumerate(convs)]
+        # the thin layers the compiled kernels above do instead of BLAS: the Q layer (few outputs), and the
+        # first layer of an MLP on a vector observation (few inputs; not when it is also the Q layer)
+        n = layout.n_linears
+        self.few_outputs = int(layout.shapes[-1][0]) <= NARROW
+        self.few_inputs = not convs and n > 1 and layout.in_features <= NARROW
+        self._none = np.zeros(0, np.float32)
+        self._empty = np.zeros((0, batch), np.float32)
+        self._numpy: dict[int, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
+
+    def _views(self, tensors: list[torch.Tensor]) -> list[np.ndarray]:
+        """numpy views of ``tensors`` (a learner's weights or gradients: the same lists every update)."""
+        kept = self._numpy.get(id(tensors))
+        if kept is None or kept[0] is not tensors:
+            kept = self._numpy[id(tensors)] = (tensors, [t.numpy() for t in tensors])
+        return kept[1]
 
     def forward(self, weights: list[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
         """Q-values (actions, batch), feature-major, of ``obs`` (uint8 or float, (batch, *obs_shape))
@@ -158,12 +294,27 @@ class QPass:
                 x = out.view(-1, batch)
         else:
             self.hidden[0].copy_(x.t())
-        base = 2 * layout.n_convs
-        for i in range(layout.n_linears):
-            out = self.hidden[i + 1]
-            torch.addmm(weights[base + 2 * i + 1].unsqueeze(1), weights[base + 2 * i], self.hidden[i], out=out)
-            if i + 1 < layout.n_linears:
-                out.clamp_(min=0.0)
+        base, n = 2 * layout.n_convs, layout.n_linears
+        w = self._views(weights)
+        pending = -1  # the bias of the layer whose product hidden[i] still is (its bias and ReLU not yet added)
+        for i in range(n):
+            x, out = self.hidden[i], self.hidden[i + 1]
+            at = base + 2 * i
+            if i == n - 1 and self.few_outputs:
+                finish_then_few_outputs(x.numpy(), w[pending] if pending >= 0 else self._none, pending >= 0, w[at],
+                                        w[at + 1], out.numpy())
+            elif i == 0 and self.few_inputs:
+                forward_few_inputs(x.numpy(), w[at], w[at + 1], out.numpy())
+            else:
+                if pending >= 0:
+                    bias_relu(x.numpy(), w[pending])
+                if i == n - 1:
+                    torch.addmm(weights[at + 1].unsqueeze(1), weights[at], x, out=out)
+                else:
+                    torch.mm(weights[at], x, out=out)
+                    pending = at + 1
+                    continue
+            pending = -1
         return self.hidden[-1]
 
     def backward(self, weights: list[torch.Tensor], grads: list[torch.Tensor], q_grad: torch.Tensor) -> None:
@@ -171,17 +322,36 @@ class QPass:
         the flat gradient), given its gradient ``q_grad`` (actions, batch) with respect to the
         Q-values of the last :meth:`forward`. The first layer's input gradient is not computed."""
         layout, batch = self.layout, self.batch
-        base = 2 * layout.n_convs
+        base, n = 2 * layout.n_convs, layout.n_linears
+        w, gw = self._views(weights), self._views(grads)
         g = q_grad
-        for i in reversed(range(layout.n_linears)):
-            x = self.hidden[i]
-            torch.mm(g, x.t(), out=grads[base + 2 * i])
-            torch.sum(g, 1, out=grads[base + 2 * i + 1])
-            if i == 0 and not layout.convs:
+        # a linear layer's bias gradient is its output gradient summed over the batch: the layer above
+        # writes it while it masks that gradient (the Q layer's own is summed here)
+        for i in reversed(range(n)):
+            x, at = self.hidden[i], base + 2 * i
+            below = i > 0 or bool(layout.convs)  # the gradient of x is wanted
+            if i == n - 1 and self.few_outputs:
+                g_in = self.grads[i] if below else torch.empty(0)
+                backward_few_outputs(g.numpy(), x.numpy(), w[at], gw[at], gw[at + 1],
+                                     g_in.numpy() if below else self._empty, gw[at - 1] if i > 0 else self._none, i > 0)
+                if not below:
+                    return
+                g = g_in
+                continue
+            if i == 0 and self.few_inputs:
+                weight_grad_few_inputs(g.numpy(), x.numpy(), gw[at])
+            else:
+                torch.mm(g, x.t(), out=grads[at])
+            if i == n - 1:
+                torch.sum(g, 1, out=grads[at + 1])
+            if not below:
                 return
             g_in = self.grads[i]
-            torch.mm(weights[base + 2 * i].t(), g, out=g_in)
-            relu_backward(g_in.numpy(), x.numpy())  # through the ReLU that made x
+            torch.mm(weights[at].t(), g, out=g_in)
+            if i > 0:
+                relu_backward_sums(g_in.numpy(), x.numpy(), gw[at - 1])  # through the ReLU that made x
+            else:
+                relu_backward(g_in.numpy(), x.numpy())  # into the convolutions
             g = g_in
         for k in reversed(range(layout.n_convs)):
             g = g.view(layout.convs[k].filters, -1)  # the gradient of the convolution's output before its ReLU
