@@ -290,7 +290,8 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, exe
                       eps_start=s.eps_start, eps_end=s.eps_end, eps_decay_steps=s.eps_decay_steps(steps),
                       max_grad_norm=s.max_grad_norm)
     elif w.algo == "sac":
-        common.update(tau=s.tau, max_grad_norm=None, ent_coef="auto", policy_delay=1)
+        # use_sde off: the peers' SAC is the plain Gaussian one, where hetrl's tuned rows turn gSDE on for some envs
+        common.update(tau=s.tau, max_grad_norm=None, ent_coef="auto", policy_delay=1, use_sde=False)
     else:
         td3 = w.algo == "td3"
         common.update(tau=s.tau, action_noise=s.action_noise, max_grad_norm=None, twin_critics=td3,
