@@ -96,15 +96,15 @@ def test_a_drifted_profile_is_measured_again_and_the_run_says_so(cached, monkeyp
         wanted = {(p, b, d, cfg.agent.batch_size if n is None else n, t) for p, b, d, n, t in keys}
         return [replace(t, median_s=t.median_s * 2.0, p10_s=t.p10_s * 2.0) for t in profile.timings if t.key in wanted]
 
-    def profiling(algo, env, agent, machine=None, resume=None):
+    def profiling(algo, env, agent, machine=None, resume=None, energy=True):
         from hetrl.profile import Profile, default_path
         from hetrl.hardware import describe_machine
         real = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
-        profiled.append(algo)
+        profiled.append(algo if energy else f"{algo}, no meters")  # a throughput plan's profile reads none
         return _fake_profile(real, 2.0)
 
     plan = plan_for_run(cfg, _algorithm(cfg), said.append, profiling=lambda *a, **k: profiling(*a, **k), measuring=slower)
-    assert profiled == ["dqn"] and plan.profile_check.startswith("refreshed")
+    assert profiled == ["dqn, no meters"] and plan.profile_check.startswith("refreshed")
     assert any("profiling again" in line for line in said)
     # the new prediction reflects the slower machine
     assert plan.prediction.env_steps_per_s == pytest.approx(first.prediction.env_steps_per_s / 2, rel=0.05)

@@ -211,6 +211,62 @@ def test_profiles_carry_energy_per_call_where_a_meter_works(monkeypatch):
     assert again == profile
 
 
+def test_a_profile_for_a_throughput_plan_reads_no_meter(tmp_path):
+    """energy=False: every row timed only (no window of ENERGY_SECONDS per row), and the profile says so."""
+    from hetrl.energy.discovery import MeterReport
+    from hetrl.profile import ENERGY_NOT_PROFILED
+
+    reads = []
+    meter = _FakeMeter(lambda: float(len(reads.append(1) or reads)))
+    agent = DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000)
+    profile = profile_workload("dqn", "CartPole-v1", agent, devices=["cpu"], threads=[1], meters=MeterReport([meter], []),
+                               energy=False)
+    assert not reads and profile.timings and all(t.joules_per_call is None for t in profile.timings)
+    assert not profile.energy_profiled and ENERGY_NOT_PROFILED in profile.notes
+    again = Profile.load(profile.save(tmp_path / "p.json"))
+    assert again == profile and not again.energy_profiled
+    older = profile.to_dict()
+    del older["energy_profiled"]  # a profile saved before the flag: its meters were read
+    (tmp_path / "old.json").write_text(__import__("json").dumps(older))
+    assert Profile.load(tmp_path / "old.json").energy_profiled
+
+
+def test_only_an_efficiency_plan_reads_the_meters_and_it_measures_a_throughput_profile_again(tmp_path, monkeypatch):
+    """plan=auto: a throughput plan profiles without the meters; an efficiency plan on a machine whose
+    meters work profiles again where the cached profile was made without them."""
+    from test_plan import HOST, synthetic
+
+    import hetrl.planner.choice as choice
+    from hetrl.algos import make_algorithm
+    from hetrl.config import make_config
+    from hetrl.envs import env_spec
+    from hetrl.hardware import describe_machine
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(choice, "_covers_the_registry", lambda profile, algorithm: True)  # the synthetic rows serve
+    cfg = make_config("dqn", "CartPole-v1", None, ["plan=auto", "executor=inline", "batch_size=64", "replay_ratio=1",
+                                                   "train_every=1", "hidden=64,64"])
+    algorithm = make_algorithm("dqn", env_spec("CartPole-v1"), cfg.agent)
+    asked, said = [], []
+
+    def profiling(*args, **kwargs):
+        asked.append(kwargs)
+        made = synthetic(HOST, watts=None if kwargs.get("energy") is False else {"cpu": 40.0})
+        made.energy_profiled = kwargs.get("energy", True)
+        made.machine = {"fingerprint": "test", "meters": [{"kind": "rapl", "available": True, "name": "rapl:fake"}]}
+        return made
+
+    plan = choice.plan_for_run(cfg, algorithm, said.append, profiling=profiling)
+    assert asked[-1]["energy"] is False and plan.prediction.joules_per_env_step is None
+    cached = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env_source(), cfg.agent))
+    assert not cached.energy_profiled and cached.machine_metered()
+    plan = choice.plan_for_run(cfg, algorithm, said.append, "efficiency", profiling=profiling)
+    assert "energy" not in asked[-1] and len(asked) == 2
+    assert any("made for a throughput plan" in line for line in said)
+    assert plan.prediction.joules_per_env_step and plan.objective == "efficiency"
+    assert not synthetic(HOST).machine_metered()  # no meter listed: nothing to measure again for
+
+
 def test_profiles_say_nothing_of_energy_without_a_meter(dqn_profile):
     assert all(t.joules_per_call is None for t in dqn_profile.timings)
 

@@ -30,9 +30,9 @@ def fake_jobs(measured, cut_at=None):
     return jobs
 
 
-def profile(tmp_path, agent=None):
+def profile(tmp_path, agent=None, energy=True):
     return profile_workload("dqn", "CartPole-v1", agent or DQNConfig(hidden=(8, 8)), ["cpu"], [1], meters=_no_meters(),
-                            resume=partial_path(tmp_path / "p.json"))
+                            resume=partial_path(tmp_path / "p.json"), energy=energy)
 
 
 def _no_meters():
@@ -75,3 +75,15 @@ def test_another_workload_or_an_old_partial_starts_over(tmp_path, monkeypatch):
     monkeypatch.setattr(profile_module, "_jobs", fake_jobs(measured))
     result = profile(tmp_path)
     assert measured == LABELS and not any("resumed" in n for n in result.notes)
+
+
+def test_a_partial_made_without_the_meters_is_not_resumed_by_a_profile_that_reads_them(tmp_path, monkeypatch):
+    """Its rows have no energy, which a profile for an efficiency plan needs on every row."""
+    measured = []
+    monkeypatch.setattr(profile_module, "_jobs", fake_jobs(measured, cut_at=3))
+    with pytest.raises(Cut):
+        profile(tmp_path, energy=False)
+    measured.clear()
+    monkeypatch.setattr(profile_module, "_jobs", fake_jobs(measured))
+    result = profile(tmp_path)
+    assert measured == LABELS and result.energy_profiled and not any("resumed" in n for n in result.notes)

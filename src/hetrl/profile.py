@@ -62,6 +62,10 @@ BLOCK_SECONDS = 2e-3  # a timed block calls the primitive until it lasts at leas
 ENERGY_SECONDS = MIN_WINDOW_S  # a meter is read over at least this long (hetrl.energy.measurement)
 
 
+ENERGY_NOT_PROFILED = ("energy per call: not measured (a profile made for a throughput plan; `--objective efficiency` "
+                       "and `hetrl profile` measure it)")
+
+
 TimingKey = tuple[str, str, str, "int | None", "int | None"]  # primitive, backend, device, size, threads
 
 PARTIAL_SUFFIX = ".partial.json"  # beside the profile's file: the measurements of a profile not yet finished
@@ -98,6 +102,8 @@ class Profile:
     created: str
     timings: list[Timing] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what was measured otherwise than a run would do it
+    # False: the meters were not read (a profile made for a throughput plan, which needs no energy)
+    energy_profiled: bool = True
 
     @property
     def fingerprint(self) -> str:
@@ -106,6 +112,10 @@ class Profile:
     def meter_names(self) -> list[str]:
         """The meters whose energy the rows sum (e.g. ["nvml:gpu0", "rapl:package-0"])."""
         return sorted({m.strip() for t in self.timings if t.energy_meters for m in t.energy_meters.split(",")})
+
+    def machine_metered(self) -> bool:
+        """Whether a meter worked on the machine the profile was made on (as its machine record lists them)."""
+        return any(isinstance(m, Mapping) and m.get("available") for m in self.machine.get("meters") or [])
 
     def meter_methods(self) -> dict[str, str]:
         """How each of :meth:`meter_names` measured ("energy counter (powercap energy_uj)"), as the
@@ -121,7 +131,8 @@ class Profile:
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": PROFILE_FORMAT, "algo": self.algo, "env": self.env, "agent": self.agent,
-                "machine": self.machine, "created": self.created, "timings": [asdict(t) for t in self.timings], "notes": self.notes}
+                "machine": self.machine, "created": self.created, "timings": [asdict(t) for t in self.timings], "notes": self.notes,
+                "energy_profiled": self.energy_profiled}
 
     def save(self, path: str | Path) -> Path:
         return write_json(path, self.to_dict(), indent=1)
@@ -134,7 +145,7 @@ class Profile:
                 raise ValueError(f"format is {data.get('format')!r}, expected {PROFILE_FORMAT}")
             timings = [Timing(**t) for t in data["timings"]]
             return cls(data["algo"], data["env"], data["agent"], data["machine"], data["created"], timings,
-                       list(data.get("notes", [])))
+                       list(data.get("notes", [])), bool(data.get("energy_profiled", True)))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
 
@@ -563,8 +574,9 @@ def _resumed(resume: Path, result: Profile, labels: list[str]) -> int:
             return 0
         data = json.loads(resume.read_text())
         saved = data["profile"]
-        same = ((saved["algo"], saved["env"], saved["agent"], saved["machine"].get("fingerprint"), data["labels"])
-                == (result.algo, result.env, result.agent, result.fingerprint, labels))
+        same = ((saved["algo"], saved["env"], saved["agent"], saved["machine"].get("fingerprint"), data["labels"],
+                 saved.get("energy_profiled", True))
+                == (result.algo, result.env, result.agent, result.fingerprint, labels, result.energy_profiled))
         if not same or data.get("format") != PROFILE_FORMAT:
             return 0
         timings, done = [Timing(**t) for t in saved["timings"]], int(data["done"])
@@ -579,7 +591,8 @@ def _resumed(resume: Path, result: Profile, labels: list[str]) -> int:
 
 def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, devices: list[str] | None = None,
                      threads: list[int] | None = None, progress: Callable[[str, int, int], None] | None = None,
-                     machine: Machine | None = None, meters: Any = None, resume: Path | None = None) -> Profile:
+                     machine: Machine | None = None, meters: Any = None, resume: Path | None = None,
+                     energy: bool = True) -> Profile:
     """Measure every primitive of ``algo`` on ``env`` on this machine (see the module docstring).
 
     ``progress(label, done, total)`` is called before each measurement. ``meters`` (a MeterReport;
@@ -588,10 +601,16 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     are saved there one by one, and a profile cut short (killed, Ctrl-C) goes on from them the next
     time instead of starting over; the file is removed once every measurement is made. Where it
     cannot be written (the cache's own fallback covers that), the profile goes on without it.
+    ``energy=False`` reads no meter: each row is timed only, which takes a fraction of the time on a
+    metered machine (every row's energy needs a window of at least ENERGY_SECONDS); a throughput
+    plan needs no more, and the profile says so (``energy_profiled``), so an efficiency plan
+    measures again.
     """
-    from hetrl.energy.discovery import discover_meters
+    from hetrl.energy.discovery import MeterReport, discover_meters
 
-    if meters is None:
+    if not energy:
+        meters = MeterReport([], [])
+    elif meters is None:
         with discover_meters() as found:
             return profile_workload(algo, env, agent, devices, threads, progress, machine, found, resume)
     algorithm = make_algorithm(algo, env_spec(env), agent)
@@ -601,6 +620,9 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
     result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     result.notes.extend(profile_notes(algorithm))
+    if not energy:
+        result.energy_profiled = False
+        result.notes.append(ENERGY_NOT_PROFILED)
     jobs = list(_jobs(algorithm, devices, threads, meters, machine, result.notes))
     labels = [label for label, _ in jobs]
     done = _resumed(resume, result, labels) if resume is not None else 0
@@ -632,10 +654,10 @@ def profile_table(profile: Profile) -> Table:
         energy = f"{1e3 * t.joules_per_call:,.3f}" if t.joules_per_call is not None else "-"
         table.add_row(t.primitive, t.backend, t.device, str(t.size), str(t.threads or "-"), f"{1e6 * t.median_s:,.1f}",
                       f"{1e6 * t.p10_s:,.1f}-{1e6 * t.p90_s:,.1f}", energy)
-    captions = list(profile.notes)
-    if all(t.joules_per_call is None for t in profile.timings):
+    captions = list(profile.notes)  # a profile made without the meters says so among its notes
+    if profile.energy_profiled and all(t.joules_per_call is None for t in profile.timings):
         captions.append("mJ/call: not measured (no RAPL or NVML meter works here; `hetrl devices` says why)")
-    else:
+    elif profile.energy_profiled:
         methods = profile.meter_methods()
         captions.append("mJ/call: measured, the sum over " + "; ".join(f"{n}: {methods.get(n, 'method not recorded')}"
                                                                        for n in profile.meter_names()))

@@ -42,7 +42,7 @@ def plan_tables(plan: Plan) -> list[Table]:
         meters += "".join(f"; {'a GPU' if m.startswith(GPU_POWER) else 'the host CPU'} at {m}" for m in plan.meters if USER_FIGURE in m)
         chosen.caption += (f"; {pred.joules_per_env_step:.4f} J per env step (from energy per call measured by {meters})"
                            if pred.joules_per_env_step else "; energy: not modelled on what-if devices" if pred.modelled
-                           else "; energy: not in the profile (no meter worked)")
+                           else "; energy: not in the profile (no meter worked, or it was made for a throughput plan)")
         if pred.stage_rates:
             stages = ", ".join(f"{k} {v:,.0f}" for k, v in pred.stage_rates.items())
             chosen.caption += f"; stages (env steps/s each could sustain): {stages}; bottleneck: {pred.bottleneck}"
