@@ -261,7 +261,7 @@ def test_only_an_efficiency_plan_reads_the_meters_and_it_measures_a_throughput_p
     cached = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env_source(), cfg.agent))
     assert not cached.energy_profiled and cached.machine_metered()
     plan = choice.plan_for_run(cfg, algorithm, said.append, "efficiency", profiling=profiling)
-    assert "energy" not in asked[-1] and len(asked) == 2
+    assert asked[-1]["energy"] is True and len(asked) == 2
     assert any("made for a throughput plan" in line for line in said)
     assert plan.prediction.joules_per_env_step and plan.objective == "efficiency"
     assert not synthetic(HOST).machine_metered()  # no meter listed: nothing to measure again for

@@ -618,11 +618,9 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     threads = threads or sorted({1, usable_cores()})
     machine = machine or describe_machine()
     agent_json = json.loads(json.dumps(asdict(agent)))  # as the saved file will hold it (tuples become lists)
-    result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"))
-    result.notes.extend(profile_notes(algorithm))
-    if not energy:
-        result.energy_profiled = False
-        result.notes.append(ENERGY_NOT_PROFILED)
+    result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                     energy_profiled=energy)
+    result.notes.extend(profile_notes(algorithm) + ([] if energy else [ENERGY_NOT_PROFILED]))
     jobs = list(_jobs(algorithm, devices, threads, meters, machine, result.notes))
     labels = [label for label, _ in jobs]
     done = _resumed(resume, result, labels) if resume is not None else 0
@@ -655,12 +653,13 @@ def profile_table(profile: Profile) -> Table:
         table.add_row(t.primitive, t.backend, t.device, str(t.size), str(t.threads or "-"), f"{1e6 * t.median_s:,.1f}",
                       f"{1e6 * t.p10_s:,.1f}-{1e6 * t.p90_s:,.1f}", energy)
     captions = list(profile.notes)  # a profile made without the meters says so among its notes
-    if profile.energy_profiled and all(t.joules_per_call is None for t in profile.timings):
-        captions.append("mJ/call: not measured (no RAPL or NVML meter works here; `hetrl devices` says why)")
-    elif profile.energy_profiled:
-        methods = profile.meter_methods()
-        captions.append("mJ/call: measured, the sum over " + "; ".join(f"{n}: {methods.get(n, 'method not recorded')}"
-                                                                       for n in profile.meter_names()))
+    if profile.energy_profiled:
+        if all(t.joules_per_call is None for t in profile.timings):
+            captions.append("mJ/call: not measured (no RAPL or NVML meter works here; `hetrl devices` says why)")
+        else:
+            methods = profile.meter_methods()
+            captions.append("mJ/call: measured, the sum over " + "; ".join(f"{n}: {methods.get(n, 'method not recorded')}"
+                                                                           for n in profile.meter_names()))
     if captions:
         table.caption = "\n".join(captions)
     return table

@@ -331,12 +331,12 @@ class QPass:
             x, at = self.hidden[i], base + 2 * i
             below = i > 0 or bool(layout.convs)  # the gradient of x is wanted
             if i == n - 1 and self.few_outputs:
-                g_in = self.grads[i] if below else torch.empty(0)
                 backward_few_outputs(g.numpy(), x.numpy(), w[at], gw[at], gw[at + 1],
-                                     g_in.numpy() if below else self._empty, gw[at - 1] if i > 0 else self._none, i > 0)
+                                     self.grads[i].numpy() if below else self._empty, gw[at - 1] if i > 0 else self._none,
+                                     i > 0)
                 if not below:
                     return
-                g = g_in
+                g = self.grads[i]
                 continue
             if i == 0 and self.few_inputs:
                 weight_grad_few_inputs(g.numpy(), x.numpy(), gw[at])

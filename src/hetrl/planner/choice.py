@@ -123,7 +123,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
 
         def profile_now() -> Profile:
             profile = profiling(config.algo, env, config.agent, machine=machine, resume=partial_path(path),
-                                **({"progress": progress} if progress else {}), **({} if energy else {"energy": False}))
+                                energy=energy, **({"progress": progress} if progress else {}))
             _keep(profile, path, announce)
             return profile
 
