@@ -23,6 +23,13 @@ its call adds are reported beside). Replay bytes per transition: each library's 
     python bench/pixels.py                                   # 3 seeds, 1M MinAtar / 100k Atari steps (long)
     python bench/pixels.py --minatar-steps 100000 --atari-steps 20000 --out /tmp/pixels.md
     python bench/pixels.py --quick --out /tmp/pixels.md      # smoke test
+    python bench/pixels.py --jobs 2 --stop-after 120         # two runs at a time; start none after 2 h
+    python bench/pixels.py --jobs 2 --resume                 # go on from the raw JSON (another day)
+
+A run takes minutes to an hour at 1M MinAtar steps on two cores, and the whole default benchmark
+longer than one sitting: ``--resume`` keeps the finished runs of the raw JSON (same step counts,
+evaluation episodes and device) and runs the rest; every run records its date, machine and how many
+runs shared the machine with it (``--jobs``), and the report says so beside the rates.
 """
 
 from __future__ import annotations
@@ -35,7 +42,9 @@ import platform
 import statistics
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -289,6 +298,41 @@ def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None
                                                            "--device", args.device], 1)
 
 
+def job_list(args: argparse.Namespace) -> list[tuple[str, str, int]]:
+    """(library, workload, seed) in the order they run: seed by seed, the library order rotating."""
+    jobs = []
+    for k, seed in enumerate(args.seeds):
+        order = args.libs[k % len(args.libs):] + args.libs[:k % len(args.libs)]
+        jobs += [(lib, workload, seed) for workload in args.workloads for lib in order]
+    return jobs
+
+
+def pending(jobs: list[tuple[str, str, int]], runs: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
+    """The jobs no kept run has done."""
+    done = {(r["lib"], r["workload"], r["seed"]) for r in runs}
+    return [job for job in jobs if job not in done]
+
+
+def resume_mismatch(saved: argparse.Namespace, now: argparse.Namespace, saved_device: str) -> str:
+    """What differs between a saved benchmark's settings and this one's, in words ('' when nothing
+    that changes a run's result does)."""
+    if saved.quick:
+        saved.minatar_steps, saved.atari_steps, saved.eval_episodes = 6_000, 6_000, 2
+    differ = [f"{flag} {getattr(saved, key)}" for key, flag in (("minatar_steps", "--minatar-steps"),
+                                                               ("atari_steps", "--atari-steps"),
+                                                               ("eval_episodes", "--eval-episodes"))
+              if getattr(saved, key) != getattr(now, key)]
+    if saved_device != now.device:
+        differ.append(f"--device {saved_device}")
+    return ", ".join(differ)
+
+
+def _cpu_model() -> str:
+    from hetrl.hardware import read_cpu
+
+    return read_cpu().model
+
+
 def steps_of(workload: str, args: argparse.Namespace) -> int:
     return args.atari_steps if workload.startswith("atari") else args.minatar_steps
 
@@ -374,6 +418,24 @@ def plot_curves(runs: list[dict[str, Any]], workloads: list[str], libs: list[str
     plt.close(fig)
 
 
+def measured_note(runs: list[dict[str, Any]]) -> str:
+    """Where and when the runs were measured, from what each run recorded (a resumed benchmark's runs
+    may span days, machines and ``--jobs`` settings); runs saved before runs recorded it say nothing."""
+    stamped = [r["measured"] for r in runs if r.get("measured")]
+    if not stamped:
+        return ""
+    dates = sorted({m["date"] for m in stamped})
+    machines = sorted({f"{m['machine']}, {m['cores']} cores" for m in stamped})
+    when = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    note = f"Runs measured {when} on {'; '.join(machines)}."
+    shared = sorted({m["jobs"] for m in stamped})
+    if shared != [1]:
+        counts = ", ".join(f"{sum(m['jobs'] == j for m in stamped)} with {j} at a time" for j in shared)
+        note += (f" Runs side by side ({counts}): each rate was measured beside other runs on the same cores, so "
+                 "the rates compare libraries run alike, not a quiet machine's speed.")
+    return note
+
+
 def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Namespace, out: Path, seconds: float) -> str:
     from hetrl.hardware import read_cpu
 
@@ -382,13 +444,19 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     begin, end = markers(args.device)
     where = "" if args.device == "cpu" else f", every library's networks on {args.device} ({gpu_name()})"
+    first = next((r["measured"] for r in runs if r.get("measured")), None)
+    date, machine, cores = ((first["date"], first["machine"], first["cores"]) if first
+                            else (str(datetime.date.today()), read_cpu().model, os.cpu_count()))
     lines = [begin, f"## DQN on pixels: hetrl, Stable-Baselines3 and a CleanRL-style script"
                     f"{'' if args.device == 'cpu' else ' on ' + args.device}{quick}", "",
-             f"`python bench/pixels.py {' '.join(args.argv)}` on {datetime.date.today()}, {read_cpu().model}, "
-             f"{os.cpu_count()} cores{where}, 1 torch thread per library, Python {platform.python_version()}; seeds "
+             f"`python bench/pixels.py {' '.join(args.argv)}` on {date}, {machine}, "
+             f"{cores} cores{where}, 1 torch thread per library, Python {platform.python_version()}; seeds "
              f"{', '.join(map(str, args.seeds))}; {args.minatar_steps:,} MinAtar and {args.atari_steps:,} Atari env steps "
              f"per run; {seconds / 60:.0f} min in all. Settings: `SETTINGS` in bench/pixels.py (the same for every "
              "library); every library plays the env `hetrl.envs.make_env` builds.", ""]
+    note = measured_note(runs)
+    if note:
+        lines += [note, ""]
     if any(SETTINGS[w].learning for w in args.workloads):
         lines += [f"![training returns]({os.path.relpath(png, out.parent)})", ""]
     for w in args.workloads:
@@ -429,6 +497,12 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--from-json", type=Path, help="write the report from the runs a (possibly cut short) "
                         "benchmark saved in its _pixels.json, measuring nothing")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1: each run alone on the machine; "
+                        "more finish sooner, and the report says the rates were measured side by side)")
+    parser.add_argument("--resume", action="store_true", help="keep the finished runs of the raw JSON (same step counts, "
+                        "evaluation episodes and device) and run the rest")
+    parser.add_argument("--stop-after", type=float, metavar="MINUTES", help="start no run after this many minutes; "
+                        "finish those running, then write the report of what is done (go on later with --resume)")
     parser.add_argument("--worker", nargs=2, metavar=("LIB", "WORKLOAD"), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
@@ -446,12 +520,14 @@ def main() -> int:
         args.seeds = sorted({r["seed"] for r in runs})
         args.workloads = [w for w in args.workloads if any(r["workload"] == w for r in runs)]
         args.device = saved.get("device", args.device)
-        write_report(report(runs, failures, args, args.out, sum(r.get("call_seconds", r["seconds"]) for r in runs)), args.out,
-                     args.device)
+        seconds = saved.get("seconds", sum(r.get("call_seconds", r["seconds"]) for r in runs))
+        write_report(report(runs, failures, args, args.out, seconds), args.out, args.device)
         print(f"wrote {args.out}")
         return 0
     if args.quick:
         args.minatar_steps, args.atari_steps, args.seeds, args.eval_episodes = 6_000, 6_000, args.seeds[:1], 2
+    if args.jobs < 1:
+        parser.error(f"--jobs takes a count of runs at a time, 1 or more (got {args.jobs})")
     if args.device != "cpu":
         import torch
 
@@ -459,32 +535,65 @@ def main() -> int:
             print(f"pixels.py: --device {args.device} needs CUDA, and torch.cuda.is_available() is False here; "
                   "leave --device out for the CPU table", file=sys.stderr)
             return 2
-    start = time.perf_counter()
-    if "hetrl" in args.libs:
-        prepare(args)
-    runs: list[dict[str, Any]] = []
-    failures: list[str] = []
     raw = args.out.with_name(args.out.stem + ("_pixels.json" if args.device == "cpu" else f"_pixels_{args.device}.json"))
-    for k, seed in enumerate(args.seeds):
-        order = args.libs[k % len(args.libs):] + args.libs[:k % len(args.libs)]
-        for workload in args.workloads:
-            for lib in order:
-                steps = steps_of(workload, args)
-                print(f"{LIB_NAMES[lib]} {workload} seed {seed} ({steps:,} env steps) ...", end=" ", flush=True)
-                try:
-                    r = run_job([lib, workload, "--steps", str(steps), "--seed", str(seed)], args)
-                except RuntimeError as exc:
-                    print(f"FAILED:\n{exc}", flush=True)
-                    failures.append(f"{LIB_NAMES[lib]} {workload} seed {seed}: {str(exc).strip().splitlines()[-1]}")
-                    continue
-                runs.append(r)
-                raw.write_text(json.dumps({"complete": False, "args": args.argv, "device": args.device, "runs": runs,
-                                           "failures": failures}))
-                ev = f", greedy {r['eval_mean']:.1f}" if r["eval_mean"] is not None else ""
-                print(f"{r['env_steps'] / r['seconds']:,.0f} env steps/s, {r['updates'] / r['seconds']:,.0f} updates/s{ev}",
-                      flush=True)
-    raw.write_text(json.dumps({"complete": True, "args": args.argv, "device": args.device, "runs": runs, "failures": failures}))
-    write_report(report(runs, failures, args, args.out, time.perf_counter() - start), args.out, args.device)
+    runs: list[dict[str, Any]] = []
+    earlier_s = 0.0
+    if args.resume and raw.exists():
+        saved = json.loads(raw.read_text())
+        mismatch = resume_mismatch(parser.parse_args(saved["args"]), args, saved.get("device", "cpu"))
+        if mismatch:
+            print(f"pixels.py: --resume: {raw} was measured with {mismatch}; run with the same settings, or move "
+                  "that file away to start afresh", file=sys.stderr)
+            return 2
+        runs = saved["runs"]
+        earlier_s = saved.get("seconds", sum(r.get("call_seconds", r["seconds"]) for r in runs))
+        print(f"resuming: {len(runs)} runs kept from {raw}", flush=True)
+    jobs = pending(job_list(args), runs)
+    start = time.perf_counter()
+    if "hetrl" in args.libs and any(lib == "hetrl" for lib, _, _ in jobs):
+        prepare(args)
+    failures: list[str] = []
+    skipped: list[str] = []
+    lock = threading.Lock()
+    stamp = {"date": str(datetime.date.today()), "machine": _cpu_model(), "cores": os.cpu_count(), "jobs": args.jobs}
+
+    def save(complete: bool) -> None:
+        raw.write_text(json.dumps({"complete": complete, "args": args.argv, "device": args.device, "runs": runs,
+                                   "failures": failures, "seconds": earlier_s + time.perf_counter() - start}))
+
+    def one(job: tuple[str, str, int]) -> None:
+        lib, workload, seed = job
+        steps = steps_of(workload, args)
+        name = f"{LIB_NAMES[lib]} {workload} seed {seed}"
+        if args.stop_after is not None and time.perf_counter() - start > 60 * args.stop_after:
+            with lock:
+                skipped.append(name)
+            return
+        print(f"{name} ({steps:,} env steps) started", flush=True)
+        try:
+            r = run_job([lib, workload, "--steps", str(steps), "--seed", str(seed)], args)
+        except RuntimeError as exc:
+            print(f"{name} FAILED:\n{exc}", flush=True)
+            with lock:
+                failures.append(f"{name}: {str(exc).strip().splitlines()[-1]}")
+            return
+        r["measured"] = stamp
+        with lock:
+            runs.append(r)
+            save(False)
+        ev = f", greedy {r['eval_mean']:.1f}" if r["eval_mean"] is not None else ""
+        print(f"{name}: {r['env_steps'] / r['seconds']:,.0f} env steps/s, {r['updates'] / r['seconds']:,.0f} updates/s{ev}",
+              flush=True)
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(one, jobs))
+    runs.sort(key=lambda r: (r["workload"], r["seed"], LIBS.index(r["lib"])))
+    complete = not failures and not skipped
+    save(complete)
+    if skipped:
+        print(f"not started (--stop-after {args.stop_after:g} min): {len(skipped)} runs; go on with --resume", flush=True)
+        args.argv = [*args.argv, "(cut short: the runs it finished)"]
+    write_report(report(runs, failures, args, args.out, earlier_s + time.perf_counter() - start), args.out, args.device)
     print(f"wrote {args.out}")
     return 2 if failures else 0
 
