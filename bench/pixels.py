@@ -15,7 +15,10 @@ with the MinAtar network as its features extractor on MinAtar (``normalize_image
 hidden layer after it, so the Q-network is the same) and its own Nature CNN on Atari. hetrl runs
 ``hetrl.train``'s session with its defaults for placement (``plan=auto``: profiled once, untimed,
 before the first timed run, as a user's second run finds it cached). Every (library, workload, seed)
-is a fresh subprocess with one torch thread; the library order rotates from seed to seed. Only the
+is a fresh subprocess, the library order rotating from seed to seed; ``--threads 1`` (the default)
+pins every library's thread pools to one thread, ``--threads default`` leaves each library as a
+user's run finds it (hetrl's plan picks its learner's threads from its profile, the peers take torch's
+default: every core), and ``--threads 1 default`` runs both and names each library's best. Only the
 training call is timed (hetrl: its training loop; the end-of-run checkpoint and evaluation episode
 its call adds are reported beside). Replay bytes per transition: each library's replay arrays as allocated.
 
@@ -55,6 +58,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 LIBS = ("hetrl", "sb3", "cleanrl")
 LIB_NAMES = {"hetrl": "hetrl", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script"}
+THREAD_MODES = {"1": "1 thread", "default": "default threads"}
 BEGIN, END = "<!-- pixels:begin (written by bench/pixels.py) -->", "<!-- pixels:end -->"
 
 
@@ -99,14 +103,16 @@ SETTINGS = {
 
 
 # --- worker side ---------------------------------------------------------------------------------
-def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``options``: further run settings (executor, actors, device, ...) over the ones made from ``s``."""
+def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] | None = None,
+              threads: int | None = 1) -> dict[str, Any]:
+    """``options``: further run settings (executor, actors, device, ...) over the ones made from ``s``;
+    ``threads``: the learner's torch threads, or None for the plan's choice (hetrl's default)."""
     import hetrl
     from hetrl.config import make_config
     from hetrl.training import Session, greedy_policy
 
     values = {
-        "steps": steps, "seed": seed, "threads": 1, "eval_every": 0, "eval_episodes": 1, "checkpoint_every": steps + 1,
+        "steps": steps, "seed": seed, "threads": threads or 0, "eval_every": 0, "eval_episodes": 1, "checkpoint_every": steps + 1,
         "network": s.network, "batch_size": s.batch_size, "buffer_size": s.buffer_size, "lr": s.lr, "gamma": s.gamma,
         "learning_starts": s.learning_starts, "train_every": s.train_every, "replay_ratio": 1 / s.train_every,
         "target_update_every": max(1, s.target_every // s.train_every), "tau": 1.0, "double": False, "dueling": False,
@@ -118,7 +124,8 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] |
         session = Session.create(make_config("dqn", s.env_id, None, overrides), f"{tmp}/run")  # plans (and profiles) here
         import torch
 
-        torch.set_num_threads(1)
+        if threads:
+            torch.set_num_threads(threads)
         start = time.perf_counter()
         result = session.train(progress=False)
         call_seconds = time.perf_counter() - start
@@ -248,11 +255,12 @@ def run_cleanrl(s: PixelSettings, steps: int, seed: int, device: str = "cpu") ->
             "replay_capacity": stats["replay_capacity"]}
 
 
-def run_on(lib: str, s: PixelSettings, steps: int, seed: int, device: str) -> dict[str, Any]:
+def run_on(lib: str, s: PixelSettings, steps: int, seed: int, device: str, threads: int | None = 1) -> dict[str, Any]:
     """One library's run with its networks on ``device`` (hetrl: the learner pinned there, the rest
-    placed by its plan; SB3: ``device=``; the CleanRL-style script: networks and batches there)."""
+    placed by its plan; SB3: ``device=``; the CleanRL-style script: networks and batches there).
+    ``threads``: 1, or None for each library's own default (hetrl: the plan's; the peers: torch's)."""
     if lib == "hetrl":
-        return run_hetrl(s, steps, seed, {"device": device} if device != "cpu" else None)
+        return run_hetrl(s, steps, seed, {"device": device} if device != "cpu" else None, threads)
     return run_sb3(s, steps, seed, device=device) if lib == "sb3" else run_cleanrl(s, steps, seed, device)
 
 
@@ -280,36 +288,52 @@ def evaluate(policy: Any, env_id: str, episodes: int) -> list[float]:
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    torch.set_num_threads(1)
+    threads = None if args.thread_mode == "default" else int(args.thread_mode)
+    if threads:
+        torch.set_num_threads(threads)
     lib, workload = args.worker
     s = SETTINGS[workload]
-    out = run_on(lib, s, args.steps, args.seed, args.device)
+    out = run_on(lib, s, args.steps, args.seed, args.device, threads)
+    torch_threads = torch.get_num_threads()  # after the run: hetrl's session sets its learner's
+    if out["env_steps"] < args.steps:  # hetrl's session ends early and returns on SIGTERM: not a finished run
+        raise RuntimeError(f"{lib} stopped at {out['env_steps']:,} of {args.steps:,} env steps (stopped by a signal?)")
     policy = out.pop("policy")
     returns = evaluate(policy, s.env_id, args.eval_episodes) if s.learning else []
-    return {"lib": lib, "workload": workload, "seed": args.seed, **out, "eval_returns": returns,
+    return {"lib": lib, "workload": workload, "seed": args.seed, "threads": args.thread_mode,
+            "torch_threads": torch_threads, **out, "eval_returns": returns,
             "eval_mean": statistics.fmean(returns) if returns else None}
 
 
 # --- parent side ---------------------------------------------------------------------------------
-def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None) -> dict[str, Any]:
+def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None, thread_mode: str = "1") -> dict[str, Any]:
     """Run ``SCRIPT --worker JOB...`` (this file unless named) in a fresh interpreter; returns its
-    JSON, or raises RuntimeError with the tail of its stderr."""
-    return run_worker(script or Path(__file__).resolve(), [*job, "--eval-episodes", str(args.eval_episodes),
-                                                           "--device", args.device], 1)
+    JSON, or raises RuntimeError with the tail of its stderr. ``thread_mode``: "1" pins every thread
+    pool to one thread; "default" leaves them as a user's run finds them."""
+    return run_worker(script or Path(__file__).resolve(),
+                      [*job, "--eval-episodes", str(args.eval_episodes), "--device", args.device, "--thread-mode", thread_mode],
+                      None if thread_mode == "default" else int(thread_mode))
 
 
-def job_list(args: argparse.Namespace) -> list[tuple[str, str, int]]:
-    """(library, workload, seed) in the order they run: seed by seed, the library order rotating."""
+Job = tuple[str, str, int, str]  # library, workload, seed, thread mode ("1" or "default")
+
+
+def job_list(args: argparse.Namespace) -> list[Job]:
+    """Every run in the order they run: seed by seed, the library order rotating from seed to seed,
+    each thread mode of a (library, workload, seed) one after the other."""
     jobs = []
     for k, seed in enumerate(args.seeds):
         order = args.libs[k % len(args.libs):] + args.libs[:k % len(args.libs)]
-        jobs += [(lib, workload, seed) for workload in args.workloads for lib in order]
+        jobs += [(lib, workload, seed, mode) for workload in args.workloads for lib in order for mode in args.threads]
     return jobs
 
 
-def pending(jobs: list[tuple[str, str, int]], runs: list[dict[str, Any]]) -> list[tuple[str, str, int]]:
+def mode_of(run: dict[str, Any]) -> str:
+    return run.get("threads", "1")  # runs saved before thread modes were pinned to one thread
+
+
+def pending(jobs: list[Job], runs: list[dict[str, Any]]) -> list[Job]:
     """The jobs no kept run has done."""
-    done = {(r["lib"], r["workload"], r["seed"]) for r in runs}
+    done = {(r["lib"], r["workload"], r["seed"], mode_of(r)) for r in runs}
     return [job for job in jobs if job not in done]
 
 
@@ -354,6 +378,8 @@ def _spread(values: list[float], digits: int = 0) -> str:
 
 
 def table(runs: list[dict[str, Any]], workload: str, libs: list[str], episodes: int) -> list[str]:
+    """One workload's table: a row per library and thread mode, hetrl's rate over each library's at
+    the same thread mode; with both modes, each library at its best mode below it."""
     s = SETTINGS[workload]
     head = ["library", "env steps/s median [min–max]", "updates/s", "hetrl ÷ library (env steps/s)", "wall time (s)",
             "replay bytes per transition"]
@@ -361,27 +387,49 @@ def table(runs: list[dict[str, Any]], workload: str, libs: list[str], episodes: 
         head += [f"final greedy return per seed ({episodes} episodes)", "mean ± std over seeds"]
     lines = [f"### {s.env_id}" + ("" if s.learning else " (speed only)"), "",
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    rate = {lib: [r["env_steps"] / r["seconds"] for r in runs if r["lib"] == lib and r["workload"] == workload] for lib in libs}
-    for lib in libs:
-        mine = [r for r in runs if r["lib"] == lib and r["workload"] == workload]
-        if not mine:
-            continue
-        ratio = f"{statistics.median(rate['hetrl']) / statistics.median(rate[lib]):.2f}×" if rate.get("hetrl") else "–"
-        row = [LIB_NAMES[lib], _spread(rate[lib]), _spread([r["updates"] / r["seconds"] for r in mine]), ratio,
-               _spread([r["seconds"] for r in mine]), f"{mine[0]['replay_bytes'] / mine[0]['replay_capacity']:,.0f}"]
-        if s.learning:
-            means = [r["eval_mean"] for r in mine]
-            row += [", ".join(f"{m:.1f}" for m in means),
-                    f"{statistics.fmean(means):.1f} ± {statistics.pstdev(means):.1f}"]
-        lines.append("| " + " | ".join(row) + " |")
-    hetrl_runs = [r for r in runs if r["lib"] == "hetrl" and r["workload"] == workload]
-    if hetrl_runs:
-        p = hetrl_runs[0]["placement"]
-        extra = statistics.median(r["call_seconds"] - r["seconds"] for r in hetrl_runs)
-        lines += ["", f"hetrl's plan: executor {hetrl_runs[0]['executor']}; "
-                      + ", ".join(f"{k} {p[k]}" for k in ("EnvStep", "Act", "ReplaySample", "Learn") if k in p)
-                      + f". hetrl's rates are over its training loop; its call also wrote the final checkpoint "
-                      f"(replay included) and played one evaluation episode: {extra:,.1f} s more (median)."]
+    here = [r for r in runs if r["workload"] == workload]
+    modes = [m for m in THREAD_MODES if any(mode_of(r) == m for r in here)]
+    rate: dict[tuple[str, str], list[float]] = {}
+    for mode in modes:
+        for lib in libs:
+            mine = [r for r in here if r["lib"] == lib and mode_of(r) == mode]
+            if mine:
+                rate[lib, mode] = [r["env_steps"] / r["seconds"] for r in mine]
+    for mode in modes:
+        for lib in libs:
+            mine = [r for r in here if r["lib"] == lib and mode_of(r) == mode]
+            if not mine:
+                continue
+            hetrl = rate.get(("hetrl", mode))
+            ratio = f"{statistics.median(hetrl) / statistics.median(rate[lib, mode]):.2f}×" if hetrl else "–"
+            name = LIB_NAMES[lib]
+            if len(modes) > 1 or mode != "1":
+                name += f", {THREAD_MODES[mode]}" + (f" (torch {mine[0]['torch_threads']})" if mode == "default" else "")
+            row = [name, _spread(rate[lib, mode]), _spread([r["updates"] / r["seconds"] for r in mine]), ratio,
+                   _spread([r["seconds"] for r in mine]), f"{mine[0]['replay_bytes'] / mine[0]['replay_capacity']:,.0f}"]
+            if s.learning:
+                means = [r["eval_mean"] for r in mine]
+                row += [", ".join(f"{m:.1f}" for m in means),
+                        f"{statistics.fmean(means):.1f} ± {statistics.pstdev(means):.1f}"]
+            lines.append("| " + " | ".join(row) + " |")
+    best = {lib: max(((statistics.median(v), m) for (l, m), v in rate.items() if l == lib)) for lib in libs
+            if any(l == lib for l, _ in rate)}
+    peers = [lib for lib in best if lib != "hetrl"]
+    if len(modes) > 1 and "hetrl" in best and peers:
+        top = max(peers, key=lambda lib: best[lib][0])
+        lines += ["", f"Each library at its best thread mode: hetrl {best['hetrl'][0]:,.0f} env steps/s "
+                      f"({THREAD_MODES[best['hetrl'][1]]}) ÷ the fastest peer, {LIB_NAMES[top]}, {best[top][0]:,.0f} "
+                      f"({THREAD_MODES[best[top][1]]}): **{best['hetrl'][0] / best[top][0]:.2f}×**."]
+    for mode in modes:
+        hetrl_runs = [r for r in here if r["lib"] == "hetrl" and mode_of(r) == mode]
+        if hetrl_runs:
+            p = hetrl_runs[0]["placement"]
+            extra = statistics.median(r["call_seconds"] - r["seconds"] for r in hetrl_runs)
+            at = f" at {THREAD_MODES[mode]}" if len(modes) > 1 else ""
+            lines += ["", f"hetrl's plan{at}: executor {hetrl_runs[0]['executor']}; "
+                          + ", ".join(f"{k} {p[k]}" for k in ("EnvStep", "Act", "ReplaySample", "Learn") if k in p)
+                          + f". hetrl's rates are over its training loop; its call also wrote the final checkpoint "
+                          f"(replay included) and played one evaluation episode: {extra:,.1f} s more (median)."]
     return lines + [""]
 
 
@@ -450,7 +498,7 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     lines = [begin, f"## DQN on pixels: hetrl, Stable-Baselines3 and a CleanRL-style script"
                     f"{'' if args.device == 'cpu' else ' on ' + args.device}{quick}", "",
              f"`python bench/pixels.py {' '.join(args.argv)}` on {date}, {machine}, "
-             f"{cores} cores{where}, 1 torch thread per library, Python {platform.python_version()}; seeds "
+             f"{cores} cores{where}, {' and '.join(THREAD_MODES[m] for m in args.threads)} per library, Python {platform.python_version()}; seeds "
              f"{', '.join(map(str, args.seeds))}; {args.minatar_steps:,} MinAtar and {args.atari_steps:,} Atari env steps "
              f"per run; {seconds / 60:.0f} min in all. Settings: `SETTINGS` in bench/pixels.py (the same for every "
              "library); every library plays the env `hetrl.envs.make_env` builds.", ""]
@@ -497,6 +545,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--from-json", type=Path, help="write the report from the runs a (possibly cut short) "
                         "benchmark saved in its _pixels.json, measuring nothing")
+    parser.add_argument("--threads", nargs="+", default=["1"], choices=list(THREAD_MODES),
+                        help="thread modes to run each library in: 1 (every thread pool pinned to one thread; the "
+                        "default) and/or default (each library as a user's run finds it: hetrl's plan picks its "
+                        "learner's threads, the peers take torch's default, every core)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (default 1: each run alone on the machine; "
                         "more finish sooner, and the report says the rates were measured side by side)")
     parser.add_argument("--resume", action="store_true", help="keep the finished runs of the raw JSON (same step counts, "
@@ -506,6 +558,7 @@ def main() -> int:
     parser.add_argument("--worker", nargs=2, metavar=("LIB", "WORKLOAD"), help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--thread-mode", default="1", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(worker(args)))
@@ -550,7 +603,7 @@ def main() -> int:
         print(f"resuming: {len(runs)} runs kept from {raw}", flush=True)
     jobs = pending(job_list(args), runs)
     start = time.perf_counter()
-    if "hetrl" in args.libs and any(lib == "hetrl" for lib, _, _ in jobs):
+    if "hetrl" in args.libs and any(job[0] == "hetrl" for job in jobs):
         prepare(args)
     failures: list[str] = []
     skipped: list[str] = []
@@ -561,17 +614,17 @@ def main() -> int:
         raw.write_text(json.dumps({"complete": complete, "args": args.argv, "device": args.device, "runs": runs,
                                    "failures": failures, "seconds": earlier_s + time.perf_counter() - start}))
 
-    def one(job: tuple[str, str, int]) -> None:
-        lib, workload, seed = job
+    def one(job: Job) -> None:
+        lib, workload, seed, mode = job
         steps = steps_of(workload, args)
-        name = f"{LIB_NAMES[lib]} {workload} seed {seed}"
+        name = f"{LIB_NAMES[lib]} {workload} seed {seed}" + (f", {THREAD_MODES[mode]}" if len(args.threads) > 1 else "")
         if args.stop_after is not None and time.perf_counter() - start > 60 * args.stop_after:
             with lock:
                 skipped.append(name)
             return
         print(f"{name} ({steps:,} env steps) started", flush=True)
         try:
-            r = run_job([lib, workload, "--steps", str(steps), "--seed", str(seed)], args)
+            r = run_job([lib, workload, "--steps", str(steps), "--seed", str(seed)], args, thread_mode=mode)
         except RuntimeError as exc:
             print(f"{name} FAILED:\n{exc}", flush=True)
             with lock:
