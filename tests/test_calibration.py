@@ -207,3 +207,42 @@ def test_a_ray_run_is_predicted_where_the_profile_measured_chunk_transfers(cache
     assert plan.prediction.per_call_s["ChunkTransfer"] == pytest.approx(2e-3 - 8 / 112 * 2e-3)  # extrapolated below 16
     expected = predict_ray(plan.placement, replace(original, timings=[*original.timings, *rows]), cfg.agent, plan.num_envs, 2, 8)
     assert plan.prediction.stage_rates == pytest.approx(expected.stage_rates)
+
+
+def test_a_thread_count_passed_over_on_a_slow_cached_row_refreshes_the_profile(cached):
+    """A profile made while another program held a core has a slow multi-thread learner row, and a
+    plan that leaves the thread count free passes that count over for good unless the check looks:
+    the plan's Learn backend is measured at its other thread counts too, and one that now runs
+    faster than cached by more than the margin refreshes the profile. Slower does not (that is the
+    moment's load), and a run that fixes the thread count does not measure them at all."""
+    from hetrl.hardware import describe_machine
+    from hetrl.profile import Profile, default_path
+    from hetrl.protocol import Slot
+
+    cfg, real = cached
+    profile = Profile.load(default_path(describe_machine(), cfg.algo, cfg.env, cfg.agent))
+    B = cfg.agent.batch_size
+    one, two = ("Learn", "torch", "cpu", B, 1), ("Learn", "torch", "cpu", B, 2)
+    rows = {t.key: t for t in profile.timings}
+    assert one in rows and two in rows  # the profiler measures each host learner at 1 and 2 threads
+    loaded = replace(profile, timings=[replace(t, median_s=3 * t.median_s, p10_s=3 * t.p10_s) if t.key == two else t
+                                       for t in profile.timings])
+    per_step = {**{k: 1e-7 for k in real.prediction.per_env_step_s}, "Learn": 6e-5, "EnvStep": 1e-6, "Act": 1e-6}
+    plan = replace(real, placement=replace(real.placement, learn=Slot("torch", "cpu", 1)),
+                   prediction=replace(real.prediction, per_env_step_s=per_step))
+    asked = []
+
+    def as_profiled(algorithm, keys):  # the machine measures what the quiet profile says
+        asked.append(sorted(keys, key=str))
+        return [rows[k] for k in keys]
+
+    result = calibrate(loaded, _algorithm(cfg), plan, measuring=as_profiled)
+    assert asked[-1] == sorted([one, two], key=str)
+    assert result.drifted and [c.key for c in result.undersold] == [two]
+    assert "not taken but faster than cached: Learn torch on cpu x16 (2 threads) 0.33x" in result.describe()
+    # measured slower than cached now: the load of the moment, not a stale row
+    assert not calibrate(profile, _algorithm(cfg), plan, measuring=lambda a, keys: [
+        replace(rows[k], p10_s=rows[k].p10_s * (2 if k == two else 1)) for k in keys]).drifted
+    # the run fixes the learner's threads: the plan never weighs the others, so they are not measured
+    assert not calibrate(loaded, _algorithm(cfg), plan, measuring=as_profiled, threads_free=False).drifted
+    assert asked[-1] == [one]

@@ -54,6 +54,27 @@ def test_prediction_is_the_hand_computed_pipeline():
     assert p.bottleneck == "Learn" and p.per_call_s["Transfer"] == pytest.approx(6 * US)
 
 
+def test_a_host_learner_takes_the_in_run_cost_measured_at_its_thread_count():
+    """Alone, two threads made the update 1.5x faster; in the loop they cost 1.8x their cost alone
+    (idle threads woken by every product), so the plan's cost of a two-thread learner is the loop's,
+    and one thread (1.1x in the loop) is the better choice. The ratio measured at a count serves the
+    other backends at that count; an old profile with a one-thread row only applies it to all."""
+    rows = HOST[:-3] + [("Learn", "torch", "cpu", 64, 1, 1000), ("Learn", "torch", "cpu", 64, 2, 1500),
+                        ("Learn", "blas", "cpu", 64, 1, 600), ("Learn", "blas", "cpu", 64, 2, 400),
+                        ("Transfer", "numpy->cpu", "cpu", 64, None, 6), ("Loop", "inline", "cpu", 1, None, 8)]
+    in_run = [("InRun", "Learn:torch", "cpu", 64, 1, 1100), ("InRun", "Learn:blas", "cpu", 64, 2, 720)]
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    profile = synthetic(rows + in_run)
+    def learn(slot):
+        return predict(replace(CPU_PLAN, learn=slot), profile, agent, num_envs=1).per_call_s["Learn"]
+    assert learn(Slot("blas", "cpu", 2)) == pytest.approx(720 * US)
+    assert learn(Slot("blas", "cpu", 1)) == pytest.approx(660 * US)  # the one-thread ratio, 1.1x
+    assert learn(Slot("torch", "cpu", 2)) == pytest.approx(1.8 * 1500 * US)
+    assert make_plan(profile, agent, 1).placement.learn == Slot("blas", "cpu", 1)
+    old = synthetic(rows + in_run[:1])
+    assert predict(replace(CPU_PLAN, learn=Slot("blas", "cpu", 2)), old, agent, 1).per_call_s["Learn"] == pytest.approx(440 * US)
+
+
 def test_in_run_costs_scale_every_host_backend_of_their_primitive():
     """InRun rows (the profile's loop job) make a host primitive dearer by in-run / alone cost:
     EnvStep 20 alone and 30 in the loop costs 30 at 1 env and 120 at 4; the ratio measured for

@@ -324,3 +324,18 @@ def test_the_round_trip_starts_the_fork_server_with_the_actors_preload(monkeypat
     job = dict(profile_module._jobs(algo, ["cpu"], [1]))["InferenceTrip pipe"]
     job()
     assert asked == [actor_preload("MinAtar/Breakout-v1")] and "minatar" in asked[0]
+
+
+def test_the_loop_job_runs_a_host_learner_at_each_thread_count():
+    """Besides the rule's placement at one thread, the loop runs the learner at each thread count
+    above one, with the backend that was fastest alone at that count, for an InRun row the model
+    sets against that count's cost alone (planner/model.py, in_run_factor)."""
+    from hetrl.energy.discovery import MeterReport
+
+    agent = DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000)
+    profile = profile_workload("dqn", "CartPole-v1", agent, threads=[1, 2], meters=MeterReport([], []))
+    learn_in_run = {t.threads: t for t in profile.timings if t.primitive == "InRun" and t.backend.startswith("Learn:")}
+    assert set(learn_in_run) == {1, 2}
+    alone = {t.backend: t.median_s for t in profile.timings if (t.primitive, t.device, t.threads) == ("Learn", "cpu", 2)}
+    assert learn_in_run[2].backend == f"Learn:{min(alone, key=alone.__getitem__)}"
+    assert learn_in_run[2].calls >= 100 and learn_in_run[2].median_s > 0

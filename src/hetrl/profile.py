@@ -40,7 +40,7 @@ from hetrl.files import file_part, read_json, write_json
 from hetrl.hardware import Machine, describe_machine, usable_cores
 from hetrl.planner.rule import default_placement, frame_replay_wanted
 from hetrl.primitives import LIBRARY, build, implementations
-from hetrl.protocol import Slot
+from hetrl.protocol import Placement, Slot
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
@@ -423,6 +423,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             yield f"Replay {backend} on {device}", replay
 
     host_batch = {**synthetic_transitions(algo, B, rng), "weights": np.ones(B, np.float32)}
+    host_learners: dict[int, dict[str, float]] = defaultdict(dict)  # threads -> backend -> median s alone (the loop job reads it)
     for backend, impl in implementations("Learn").items():
         if impl.unsupported(algo):  # e.g. the fused numba learner for DDPG: nothing to measure
             continue
@@ -433,7 +434,10 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                         learner = build("Learn", Slot(backend, device, n_threads), algo, 0)
                         # as a run feeds it from a host replay: its own arrays, or tensors on its device
                         batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
-                        return [timing("Learn", backend, device, B, lambda: learner.learn(**batch), n_threads)]
+                        row = timing("Learn", backend, device, B, lambda: learner.learn(**batch), n_threads)
+                    if device == "cpu" and n_threads:
+                        host_learners[n_threads][backend] = row.median_s
+                    return [row]
                 yield f"Learn {backend} on {device}" + (f" ({n_threads} threads)" if n_threads else ""), learn
 
     for source in ["numpy", *devices]:
@@ -490,14 +494,11 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     if cluster_given() and not (spec.source and spec.source.in_process):
         yield "ChunkTransfer ray", chunk_transfer
 
-    def loop():
-        """The inline executor's own work per env step (draws, n-step assembly, bookkeeping), that
-        is wall time minus the time of its timed primitives, over a short run past warm-up; and
-        each timed primitive's cost per call in that run (``InRun`` rows), which the model sets
-        against its cost measured alone: in a loop, caches and branch predictors are shared."""
+    def in_loop(placement: Placement) -> tuple[list[float], dict[str, list[float]], dict[str, int]]:
+        """A short inline run of ``placement`` past warm-up: per env step, wall time minus the timed
+        primitives' time; per timed primitive, its cost per call; and its call counts."""
         fast = type(algo)(spec, replace(cfg, learning_starts=B, train_every=1,
                                         buffer_size=min(cfg.buffer_size, max(B, replay_fill(algo, False)))))
-        placement = default_placement(torch.device("cpu"), (1, 1), mlp_policy=algo.mlp_networks())
         executor = InlineExecutor(fast, placement, 1, seed=0)
         timers = executor.timers
         per_step, per_call = [], defaultdict(list)
@@ -516,17 +517,43 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                     if calls > c0:
                         per_call[name].append((seconds - s0) / (calls - c0))
         executor.close()
-        p10, median, p90 = np.percentile(per_step, [10, 50, 90])
-        rows = [Timing("Loop", "inline", "cpu", 1, None, float(median), float(p10), float(p90), 700)]
+        return per_step, per_call, dict(timers.calls)
+
+    def in_run_rows(placement: Placement, per_call: dict[str, list[float]], calls: dict[str, int],
+                    only: str | None = None) -> list[Timing]:
+        rows = []
         for name, costs in sorted(per_call.items()):
             slot = placement.slot_of(name)
-            if slot is None:
+            if slot is None or (only and name != only):
                 continue
             size = B if name in ("ReplaySample", "PriorityUpdate", "Learn") else 1
-            threads = slot.threads if name == "Learn" else None
             p10, median, p90 = np.percentile(costs, [10, 50, 90])
-            rows.append(Timing("InRun", f"{name}:{slot.backend}", slot.device, size, threads,
-                               float(median), float(p10), float(p90), timers.calls[name]))
+            rows.append(Timing("InRun", f"{name}:{slot.backend}", slot.device, size, slot.threads if name == "Learn" else None,
+                               float(median), float(p10), float(p90), calls[name]))
+        return rows
+
+    def loop():
+        """The inline executor's own work per env step (draws, n-step assembly, bookkeeping), that
+        is wall time minus the time of its timed primitives, over a short run past warm-up; and
+        each timed primitive's cost per call in that run (``InRun`` rows), which the model sets
+        against its cost measured alone: in a loop, caches and branch predictors are shared.
+
+        The ratio a one-thread learner measured there need not hold for several threads: between
+        updates the env and the policy run on one thread while the learner's other threads wait,
+        spinning or asleep, and the first products after that pay for it. So the learner is also
+        run in the loop at each thread count above one (the backend the fastest there alone, or the
+        rule's) for an ``InRun`` Learn row at that count."""
+        placement = default_placement(torch.device("cpu"), (1, 1), mlp_policy=algo.mlp_networks())
+        per_step, per_call, calls = in_loop(placement)
+        p10, median, p90 = np.percentile(per_step, [10, 50, 90])
+        rows = [Timing("Loop", "inline", "cpu", 1, None, float(median), float(p10), float(p90), 700)]
+        rows += in_run_rows(placement, per_call, calls)
+        for n in threads:
+            if n > 1:
+                alone = host_learners.get(n)
+                backend = min(alone, key=alone.__getitem__) if alone else placement.learn.backend
+                several = replace(placement, learn=Slot(backend, "cpu", n))
+                rows += in_run_rows(several, *in_loop(several)[1:], only="Learn")
         return rows
     yield "Loop inline", loop
 

@@ -13,6 +13,13 @@ planned from it; otherwise the cached one is kept. (Weighing keeps the noise of 
 timing on a shared machine has plenty of, from re-profiling every run.) Either way the run's summary says which, with the ratios
 (``Plan.profile_check``).
 
+A profile can also be wrong where the plan does not look: a host learner's thread count the plan
+passed over because its row was measured while another program held a core (one busy core costs a
+two-thread learner far more than a one-thread one). So the plan's Learn backend is measured again at
+the profile's other thread counts too, when the run leaves the count to the plan; one that now runs
+faster than cached by more than the margin refreshes the profile (slower does not: that is the load
+of the moment, which the plan's own stages already show).
+
 The machine's load is measured too (:func:`cpu_share`): the profiler times short blocks, which run
 at full speed whenever the process holds a core, so a profile predicts an idle machine's rate. A
 run on cores other programs also want gets only a share of them; the plan keeps that share
@@ -51,14 +58,16 @@ class StageCheck:
         return self.measured_s / self.cached_s
 
     def describe(self) -> str:
-        primitive, backend, device, size, _ = self.key
-        return f"{primitive} {backend} on {device} x{size} {self.ratio:.2f}x"
+        primitive, backend, device, size, threads = self.key
+        return f"{primitive} {backend} on {device} x{size}" + (f" ({threads} threads)" if threads else "") + \
+            f" {self.ratio:.2f}x"
 
 
 @dataclass(frozen=True)
 class Calibration:
     checks: tuple[StageCheck, ...]
     margin: float = MARGIN
+    passed_over: tuple[StageCheck, ...] = ()  # the plan's Learn backend at the thread counts it did not take
 
     @property
     def change(self) -> float:
@@ -69,16 +78,27 @@ class Calibration:
         return sum(c.weight * c.ratio for c in self.checks) / total if total > 0 else 1.0
 
     @property
+    def undersold(self) -> tuple[StageCheck, ...]:
+        """Passed-over thread counts that run faster than cached by more than the margin: the plan
+        may have passed over them only because their cached rows were slow."""
+        return tuple(c for c in self.passed_over if c.ratio < 1 / (1 + self.margin))
+
+    @property
     def drifted(self) -> bool:
         """The predicted time per env step moved by more than the margin, slower or faster (beyond
-        1 + margin or below 1 / (1 + margin))."""
-        return bool(self.checks) and abs(math.log(max(self.change, 1e-9))) > math.log1p(self.margin)
+        1 + margin or below 1 / (1 + margin)), or a passed-over thread count was undersold."""
+        moved = bool(self.checks) and abs(math.log(max(self.change, 1e-9))) > math.log1p(self.margin)
+        return moved or bool(self.undersold)
 
     def describe(self) -> str:
         if not self.checks:
-            return "no main stage could be measured again"
-        return (f"predicted time per env step {self.change:.2f}x with "
-                + ", ".join(c.describe() for c in self.checks) + f" measured / cached (margin {self.margin:.0%})")
+            text = "no main stage could be measured again"
+        else:
+            text = (f"predicted time per env step {self.change:.2f}x with "
+                    + ", ".join(c.describe() for c in self.checks) + f" measured / cached (margin {self.margin:.0%})")
+        if self.undersold:
+            text += "; not taken but faster than cached: " + ", ".join(c.describe() for c in self.undersold)
+        return text
 
 
 def cpu_share(load: float | None = None, cores: int | None = None) -> float:
@@ -138,18 +158,37 @@ def main_stages(plan: Plan, batch: int, share: float = MAIN_SHARE) -> dict[Timin
     return keys
 
 
+def passed_over_threads(profile: Profile, plan: Plan, batch: int) -> list[TimingKey]:
+    """The profile's measured rows of the plan's host Learn backend at the thread counts the plan did
+    not take."""
+    learn = plan.placement.slot_of("Learn")
+    if learn is None or learn.device != "cpu" or not learn.threads:
+        return []
+    return [t.key for t in profile.timings
+            if (t.primitive, t.backend, t.device, t.size) == ("Learn", learn.backend, learn.device, batch)
+            and t.threads and t.threads != learn.threads and not t.modelled]
+
+
 def calibrate(profile: Profile, algorithm: Algorithm, plan: Plan, margin: float = MARGIN,
-              measuring: Measure = measure) -> Calibration:
-    """Measure the plan's main stages again and set them against the cached profile's rows."""
+              measuring: Measure = measure, threads_free: bool = True) -> Calibration:
+    """Measure the plan's main stages again and set them against the cached profile's rows; with
+    ``threads_free`` (the run leaves the learner's thread count to the plan), its Learn backend at
+    the other thread counts too."""
     cached = {t.key: t for t in profile.timings}
+    batch = algorithm.config.batch_size
     # only what the profile measured can be measured again (not a what-if device's modelled stages)
-    stages = {key: share for key, share in main_stages(plan, algorithm.config.batch_size).items()
+    stages = {key: share for key, share in main_stages(plan, batch).items()
               if key in cached and not cached[key].modelled}
-    checks = []
-    for timing in measuring(algorithm, list(stages)):
+    others = passed_over_threads(profile, plan, batch) if threads_free and stages else []
+    checks, passed_over = [], []
+    for timing in measuring(algorithm, [*stages, *others]):
         before = cached.get(timing.key)
         # the fastest tenth of the timed blocks, on both sides: the blocks no other program interrupted,
         # so a change in the primitive's own cost shows and the machine's load (cpu_share) does not
-        if before is not None and before.p10_s > 0 and timing.p10_s > 0 and timing.key in stages:
+        if before is None or before.p10_s <= 0 or timing.p10_s <= 0:
+            continue
+        if timing.key in stages:
             checks.append(StageCheck(timing.key, before.p10_s, timing.p10_s, stages[timing.key]))
-    return Calibration(tuple(checks), margin)
+        elif timing.key in others:
+            passed_over.append(StageCheck(timing.key, before.p10_s, timing.p10_s, 0.0))
+    return Calibration(tuple(checks), margin, tuple(passed_over))

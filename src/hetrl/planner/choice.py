@@ -138,7 +138,7 @@ def plan_for_run(config: TrainConfig, algorithm: Algorithm, announce: Callable[[
             plan.profile_check = f"measured now (cached in {path})"
         else:
             plan = planned(profile)
-            calibration = calibrate(profile, algorithm, plan, measuring=measuring)
+            calibration = calibrate(profile, algorithm, plan, measuring=measuring, threads_free=not threads)
             if calibration.drifted:
                 announce(f"the cached profile is off ({calibration.describe()}): profiling again")
                 plan = planned(profile_now())

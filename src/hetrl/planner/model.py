@@ -157,17 +157,24 @@ def in_run_factor(profile: Profile, name: str, placement: Placement) -> float:
     host backend of the primitive (the eviction comes from the rest of the loop, not from the
     backend), in plans whose learner is on the host as it was there. A GPU learner evicts nothing
     on the host: on a GPU machine, ratios measured beside a 16-thread host learner made the host
-    primitives of a CUDA plan far too dear, so such plans are costed as measured alone."""
+    primitives of a CUDA plan far too dear, so such plans are costed as measured alone.
+
+    A host learner takes the ratio measured at its own thread count where the profile has one
+    (the loop job runs the learner at each count: its other threads wait while the env and the
+    policy run, which a one-thread learner's ratio does not show), the same backend's first; else
+    the first row's."""
     slot = placement.slot_of(name)
     if slot is None or slot.device != "cpu" or placement.learn.device != "cpu":
         return 1.0
-    for t in profile.timings:
-        if t.primitive == "InRun" and t.backend.split(":", 1)[0] == name:
-            try:
-                alone = cost(profile, name, t.backend.split(":", 1)[1], t.device, t.size, t.threads)
-            except HetrlError:
-                return 1.0
-            return float(np.clip(t.median_s / alone, *IN_RUN_BOUNDS)) if alone else 1.0
+    rows = [t for t in profile.timings if t.primitive == "InRun" and t.backend.split(":", 1)[0] == name]
+    if name == "Learn":
+        rows = sorted(rows, key=lambda t: (t.threads != slot.threads, t.backend != f"Learn:{slot.backend}"))
+    for t in rows[:1]:
+        try:
+            alone = cost(profile, name, t.backend.split(":", 1)[1], t.device, t.size, t.threads)
+        except HetrlError:
+            return 1.0
+        return float(np.clip(t.median_s / alone, *IN_RUN_BOUNDS)) if alone else 1.0
     return 1.0
 
 
