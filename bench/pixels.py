@@ -59,6 +59,11 @@ ROOT = BENCH.parent
 LIBS = ("hetrl", "sb3", "cleanrl")
 LIB_NAMES = {"hetrl": "hetrl", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script"}
 THREAD_MODES = {"1": "1 thread", "default": "default threads"}
+
+
+def threads_of(mode: str) -> int | None:
+    """A thread mode's thread count: None for "default" (each library's own)."""
+    return None if mode == "default" else int(mode)
 BEGIN, END = "<!-- pixels:begin (written by bench/pixels.py) -->", "<!-- pixels:end -->"
 
 
@@ -288,7 +293,7 @@ def evaluate(policy: Any, env_id: str, episodes: int) -> list[float]:
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    threads = None if args.thread_mode == "default" else int(args.thread_mode)
+    threads = threads_of(args.thread_mode)
     if threads:
         torch.set_num_threads(threads)
     lib, workload = args.worker
@@ -311,7 +316,7 @@ def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None
     pool to one thread; "default" leaves them as a user's run finds them."""
     return run_worker(script or Path(__file__).resolve(),
                       [*job, "--eval-episodes", str(args.eval_episodes), "--device", args.device, "--thread-mode", thread_mode],
-                      None if thread_mode == "default" else int(thread_mode))
+                      threads_of(thread_mode))
 
 
 Job = tuple[str, str, int, str]  # library, workload, seed, thread mode ("1" or "default")
@@ -325,6 +330,11 @@ def job_list(args: argparse.Namespace) -> list[Job]:
         order = args.libs[k % len(args.libs):] + args.libs[:k % len(args.libs)]
         jobs += [(lib, workload, seed, mode) for workload in args.workloads for lib in order for mode in args.threads]
     return jobs
+
+
+def saved_seconds(saved: dict[str, Any]) -> float:
+    """The time a saved benchmark took (older JSONs kept none: the sum of their runs' calls)."""
+    return saved.get("seconds", sum(r.get("call_seconds", r["seconds"]) for r in saved["runs"]))
 
 
 def mode_of(run: dict[str, Any]) -> str:
@@ -389,29 +399,22 @@ def table(runs: list[dict[str, Any]], workload: str, libs: list[str], episodes: 
              "| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
     here = [r for r in runs if r["workload"] == workload]
     modes = [m for m in THREAD_MODES if any(mode_of(r) == m for r in here)]
-    rate: dict[tuple[str, str], list[float]] = {}
-    for mode in modes:
-        for lib in libs:
-            mine = [r for r in here if r["lib"] == lib and mode_of(r) == mode]
-            if mine:
-                rate[lib, mode] = [r["env_steps"] / r["seconds"] for r in mine]
-    for mode in modes:
-        for lib in libs:
-            mine = [r for r in here if r["lib"] == lib and mode_of(r) == mode]
-            if not mine:
-                continue
-            hetrl = rate.get(("hetrl", mode))
-            ratio = f"{statistics.median(hetrl) / statistics.median(rate[lib, mode]):.2f}×" if hetrl else "–"
-            name = LIB_NAMES[lib]
-            if len(modes) > 1 or mode != "1":
-                name += f", {THREAD_MODES[mode]}" + (f" (torch {mine[0]['torch_threads']})" if mode == "default" else "")
-            row = [name, _spread(rate[lib, mode]), _spread([r["updates"] / r["seconds"] for r in mine]), ratio,
-                   _spread([r["seconds"] for r in mine]), f"{mine[0]['replay_bytes'] / mine[0]['replay_capacity']:,.0f}"]
-            if s.learning:
-                means = [r["eval_mean"] for r in mine]
-                row += [", ".join(f"{m:.1f}" for m in means),
-                        f"{statistics.fmean(means):.1f} ± {statistics.pstdev(means):.1f}"]
-            lines.append("| " + " | ".join(row) + " |")
+    group = {(lib, mode): mine for mode in modes for lib in libs
+             if (mine := [r for r in here if r["lib"] == lib and mode_of(r) == mode])}
+    rate = {key: [r["env_steps"] / r["seconds"] for r in mine] for key, mine in group.items()}
+    for (lib, mode), mine in group.items():
+        hetrl = rate.get(("hetrl", mode))
+        ratio = f"{statistics.median(hetrl) / statistics.median(rate[lib, mode]):.2f}×" if hetrl else "–"
+        name = LIB_NAMES[lib]
+        if len(modes) > 1 or mode != "1":
+            name += f", {THREAD_MODES[mode]}" + (f" (torch {mine[0]['torch_threads']})" if mode == "default" else "")
+        row = [name, _spread(rate[lib, mode]), _spread([r["updates"] / r["seconds"] for r in mine]), ratio,
+               _spread([r["seconds"] for r in mine]), f"{mine[0]['replay_bytes'] / mine[0]['replay_capacity']:,.0f}"]
+        if s.learning:
+            means = [r["eval_mean"] for r in mine]
+            row += [", ".join(f"{m:.1f}" for m in means),
+                    f"{statistics.fmean(means):.1f} ± {statistics.pstdev(means):.1f}"]
+        lines.append("| " + " | ".join(row) + " |")
     best = {lib: max(((statistics.median(v), m) for (l, m), v in rate.items() if l == lib)) for lib in libs
             if any(l == lib for l, _ in rate)}
     peers = [lib for lib in best if lib != "hetrl"]
@@ -485,8 +488,6 @@ def measured_note(runs: list[dict[str, Any]]) -> str:
 
 
 def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Namespace, out: Path, seconds: float) -> str:
-    from hetrl.hardware import read_cpu
-
     png = out.with_name(out.stem + "_pixels.png")
     plot_curves(runs, args.workloads, args.libs, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
@@ -494,7 +495,7 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     where = "" if args.device == "cpu" else f", every library's networks on {args.device} ({gpu_name()})"
     first = next((r["measured"] for r in runs if r.get("measured")), None)
     date, machine, cores = ((first["date"], first["machine"], first["cores"]) if first
-                            else (str(datetime.date.today()), read_cpu().model, os.cpu_count()))
+                            else (str(datetime.date.today()), _cpu_model(), os.cpu_count()))
     lines = [begin, f"## DQN on pixels: hetrl, Stable-Baselines3 and a CleanRL-style script"
                     f"{'' if args.device == 'cpu' else ' on ' + args.device}{quick}", "",
              f"`python bench/pixels.py {' '.join(args.argv)}` on {date}, {machine}, "
@@ -573,8 +574,7 @@ def main() -> int:
         args.seeds = sorted({r["seed"] for r in runs})
         args.workloads = [w for w in args.workloads if any(r["workload"] == w for r in runs)]
         args.device = saved.get("device", args.device)
-        seconds = saved.get("seconds", sum(r.get("call_seconds", r["seconds"]) for r in runs))
-        write_report(report(runs, failures, args, args.out, seconds), args.out, args.device)
+        write_report(report(runs, failures, args, args.out, saved_seconds(saved)), args.out, args.device)
         print(f"wrote {args.out}")
         return 0
     if args.quick:
@@ -599,11 +599,11 @@ def main() -> int:
                   "that file away to start afresh", file=sys.stderr)
             return 2
         runs = saved["runs"]
-        earlier_s = saved.get("seconds", sum(r.get("call_seconds", r["seconds"]) for r in runs))
+        earlier_s = saved_seconds(saved)
         print(f"resuming: {len(runs)} runs kept from {raw}", flush=True)
     jobs = pending(job_list(args), runs)
     start = time.perf_counter()
-    if "hetrl" in args.libs and any(job[0] == "hetrl" for job in jobs):
+    if any(job[0] == "hetrl" for job in jobs):
         prepare(args)
     failures: list[str] = []
     skipped: list[str] = []

@@ -167,15 +167,16 @@ def in_run_factor(profile: Profile, name: str, placement: Placement) -> float:
     if slot is None or slot.device != "cpu" or placement.learn.device != "cpu":
         return 1.0
     rows = [t for t in profile.timings if t.primitive == "InRun" and t.backend.split(":", 1)[0] == name]
+    if not rows:
+        return 1.0
     if name == "Learn":
-        rows = sorted(rows, key=lambda t: (t.threads != slot.threads, t.backend != f"Learn:{slot.backend}"))
-    for t in rows[:1]:
-        try:
-            alone = cost(profile, name, t.backend.split(":", 1)[1], t.device, t.size, t.threads)
-        except HetrlError:
-            return 1.0
-        return float(np.clip(t.median_s / alone, *IN_RUN_BOUNDS)) if alone else 1.0
-    return 1.0
+        rows.sort(key=lambda t: (t.threads != slot.threads, t.backend != f"Learn:{slot.backend}"))
+    t = rows[0]
+    try:
+        alone = cost(profile, name, t.backend.split(":", 1)[1], t.device, t.size, t.threads)
+    except HetrlError:
+        return 1.0
+    return float(np.clip(t.median_s / alone, *IN_RUN_BOUNDS)) if alone else 1.0
 
 
 def predict(placement: Placement, profile: Profile, agent: AgentConfig, num_envs: int) -> Prediction:
