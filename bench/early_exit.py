@@ -71,6 +71,7 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     import hetrl
     from hetrl.evaluation import evaluate_policy
     from hetrl.exits import ExitCounter, score_ratio, sweep
+    from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
     result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False)
     base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
@@ -84,7 +85,7 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     latency = latencies(policy, baseline, obs)
     best = latency[latency["fastest"]]
     torch_b1 = latency["torch"]
-    macs_dqn = _dqn_macs(baseline.network, obs[:1])
+    macs_dqn = forward_macs(baseline.network, obs[:1])
     assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
     return {
         "env": env, "seed": seed, "threshold": result.chosen,
@@ -126,31 +127,6 @@ def latencies(policy: Any, baseline: Any, obs: Any, seconds: float = 0.3) -> dic
     out: dict[str, Any] = {b: {k: timed[(b, k)] for k in ("exit", "whole", "base")} for b in backends}
     out["fastest"] = min(backends, key=lambda b: out[b]["exit"][0] + out[b]["base"][0])
     return out
-
-
-def _dqn_macs(net: Any, obs: Any) -> int:
-    """Multiply-accumulates per decision of a plain DQN network, counted by hooks on its layers as
-    it runs on one observation."""
-    import torch
-
-    total = 0
-    hooks = []
-
-    def count(module: Any, args: Any, out: Any) -> None:
-        nonlocal total
-        if isinstance(module, torch.nn.Conv2d):
-            total += out[0].numel() * module.in_channels * module.kernel_size[0] * module.kernel_size[1]
-        else:
-            total += module.in_features * module.out_features
-
-    for m in net.modules():
-        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
-            hooks.append(m.register_forward_hook(count))
-    with torch.no_grad():
-        net(torch.as_tensor(obs))
-    for h in hooks:
-        h.remove()
-    return total
 
 
 def agreement(fit: list[list[float]] | None) -> str:

@@ -151,6 +151,38 @@ def mlp_forward_flops(sizes: list[int], batch: int) -> int:
 PASSES = {"dqn": (4.0, 0.0), "ddpg": (4.0, 7.0), "td3": (1 + 3 / 2, 2 + 6 + 3 / 2), "sac": (4.0, 14.0)}
 
 
+def forward_macs(net: torch.nn.Module, obs: Any) -> int:
+    """Multiply-accumulates of one forward pass of a plain network (conv and linear layers) on
+    ``obs``, counted by hooks on its layers as it runs (biases and activations left out)."""
+    total = 0
+    hooks = []
+
+    def count(module: Any, args: Any, out: Any) -> None:
+        nonlocal total
+        if isinstance(module, torch.nn.Conv2d):
+            total += out.numel() * module.in_channels * module.kernel_size[0] * module.kernel_size[1] // module.groups
+        else:
+            total += out.numel() // out.shape[-1] * module.in_features * module.out_features
+
+    for m in net.modules():
+        if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+            hooks.append(m.register_forward_hook(count))
+    try:
+        with torch.no_grad():
+            net(torch.as_tensor(obs))
+    finally:
+        for h in hooks:
+            h.remove()
+    return total
+
+
+def dqn_update_flops(net: torch.nn.Module, obs_shape: tuple[int, ...], batch: int) -> int:
+    """FLOPs of one DQN update of ``net`` (any Q-network: conv and linear layers counted), by the
+    convention of :func:`update_flops` (:data:`PASSES`: the online and target forward passes, the
+    backward as 2x forward)."""
+    return int(PASSES["dqn"][0] * 2 * forward_macs(net, torch.zeros(1, *obs_shape)) * batch)
+
+
 def update_flops(algo: str, obs_dim: int, out_dim: int, hidden: tuple[int, ...], batch: int) -> int:
     """FLOPs of one update of ``algo``'s linear layers (:data:`PASSES`); ``out_dim``: DQN's action
     count, else the action's dimension. Adam, activations and the temperature are left out."""

@@ -115,6 +115,7 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] |
     import hetrl
     from hetrl.config import make_config
     from hetrl.training import Session, greedy_policy
+    from peer_runners import dqn_update_flops
 
     values = {
         "steps": steps, "seed": seed, "threads": threads or 0, "eval_every": 0, "eval_episodes": 1, "checkpoint_every": steps + 1,
@@ -135,12 +136,14 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] |
         result = session.train(progress=False)
         call_seconds = time.perf_counter() - start
     policy = greedy_policy(session.algo, session.executor.policy_network)
+    learn = next(((calls, us) for name, calls, us, _ in result.timers if name == "Learn"), (0, 0.0))
     curve = [(int(r["env_steps"]), float(r["return_mean"])) for r in result.metrics
              if r.get("return_mean") not in (None, "") and r.get("episodes")]
     # timed: the training loop (result.wall_s), as the peers' learn calls; the call also writes a checkpoint
     # (replay included) and plays one evaluation episode (a full game on Atari), reported as call_seconds
     return {"version": hetrl.__version__, "env_steps": result.env_steps, "updates": result.updates,
-            "seconds": result.wall_s, "call_seconds": call_seconds,
+            "seconds": result.wall_s, "call_seconds": call_seconds, "learn_seconds": learn[0] * learn[1] / 1e6,
+            "flops_per_update": dqn_update_flops(session.executor.policy_network, session.algo.spec.obs_shape, s.batch_size),
             "policy": policy, "curve": curve, "replay_bytes": result.replay_bytes, "replay_capacity": result.replay_capacity,
             "placement": result.placement, "executor": result.executor, "actors": result.actors,
             "num_envs": session.num_envs, "inference": session.inference,
@@ -314,9 +317,13 @@ def run_job(job: list[str], args: argparse.Namespace, script: Path | None = None
     """Run ``SCRIPT --worker JOB...`` (this file unless named) in a fresh interpreter; returns its
     JSON, or raises RuntimeError with the tail of its stderr. ``thread_mode``: "1" pins every thread
     pool to one thread; "default" leaves them as a user's run finds them."""
-    return run_worker(script or Path(__file__).resolve(),
-                      [*job, "--eval-episodes", str(args.eval_episodes), "--device", args.device, "--thread-mode", thread_mode],
-                      threads_of(thread_mode))
+    return run_worker(script or Path(__file__).resolve(), worker_argv(job, args, thread_mode), threads_of(thread_mode))
+
+
+def worker_argv(job: list[str], args: argparse.Namespace, thread_mode: str = "1") -> list[str]:
+    """What a worker is asked after ``--worker``: the job, then the options every bench script's
+    worker parses (this file's and bench/pixels_scale.py's)."""
+    return [*job, "--eval-episodes", str(args.eval_episodes), "--device", args.device, "--thread-mode", thread_mode]
 
 
 Job = tuple[str, str, int, str]  # library, workload, seed, thread mode ("1" or "default")

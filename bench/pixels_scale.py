@@ -14,14 +14,18 @@ a run is the learning phase), every library on the env ``hetrl.envs.make_env`` b
   env steps on Atari is train_freq 4/2/1 with 1 gradient step at n_envs 1/2/4, and 1 per env step
   on MinAtar is train_freq 1 with 1/2/4 gradient steps.
 
-Each run is a fresh subprocess (``pixels.run_job``), one torch thread per learner; runs alternate
-between the libraries. Timed: the training call (hetrl: its training loop; SB3: ``learn``), over
-which each library's energy is measured the same way (``hetrl.energy``'s meters, RAPL and NVML;
-``unavailable``, with the reason, where none works). Per workload: each library's best, and the
+Each run is a fresh subprocess (``pixels.run_job``); runs alternate between the libraries.
+``--threads 1`` (the default) pins every library's thread pools to one thread; ``--threads
+default`` leaves each as a user's run finds it (hetrl's plan picks its learner's threads, SB3 takes
+torch's default: every core); ``--threads 1 default`` runs both, and each library's best is over both.
+Timed: the training call (hetrl: its training loop; SB3: ``learn``), over which each library's
+energy is measured the same way (``hetrl.energy``'s meters, RAPL and NVML; ``unavailable``, with
+the reason, where none works). Per workload: each library's best, and the
 plan's choice over SB3's best (the issue's aim: >= 2x on Atari on a CPU machine, >= 5x on a GPU).
 
     python bench/pixels_scale.py                      # 10k MinAtar / 5k Atari env steps per run after a 1k warm-up
     python bench/pixels_scale.py --quick --out /tmp/scale.md   # smoke test (a few minutes)
+    python bench/pixels_scale.py --workloads atari-breakout --threads 1 default   # each library at its best threads
     python bench/pixels_scale.py --gpu                # lent GPU machine: 1..15 actors, every library on CUDA
     python bench/pixels_scale.py --from-json docs/benchmarks_pixels_scale.json   # the report from saved runs
 """
@@ -34,6 +38,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -94,17 +99,21 @@ def steps_of(workload: str, args: argparse.Namespace) -> int:
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
-    torch.set_num_threads(1)
+    threads = pixels.threads_of(args.thread_mode)
+    if threads:
+        torch.set_num_threads(threads)
     lib, workload, config = args.worker
     s = settings(workload, args)
     load = os.getloadavg()[0]
     if lib == "hetrl":
-        out = pixels.run_hetrl(s, args.steps, args.seed, {**config_of(config), "device": args.device})
+        out = pixels.run_hetrl(s, args.steps, args.seed, {**config_of(config), "device": args.device}, threads)
     else:
         out = pixels.run_sb3(s, args.steps, args.seed, n_envs=int(config), vec_env=args.sb3_vec, device=args.device)
+    torch_threads = torch.get_num_threads()  # after the run: hetrl's session sets its learner's
     policy = out.pop("policy")
     returns = pixels.evaluate(policy, s.env_id, args.eval_episodes) if s.learning and args.eval_episodes else []
-    return {"lib": lib, "workload": workload, "config": config, "seed": args.seed, "steps": args.steps, "load_before": load, **out,
+    return {"lib": lib, "workload": workload, "config": config, "seed": args.seed, "steps": args.steps, "load_before": load,
+            "threads": args.thread_mode, "torch_threads": torch_threads, **out,
             "learning_starts": s.learning_starts, "eval_returns": returns,
             "eval_mean": statistics.fmean(returns) if returns else None}
 
@@ -116,9 +125,12 @@ def job(lib: str, workload: str, config: str, steps: int, seed: int, args: argpa
             "--atari-warmup", str(args.atari_warmup)] + (["--gpu"] if args.gpu else [])
 
 
-def schedule(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
-    """(lib, workload, config, seed) in run order: hetrl and SB3 alternate, the first library
-    switching from seed to seed."""
+Job = tuple[str, str, str, int, str]  # library, workload, configuration, seed, thread mode ("1" or "default")
+
+
+def schedule(args: argparse.Namespace) -> list[Job]:
+    """(lib, workload, config, seed, thread mode) in run order: hetrl and SB3 alternate, the first
+    library switching from seed to seed; each thread mode of a configuration one after the other."""
     order = []
     for k, seed in enumerate(args.seeds):
         for workload in args.workloads:
@@ -126,8 +138,13 @@ def schedule(args: argparse.Namespace) -> list[tuple[str, str, str, int]]:
             for pair in pairs:
                 for item in (pair if k % 2 == 0 else pair[::-1]):
                     if item is not None:
-                        order.append((item[0], workload, item[1], seed))
+                        order += [(item[0], workload, item[1], seed, mode) for mode in args.threads]
     return order
+
+
+def mode_of(r: dict[str, Any]) -> str:
+    """A run's thread mode; runs saved before thread modes were pinned to one thread."""
+    return r.get("threads", "1")
 
 
 def rate(r: dict[str, Any]) -> float:
@@ -135,9 +152,11 @@ def rate(r: dict[str, Any]) -> float:
 
 
 def label(r: dict[str, Any]) -> str:
-    if r["lib"] == "sb3":
-        return f"SB3 n_envs={r['config']}"
-    return f"hetrl {r['config']}"
+    """A run's configuration, and its thread mode where it is not one thread (with the torch threads it ran)."""
+    name = f"SB3 n_envs={r['config']}" if r["lib"] == "sb3" else f"hetrl {r['config']}"
+    if mode_of(r) == "1":
+        return name
+    return f"{name}, {pixels.THREAD_MODES[mode_of(r)]}" + (f" (torch {r['torch_threads']})" if "torch_threads" in r else "")
 
 
 def chosen(r: dict[str, Any]) -> str:
@@ -176,20 +195,23 @@ def energy_note(runs: list[dict[str, Any]]) -> str:
 
 
 def best(runs: list[dict[str, Any]], lib: str, workload: str) -> dict[str, Any] | None:
-    """The run of ``lib`` with the highest median env steps/s over seeds, by configuration."""
+    """The run of ``lib`` with the highest median env steps/s over seeds, by configuration and thread mode."""
     mine = [r for r in runs if r["lib"] == lib and r["workload"] == workload]
     if not mine:
         return None
-    by: dict[str, list[dict[str, Any]]] = {}
+    by: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in mine:
-        by.setdefault(r["config"], []).append(r)
+        by.setdefault((r["config"], mode_of(r)), []).append(r)
     top = max(by, key=lambda c: statistics.median(map(rate, by[c])))
-    return {"config": top, "rate": statistics.median(map(rate, by[top])), "run": by[top][0]}
+    return {"config": top[0], "label": label(by[top][0]), "rate": statistics.median(map(rate, by[top])), "run": by[top][0]}
 
 
-def median_rate(runs: list[dict[str, Any]], lib: str, workload: str, config: str) -> float | None:
-    rates = [rate(r) for r in runs if r["lib"] == lib and r["workload"] == workload and r["config"] == config]
-    return statistics.median(rates) if rates else None
+def plan_runs(runs: list[dict[str, Any]], workload: str) -> list[dict[str, Any]]:
+    """The plan's own choice (``auto``) as a user's run finds it: at default threads where those ran,
+    else pinned to one thread."""
+    auto = [r for r in runs if r["lib"] == "hetrl" and r["workload"] == workload and r["config"] == "auto"]
+    default = [r for r in auto if mode_of(r) == "default"]
+    return default or auto
 
 
 def table(runs: list[dict[str, Any]], workload: str, args: argparse.Namespace) -> list[str]:
@@ -212,21 +234,48 @@ def table(runs: list[dict[str, Any]], workload: str, args: argparse.Namespace) -
         row += [chosen(r)]
         lines.append("| " + " | ".join(row) + " |")
     h, sb = best(runs, "hetrl", workload), best(runs, "sb3", workload)
-    auto = median_rate(runs, "hetrl", workload, "auto")
+    plans = plan_runs(runs, workload)
+    auto = statistics.median(map(rate, plans)) if plans else None
     lines.append("")
+    lines += learner_lines(plans, sb, args)
     if h:
-        lines.append(f"- hetrl's best: {h['config']}, {h['rate']:,.0f} env steps/s.")
+        lines.append(f"- hetrl's best: {h['label'].removeprefix('hetrl ')}, {h['rate']:,.0f} env steps/s.")
     if sb:
-        lines.append(f"- SB3's best: n_envs={sb['config']}, {sb['rate']:,.0f} env steps/s.")
+        lines.append(f"- SB3's best: {sb['label'].removeprefix('SB3 ')}, {sb['rate']:,.0f} env steps/s.")
     if auto is not None:
-        plan = next(r for r in mine if r["lib"] == "hetrl" and r["config"] == "auto")
+        plan = plans[0]
         predicted = plan.get("predicted_env_steps_per_s")
         said = f" (its model predicted {predicted:,.0f} for the learning phase)" if predicted else ""
-        lines.append(f"- The plan's choice (`executor=auto`): {chosen(plan).split(';')[0]}{said}: {auto:,.0f} env steps/s"
+        lines.append(f"- The plan's choice (`executor=auto`, {pixels.THREAD_MODES[mode_of(plan)]}): {chosen(plan).split(';')[0]}"
+                     f"{said}: {auto:,.0f} env steps/s"
                      + (f", **{auto / sb['rate']:.2f}x SB3's best**" if sb else "")
                      + (f" (aim on Atari: >= {AIM[args.kind]:.0f}x, {'met' if sb and auto / sb['rate'] >= AIM[args.kind] else 'not met'})"
                         if workload.startswith("atari") else "") + ".")
     return lines + [""]
+
+
+def learner_lines(plans: list[dict[str, Any]], sb3_best: dict[str, Any] | None, args: argparse.Namespace) -> list[str]:
+    """What the plan's runs spent on their updates, against the all-cores fp32 matmul peak measured
+    in the same benchmark: the Learn timer's share of the loop and its GFLOP/s, and two ceilings on
+    the ratio to SB3's best: the run's updates alone at the rate they ran (no env stepping, acting or
+    replay), and its updates' arithmetic alone at the all-cores peak (bench/grid.py's arithmetic
+    ceiling: no implementation of the same arithmetic gets past it)."""
+    runs = [r for r in plans if r.get("learn_seconds") and r.get("flops_per_update")]
+    peak = getattr(args, "peak_all", None)
+    if not runs or not sb3_best:
+        return []
+    med = statistics.median
+    learn_s, loop_s = med(r["learn_seconds"] for r in runs), med(r["seconds"] for r in runs)
+    steps, updates, flops = med(r["env_steps"] for r in runs), med(r["updates"] for r in runs), runs[0]["flops_per_update"]
+    gflops = flops * updates / learn_s / 1e9
+    lines = [f"- The plan's updates: {updates:,.0f} x {flops / 1e9:.2f} GFLOP (bench/peer_runners.py `dqn_update_flops`) in "
+             f"{learn_s:.1f} s of its {loop_s:.1f} s loop ({learn_s / loop_s:.0%}), {gflops:,.0f} GFLOP/s"
+             + (f" ({gflops / peak:.0%} of the all-cores fp32 matmul peak, {peak:,.0f} GFLOP/s measured in this run)" if peak else "")
+             + f". Were its run those updates alone at that rate, it would reach {steps / learn_s / sb3_best['rate']:.2f}x "
+             "SB3's best" + (f"; were it their arithmetic alone at the all-cores peak, "
+                             f"{steps / (flops * updates / (peak * 1e9)) / sb3_best['rate']:.2f}x (the arithmetic ceiling)" if peak else "")
+             + "."]
+    return lines
 
 
 def plot(runs: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> None:
@@ -270,7 +319,9 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     lines = [begin, f"## DQN on pixels as the actors grow: hetrl's executors and SB3's n_envs"
                     f"{' on a GPU machine' if args.gpu else ''}{quick}", "",
              f"`python bench/pixels_scale.py {' '.join(args.argv)}` on {datetime.date.today()}, {read_cpu().model}, "
-             f"{os.cpu_count()} cores, {device}, 1 torch thread per learner, Python {platform.python_version()}; "
+             f"{os.cpu_count()} cores, {device}, {' and '.join(pixels.THREAD_MODES[m] for m in args.threads)} per library "
+             "(default: hetrl's plan picks its learner's threads, SB3 takes torch's default), "
+             f"Python {platform.python_version()}; "
              f"seed{'s' if len(args.seeds) > 1 else ''} {', '.join(map(str, args.seeds))}; {seconds / 60:.0f} min in all"
              + ("" if complete else " (cut short: the runs it finished)") + ". Settings: bench/pixels.py's `SETTINGS` "
              f"with the warm-up (`learning_starts`) cut to {args.minatar_warmup:,} (MinAtar) and {args.atari_warmup:,} "
@@ -294,6 +345,20 @@ def report(runs: list[dict[str, Any]], failures: list[str], args: argparse.Names
     return "\n".join(lines) + "\n"
 
 
+def all_cores_peak(gpu: bool) -> float | None:
+    """The fp32 matmul peak on every core (GFLOP/s, best of sizes; bench/peer_runners.py's
+    ``matmul_peak``), measured in a fresh interpreter with torch's default threads; None with
+    ``--gpu`` (the learner's peak there is the device's, which this report does not measure)."""
+    if gpu:
+        return None
+    code = "import peer_runners; print(max(peer_runners.matmul_peak((1024, 2048)).values()))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]))}
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.pop(name, None)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
@@ -311,7 +376,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="smoke test: 600 MinAtar / 300 Atari env steps after 300 / 200 warm-up")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--from-json", type=Path, help="write the report from a saved _pixels_scale.json, measuring nothing")
+    parser.add_argument("--threads", nargs="+", default=["1"], choices=list(pixels.THREAD_MODES),
+                        help="thread modes: 1 (every library's pools pinned to one thread, the default) and/or default "
+                        "(each library as a user's run finds it: hetrl's plan picks its learner's threads, SB3 takes "
+                        "torch's default, every core); with both, each library's best is over both")
     parser.add_argument("--worker", nargs=3, metavar=("LIB", "WORKLOAD", "CONFIG"), help=argparse.SUPPRESS)
+    parser.add_argument("--thread-mode", default="1", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
@@ -342,6 +412,7 @@ def main() -> int:
         saved = json.loads(args.from_json.read_text())
         out, args = args.out, parse(saved["args"])
         args.out, args.argv, args.device = out, saved["args"], saved.get("device", args.device)
+        args.peak_all = saved.get("peak_all")
         for r in saved["runs"]:  # the warm-ups the runs had (a --quick of another version had others)
             setattr(args, "atari_warmup" if r["workload"].startswith("atari") else "minatar_warmup", r["learning_starts"])
         write_section(args.out, report(saved["runs"], saved["failures"], args, saved["seconds"], saved["complete"]),
@@ -349,26 +420,29 @@ def main() -> int:
         print(f"wrote {args.out}")
         return 0
     args.argv = sys.argv[1:]
+    args.peak_all = all_cores_peak(args.gpu)
     start = time.perf_counter()
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
 
     def save(complete: bool) -> None:
-        raw.write_text(json.dumps({"complete": complete, "args": args.argv, "device": args.device, "runs": runs,
+        raw.write_text(json.dumps({"complete": complete, "args": args.argv, "device": args.device, "peak_all": args.peak_all, "runs": runs,
                                    "failures": failures, "seconds": time.perf_counter() - start}, indent=1))
 
     script = Path(__file__).resolve()
     for workload in args.workloads:  # hetrl's plan=auto profiles once and caches: untimed, as a user's second run
         print(f"profiling hetrl on {pixels.SETTINGS[workload].env_id} (untimed, cached for the runs) ...", flush=True)
         s = settings(workload, args)
-        pixels.run_job(job("hetrl", workload, "auto", s.learning_starts + 2 * s.batch_size, 0, args), args, script)
+        pixels.run_job(job("hetrl", workload, "auto", s.learning_starts + 2 * s.batch_size, 0, args), args, script,
+                       thread_mode=args.threads[-1])
     order = schedule(args)
-    for i, (lib, workload, config, seed) in enumerate(order, 1):
+    for i, (lib, workload, config, seed, mode) in enumerate(order, 1):
         steps = steps_of(workload, args)
-        name = f"{'hetrl ' + config if lib == 'hetrl' else 'SB3 n_envs=' + config} {workload} seed {seed}"
+        name = (f"{'hetrl ' + config if lib == 'hetrl' else 'SB3 n_envs=' + config} {workload} seed {seed}"
+                + (f", {pixels.THREAD_MODES[mode]}" if len(args.threads) > 1 else ""))
         print(f"[{i}/{len(order)}] {name} ({steps:,} env steps) ...", end=" ", flush=True)
         try:
-            r = pixels.run_job(job(lib, workload, config, steps, seed, args), args, script)
+            r = pixels.run_job(job(lib, workload, config, steps, seed, args), args, script, thread_mode=mode)
         except RuntimeError as exc:
             print(f"FAILED:\n{exc}", flush=True)
             failures.append(f"{name}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else 'failed'}")
