@@ -117,11 +117,15 @@ class ConvQNetwork(nn.Module):
             self.head = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, n_actions))
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float()
-        if self.scale != 1.0:
-            x = x / self.scale
+        x = obs
         if self.memory_format is not torch.contiguous_format:
+            # reorder before the float copy: a uint8 batch moves a quarter of the bytes, and the float
+            # copy and the scaling then keep the order (docs/benchmarks.md, 'Measurements behind the code')
             x = x.contiguous(memory_format=self.memory_format)
+        if self.scale == 1.0:
+            x = x.float()
+        else:  # the same values as x.float() / scale, with one float tensor made instead of two
+            x = x / self.scale if x.dtype == torch.float32 else x.float().div_(self.scale)
         h = self.features(x)
         if not self.dueling:
             return self.head(h)
