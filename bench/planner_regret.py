@@ -105,6 +105,11 @@ def grid(plan: Plan, profile: Profile, learner_backends: set[str] | None = None)
     return out
 
 
+def as_candidate(plan: Plan) -> Candidate:
+    """The grid's description of a plan (a plan's own repr is its whole prediction)."""
+    return Candidate(plan.executor, plan.actors, plan.placement, plan.inference, plan.num_envs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", "--algos", nargs="+", default=["dqn", "ddpg"], choices=list(WORKLOADS))
@@ -156,7 +161,7 @@ def main() -> None:
                 chosen_row = match[0]
             else:  # the planner chose outside the grid (e.g. a numba acting copy): measure it too
                 summary = measure(work, steps, chosen, root, f"{name}_chosen")
-                chosen_row = (chosen, chosen.prediction.env_steps_per_s, summary["learning_env_steps_per_s"],
+                chosen_row = (as_candidate(chosen), chosen.prediction.env_steps_per_s, summary["learning_env_steps_per_s"],
                               summary["env_steps_per_s"])
             ranked_by = 3 if work.pixels else 2  # the rate the planner ranked by (see the docstring)
             best = max(rows + [chosen_row], key=lambda r: r[ranked_by])
@@ -171,7 +176,7 @@ def main() -> None:
         for cand, pred, meas, whole in rows:
             print(f"| {cand} | {cand.placement.act} | {cand.placement.learn} | {pred:,.0f} | {meas:,.0f} | "
                   f"{100 * (pred / meas - 1):+.0f}% | {whole:,.0f} |")
-        how = str(Candidate(chosen.executor, chosen.actors, chosen.placement, chosen.inference, chosen.num_envs))
+        how = str(as_candidate(chosen))
         _, pred, meas, _ = chosen_row
         which = "whole-run" if ranked_by == 3 else "learning-phase"
         print(f"\nplanner's choice: {how}, learner {chosen.placement.learn}, act {chosen.placement.act}: "
