@@ -98,6 +98,11 @@ def test_in_run_costs_scale_every_host_backend_of_their_primitive():
     assert q.per_call_s["Learn"] == pytest.approx(200 * US) and q.per_call_s["WeightSync"] == pytest.approx(40 * US)
     numba_on_host = replace(numba_on_gpu, learn=Slot("torch", "cpu", 1))
     assert predict(numba_on_host, profile, agent, num_envs=1).per_call_s["Act"] == pytest.approx(20 * US)  # 10 x (60 / 30)
+    # where the loop also ran Act/numba (the fastest alone), numba takes its own ratio, numpy still its
+    own = synthetic(GPU + numba + [("Transfer", "numpy->cuda", "cuda", 64, None, 20)] + in_run
+                    + [("InRun", "Act:numba", "cpu", 1, None, 12)])
+    assert predict(numba_on_host, own, agent, num_envs=1).per_call_s["Act"] == pytest.approx(12 * US)
+    assert predict(CPU_PLAN, own, agent, num_envs=1).per_call_s["Act"] == pytest.approx(60 * US)
 
 
 def test_vector_envs_and_bursty_updates():

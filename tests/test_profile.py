@@ -59,6 +59,11 @@ def test_the_loop_job_times_each_primitive_of_its_placement_in_the_run(dqn_profi
         backend = t.backend.split(":", 1)[1]
         assert dqn_profile.lookup(name, backend, t.device, t.size, threads=t.threads) is not None, t
         assert t.calls >= 100 and t.median_s > 0
+    # the rule's Act, and the fastest host Act alone where that is another backend: each its own row
+    acts = [t for t in dqn_profile.timings if t.primitive == "InRun" and t.backend.startswith("Act:")]
+    alone = {t.backend: t.median_s for t in dqn_profile.timings if (t.primitive, t.device, t.size) == ("Act", "cpu", 1)}
+    assert f"Act:{min(alone, key=alone.__getitem__)}" in {t.backend for t in acts}
+    assert len(acts) == len({t.backend for t in acts}) <= 2
 
 
 def test_stepping_more_envs_costs_more(dqn_profile):

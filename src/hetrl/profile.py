@@ -376,6 +376,7 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     pool = _observations(algo, ACT_POOL, rng)  # Act cycles through it: an exit network's cost depends on the inputs
     network = algo.profiled_policy(build("Learn", Slot("torch", "cpu"), algo, 0).learner.policy_network,
                                    torch.from_numpy(pool))
+    host_acts: dict[str, float] = {}  # backend -> median s of one env's decision on the host, alone (the loop job reads it)
     for backend, impl in implementations("Act").items():
         if impl.unsupported(algo):
             continue
@@ -388,6 +389,8 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                     explore, random_actions = algo.draw_exploration(rng, n)
                     out.append(timing("Act", backend, device, n,
                                       lambda: policy.act(next(batches), explore, random_actions, 0.1)))
+                if device == "cpu":
+                    host_acts[backend] = out[ENV_COUNTS.index(1)].median_s
                 out.append(timing("WeightSync", backend, device, 1, policy.sync))
                 for source in devices:  # from a learner elsewhere: backend "numpy<-cuda:0" (a GPU to host copy)
                     if source != "cpu" and source != device:
@@ -542,12 +545,18 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         updates the env and the policy run on one thread while the learner's other threads wait,
         spinning or asleep, and the first products after that pay for it. So the learner is also
         run in the loop at each thread count above one (the backend the fastest there alone, or the
-        rule's) for an ``InRun`` Learn row at that count."""
+        rule's) for an ``InRun`` Learn row at that count. Nor need the rule's Act backend's ratio
+        hold for the one a plan picks (a compiled pass keeps less in cache than torch's calls), so
+        where the fastest host Act alone is another backend, the loop runs it too, for its own row."""
         placement = default_placement(torch.device("cpu"), (1, 1), mlp_policy=algo.mlp_networks())
         per_step, per_call, calls = in_loop(placement)
         p10, median, p90 = np.percentile(per_step, [10, 50, 90])
         rows = [Timing("Loop", "inline", "cpu", 1, None, float(median), float(p10), float(p90), 700)]
         rows += in_run_rows(placement, per_call, calls)
+        fastest_act = min(host_acts, key=host_acts.__getitem__) if host_acts else placement.act.backend
+        if fastest_act != placement.act.backend:
+            acting = replace(placement, act=Slot(fastest_act, "cpu"))
+            rows += in_run_rows(acting, *in_loop(acting)[1:], only="Act")
         for n in threads:
             if n > 1:
                 alone = host_learners.get(n)

@@ -154,23 +154,24 @@ def in_run_factor(profile: Profile, name: str, placement: Placement) -> float:
     the replay and the learner evict each other, and a small primitive can cost several times
     its alone cost there (docs/benchmarks.md, 'Measurements behind the code'). The profile's loop
     job times every primitive of one host placement in a short run; that ratio is applied to every
-    host backend of the primitive (the eviction comes from the rest of the loop, not from the
-    backend), in plans whose learner is on the host as it was there. A GPU learner evicts nothing
-    on the host: on a GPU machine, ratios measured beside a 16-thread host learner made the host
-    primitives of a CUDA plan far too dear, so such plans are costed as measured alone.
+    host backend of the primitive that has no row of its own (the eviction comes mostly from the
+    rest of the loop), in plans whose learner is on the host as it was there; a backend the loop
+    also ran (the fastest host Act alone, where the rule's is another) takes its own ratio. A GPU
+    learner evicts nothing on the host: on a GPU machine, ratios measured beside a 16-thread host
+    learner made the host primitives of a CUDA plan far too dear, so such plans are costed as
+    measured alone.
 
     A host learner takes the ratio measured at its own thread count where the profile has one
     (the loop job runs the learner at each count: its other threads wait while the env and the
     policy run, which a one-thread learner's ratio does not show), the same backend's first; else
-    the first row's."""
+    the first row's. Other primitives take their own backend's row first, else the first row's."""
     slot = placement.slot_of(name)
     if slot is None or slot.device != "cpu" or placement.learn.device != "cpu":
         return 1.0
     rows = [t for t in profile.timings if t.primitive == "InRun" and t.backend.split(":", 1)[0] == name]
     if not rows:
         return 1.0
-    if name == "Learn":
-        rows.sort(key=lambda t: (t.threads != slot.threads, t.backend != f"Learn:{slot.backend}"))
+    rows.sort(key=lambda t: (name == "Learn" and t.threads != slot.threads, t.backend != f"{name}:{slot.backend}"))
     t = rows[0]
     try:
         alone = cost(profile, name, t.backend.split(":", 1)[1], t.device, t.size, t.threads)
