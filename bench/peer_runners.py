@@ -151,6 +151,12 @@ def mlp_forward_flops(sizes: list[int], batch: int) -> int:
 PASSES = {"dqn": (4.0, 0.0), "ddpg": (4.0, 7.0), "td3": (1 + 3 / 2, 2 + 6 + 3 / 2), "sac": (4.0, 14.0)}
 
 
+def learn_seconds(result: Any) -> float:
+    """Seconds a hetrl run spent in its Learn primitive (its timer: calls x mean microseconds)."""
+    calls, us = next(((calls, us) for name, calls, us, _ in result.timers if name == "Learn"), (0, 0.0))
+    return calls * us / 1e6
+
+
 def forward_macs(net: torch.nn.Module, obs: Any) -> int:
     """Multiply-accumulates of one forward pass of a plain network (conv and linear layers) on
     ``obs``, counted by hooks on its layers as it runs (biases and activations left out)."""
@@ -341,10 +347,9 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, exe
         result, seconds = _timed(lambda: session.train(progress=False))
     policy = greedy_policy(session.algo, session.executor.policy_network)
     how = result.executor + (f", {result.actors} actor{'s' if result.actors != 1 else ''}" if result.actors else "")
-    learn = next(((calls, us) for name, calls, us, _ in result.timers if name == "Learn"), (0, 0.0))
     return Trained(result.env_steps, result.updates, seconds, policy, hetrl.__version__,
                    {"loop_seconds": result.wall_s, "plan": f"{plan}; {how}", "placement": result.placement,
-                    "learn_seconds": learn[0] * learn[1] / 1e6, "learn_backend": session.placement.learn.backend,
+                    "learn_seconds": learn_seconds(result), "learn_backend": session.placement.learn.backend,
                     "learn_threads": torch.get_num_threads()})
 
 

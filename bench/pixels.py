@@ -59,12 +59,12 @@ ROOT = BENCH.parent
 LIBS = ("hetrl", "sb3", "cleanrl")
 LIB_NAMES = {"hetrl": "hetrl", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script"}
 THREAD_MODES = {"1": "1 thread", "default": "default threads"}
+BEGIN, END = "<!-- pixels:begin (written by bench/pixels.py) -->", "<!-- pixels:end -->"
 
 
 def threads_of(mode: str) -> int | None:
     """A thread mode's thread count: None for "default" (each library's own)."""
     return None if mode == "default" else int(mode)
-BEGIN, END = "<!-- pixels:begin (written by bench/pixels.py) -->", "<!-- pixels:end -->"
 
 
 def markers(device: str) -> tuple[str, str]:
@@ -115,7 +115,7 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] |
     import hetrl
     from hetrl.config import make_config
     from hetrl.training import Session, greedy_policy
-    from peer_runners import dqn_update_flops
+    from peer_runners import dqn_update_flops, learn_seconds
 
     values = {
         "steps": steps, "seed": seed, "threads": threads or 0, "eval_every": 0, "eval_episodes": 1, "checkpoint_every": steps + 1,
@@ -136,13 +136,12 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] |
         result = session.train(progress=False)
         call_seconds = time.perf_counter() - start
     policy = greedy_policy(session.algo, session.executor.policy_network)
-    learn = next(((calls, us) for name, calls, us, _ in result.timers if name == "Learn"), (0, 0.0))
     curve = [(int(r["env_steps"]), float(r["return_mean"])) for r in result.metrics
              if r.get("return_mean") not in (None, "") and r.get("episodes")]
     # timed: the training loop (result.wall_s), as the peers' learn calls; the call also writes a checkpoint
     # (replay included) and plays one evaluation episode (a full game on Atari), reported as call_seconds
     return {"version": hetrl.__version__, "env_steps": result.env_steps, "updates": result.updates,
-            "seconds": result.wall_s, "call_seconds": call_seconds, "learn_seconds": learn[0] * learn[1] / 1e6,
+            "seconds": result.wall_s, "call_seconds": call_seconds, "learn_seconds": learn_seconds(result),
             "flops_per_update": dqn_update_flops(session.executor.policy_network, session.algo.spec.obs_shape, s.batch_size),
             "policy": policy, "curve": curve, "replay_bytes": result.replay_bytes, "replay_capacity": result.replay_capacity,
             "placement": result.placement, "executor": result.executor, "actors": result.actors,
@@ -348,6 +347,12 @@ def mode_of(run: dict[str, Any]) -> str:
     return run.get("threads", "1")  # runs saved before thread modes were pinned to one thread
 
 
+def mode_label(run: dict[str, Any]) -> str:
+    """A run's thread mode in words, with the torch threads a default-threads run found."""
+    mode = mode_of(run)
+    return THREAD_MODES[mode] + (f" (torch {run['torch_threads']})" if mode == "default" and "torch_threads" in run else "")
+
+
 def pending(jobs: list[Job], runs: list[dict[str, Any]]) -> list[Job]:
     """The jobs no kept run has done."""
     done = {(r["lib"], r["workload"], r["seed"], mode_of(r)) for r in runs}
@@ -414,7 +419,7 @@ def table(runs: list[dict[str, Any]], workload: str, libs: list[str], episodes: 
         ratio = f"{statistics.median(hetrl) / statistics.median(rate[lib, mode]):.2f}×" if hetrl else "–"
         name = LIB_NAMES[lib]
         if len(modes) > 1 or mode != "1":
-            name += f", {THREAD_MODES[mode]}" + (f" (torch {mine[0]['torch_threads']})" if mode == "default" else "")
+            name += f", {mode_label(mine[0])}"
         row = [name, _spread(rate[lib, mode]), _spread([r["updates"] / r["seconds"] for r in mine]), ratio,
                _spread([r["seconds"] for r in mine]), f"{mine[0]['replay_bytes'] / mine[0]['replay_capacity']:,.0f}"]
         if s.learning:

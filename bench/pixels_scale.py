@@ -51,6 +51,8 @@ sys.path.insert(0, str(BENCH))
 
 import pixels  # bench/pixels.py: settings, runners, evaluator, subprocess per run
 from peers import write_section
+from pixels import mode_of
+from workers import worker_environ
 
 ROOT = BENCH.parent
 BEGIN, END = "<!-- pixels_scale:begin (written by bench/pixels_scale.py) -->", "<!-- pixels_scale:end -->"
@@ -142,11 +144,6 @@ def schedule(args: argparse.Namespace) -> list[Job]:
     return order
 
 
-def mode_of(r: dict[str, Any]) -> str:
-    """A run's thread mode; runs saved before thread modes were pinned to one thread."""
-    return r.get("threads", "1")
-
-
 def rate(r: dict[str, Any]) -> float:
     return r["env_steps"] / r["seconds"]
 
@@ -156,7 +153,7 @@ def label(r: dict[str, Any]) -> str:
     name = f"SB3 n_envs={r['config']}" if r["lib"] == "sb3" else f"hetrl {r['config']}"
     if mode_of(r) == "1":
         return name
-    return f"{name}, {pixels.THREAD_MODES[mode_of(r)]}" + (f" (torch {r['torch_threads']})" if "torch_threads" in r else "")
+    return f"{name}, {pixels.mode_label(r)}"
 
 
 def chosen(r: dict[str, Any]) -> str:
@@ -352,10 +349,7 @@ def all_cores_peak(gpu: bool) -> float | None:
     if gpu:
         return None
     code = "import peer_runners; print(max(peer_runners.matmul_peak((1024, 2048)).values()))"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]))}
-    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.pop(name, None)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=worker_environ(None))
     return float(out.stdout.strip().splitlines()[-1])
 
 
