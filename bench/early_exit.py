@@ -4,9 +4,10 @@ For each MinAtar game and seed, a baseline ``dqn`` and an ``exit-dqn`` train wit
 (the tuned MinAtar row, the MinAtar reference agent), the same seed and the same env-step budget,
 each as a fresh ``hetrl train`` subprocess (fixed rule placement: one process, torch Act and Learn
 on the host, ``--threads`` torch threads). Then, for the exit-dqn run, ``hetrl exits sweep`` fits
-the branches to the trained network (on the run's replay; the report gives each branch's agreement
-with the final head's action before and after) and chooses the threshold on validation episodes
-(seeded apart from the test episodes), and stores both; both final
+branches of each width (``--widths``; by default the run's and two narrower,
+``hetrl.exits.candidate_widths``) to the trained network (on the run's replay; the report gives the
+chosen branches' agreement with the final head's action before and after) and chooses the width and
+threshold on validation episodes (seeded apart from the test episodes), and stores both; both final
 policies then play the same test episodes (``hetrl.evaluate``: the seeds ``hetrl eval`` uses), and
 
 - operations ratio: exit-dqn's mean multiply-accumulates per decision over the test episodes'
@@ -66,14 +67,14 @@ def train(algo: str, env: str, seed: int, steps: int, run_dir: Path, threads: in
 
 
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
-            min_score_ratio: float) -> dict[str, Any]:
+            min_score_ratio: float, widths: list[int] | None = None) -> dict[str, Any]:
     """Sweep the exit run on validation episodes, then play both final policies on the test episodes."""
     import hetrl
     from hetrl.evaluation import evaluate_policy
     from hetrl.exits import ExitCounter, score_ratio, sweep
     from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
-    result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False)
+    result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False, widths=widths)
     base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
     exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
     stats = exit_eval.exits
@@ -88,8 +89,9 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     macs_dqn = forward_macs(baseline.network, obs[:1])
     assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
     return {
-        "env": env, "seed": seed, "threshold": result.chosen,
-        "validation": {str(p.threshold): {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio} for p in result.points},
+        "env": env, "seed": seed, "threshold": result.chosen, "branch_width": result.chosen_width,
+        "validation": {f"{p.branch_width or 'whole'}:{p.threshold:g}": {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio}
+                       for p in result.points},
         "base_return": base.mean, "exit_return": exit_eval.mean,
         "score_ratio": score_ratio(exit_eval.mean, base.mean),
         "macs_exit": stats.macs_mean, "macs_base": macs_dqn, "ops_ratio": stats.macs_mean / macs_dqn,
@@ -154,7 +156,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         + (f", then {', '.join(args.settings)}" if args.settings else "") + ".",
         "",
         ("| game | seeds | ops ratio | score ratio | batch-1 latency ratio (Act backend) | latency ratio to its own "
-         "whole pass | batch-1 latency ratio, Act/torch | thresholds | aims (ops <= 0.35, score >= 0.9, latency <= 0.5) |"),
+         "whole pass | batch-1 latency ratio, Act/torch | thresholds (branch units) | aims (ops <= 0.35, score >= 0.9, latency <= 0.5) |"),
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for game in dict.fromkeys(r["env"] for r in rows):
@@ -163,19 +165,19 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "ops_ratio", "score_ratio", "latency_ratio_b1", "latency_ratio_b1_own", "latency_ratio_b1_torch"))
         backends = ", ".join(dict.fromkeys(r["latency_backend"] for r in mine))
         met = (max(ops) <= AIM_OPS, min(score) >= AIM_SCORE, max(lat) <= AIM_LATENCY)
-        thresholds = ", ".join(f"{r['threshold']:g}" for r in mine)
+        thresholds = ", ".join(f"{r['threshold']:g} ({r.get('branch_width', '-')})" for r in mine)
         aims = " / ".join("met" if m else "not met" for m in met)
         lines.append(f"| {game} | {len(mine)} | {spread(ops)} | {spread(score)} | {spread(lat)} ({backends}) | "
                      f"{spread(own)} | {spread(lat_torch)} | {thresholds} | {aims} |")
     lines += ["", "Per run (mean over seeds [min-max] above):", "",
-              ("| game | seed | threshold | DQN return | exit-dqn return | score ratio | MACs/decision (exit / DQN) | "
+              ("| game | seed | threshold | branch units | DQN return | exit-dqn return | score ratio | MACs/decision (exit / DQN) | "
                "ops ratio | exits | Act backend | us/decision b1 (exit / DQN, p10-p90) | latency ratio | "
                "us/decision b1, Act/torch (exit / DQN) | latency ratio, Act/torch | branch agreement, as trained -> fit |"),
-              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         exits = ", ".join(f"{n} {100 * f:.0f}%" for n, f in zip(r["exit_names"], r["exit_fractions"]))
         le, lb = r["latency_b1_spread_exit"], r["latency_b1_spread_base"]
-        lines.append(f"| {r['env']} | {r['seed']} | {r['threshold']:g} | {r['base_return']:.2f} | {r['exit_return']:.2f} | "
+        lines.append(f"| {r['env']} | {r['seed']} | {r['threshold']:g} | {r.get('branch_width', '-')} | {r['base_return']:.2f} | {r['exit_return']:.2f} | "
                      f"{r['score_ratio']:.3f} | {r['macs_exit']:,.0f} / {r['macs_base']:,} | {r['ops_ratio']:.3f} | {exits} | "
                      f"{r['latency_backend']} | {r['latency_b1_us_exit']:.1f} ({le[0]:.1f}-{le[1]:.1f}) / "
                      f"{r['latency_b1_us_base']:.1f} ({lb[0]:.1f}-{lb[1]:.1f}) | {r['latency_ratio_b1']:.2f} | "
@@ -197,6 +199,8 @@ def main() -> int:
     p.add_argument("--validation-episodes", type=int, default=20)
     p.add_argument("--test-episodes", type=int, default=20)
     p.add_argument("--min-score-ratio", type=float, default=0.9)
+    p.add_argument("--widths", type=int, nargs="+",
+                   help="branch widths the sweep fits and chooses from (default: the run's and two narrower)")
     p.add_argument("--jobs", type=int, default=1, help="(game, seed) pairs trained side by side (each --threads threads)")
     p.add_argument("--workdir", help="where the runs go (default: a temporary folder, removed at the end)")
     p.add_argument("--out", help="a markdown file to write (default: print only)")
@@ -227,7 +231,7 @@ def main() -> int:
             trained = list(pool.map(train_pair, runs))
         for env, seed, base_dir, exit_dir in trained:
             rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
-                                args.min_score_ratio))
+                                args.min_score_ratio, args.widths))
             if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
                 Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = report(rows, args)

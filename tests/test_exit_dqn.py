@@ -540,6 +540,104 @@ def test_save_and_load_keep_branches_and_threshold(run_dir, tmp_path):
     assert sum(result.exits.counts) > 0 and len(result.exits.counts) == 2
 
 
+def test_an_exit_network_takes_the_branch_width_its_state_holds():
+    """A branch's width travels with its weights: a network made with 16-unit branches loads a
+    state of 5-unit or linear (0) branches and then computes what the state's own network does."""
+    torch.manual_seed(0)
+    made = ExitQNetwork((4, 10, 10), 3, ((16, 3, 1),), (32,), exits=(0,), branch_hidden=16, threshold=0.5)
+    obs = torch.rand(64, 4, 10, 10)
+    for width in (5, 0, 16):
+        source = ExitQNetwork((4, 10, 10), 3, ((16, 3, 1),), (32,), exits=(0,), branch_hidden=width, threshold=0.5)
+        made.load_state_dict(source.state_dict())
+        assert made.branch_widths == [width] and made.macs(0) == source.macs(0)
+        with torch.no_grad():
+            assert torch.equal(made.act_forward(obs)[0], source.act_forward(obs)[0])
+            _, branch_q, _ = made.heads(obs)
+            assert torch.equal(branch_q[0], source.heads(obs)[1][0])
+        q, exits = made.act_numpy(numpy_params(made), obs.numpy())
+        assert np.allclose(q, source.act_forward(obs)[0].detach().numpy(), atol=1e-5)
+    other = ExitQNetwork((4, 10, 10), 3, ((16, 3, 1),), (64,), exits=(0,), branch_hidden=5)
+    with pytest.raises(RuntimeError, match="size mismatch"):  # the backbone must still match
+        made.load_state_dict(other.state_dict())
+
+
+def test_candidate_widths_step_down_from_the_runs_own():
+    from hetrl.exits import candidate_widths
+
+    assert candidate_widths(16) == (16, 12, 9)
+    assert candidate_widths(64) == (64, 48, 36)
+    assert candidate_widths(2) == (2, 1) and candidate_widths(1) == (1,) and candidate_widths(0) == (0,)
+
+
+def test_choose_takes_the_cheapest_width_and_threshold_at_the_score():
+    """Each width's thresholds are fit monotone on their own; the choice is over every pair."""
+    def point(threshold, score, ops, width):
+        return SweepPoint(threshold, 0.0, 0.0, score, 0.0, ops, [], branch_width=width if threshold < 1 else None)
+
+    whole = point(1.0, 1.0, 1.0, None)
+    wide = [point(0.5, 0.97, 0.5, 16), point(0.0, 0.95, 0.38, 16)]
+    narrow = [point(0.5, 0.93, 0.45, 9), point(0.0, 0.91, 0.35, 9)]
+    chosen = choose([whole, *wide, *narrow], 0.9)
+    assert (chosen.threshold, chosen.branch_width) == (0.0, 9)
+    chosen = choose([whole, *wide, *narrow], 0.94)  # the narrow branch falls short: the wide one at 0
+    assert (chosen.threshold, chosen.branch_width) == (0.0, 16)
+    lucky = [point(0.5, 0.80, 0.45, 9), point(0.0, 0.99, 0.35, 9)]  # pooled: 0.895, short of 0.9
+    chosen = choose([whole, *wide, *lucky], 0.9)
+    assert (chosen.threshold, chosen.branch_width) == (0.0, 16)
+    assert choose([whole, *wide, *narrow], 0.999) is whole
+
+
+def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
+    """store_threshold with 5-unit branches on a checkpoint trained with 16: every exit network
+    state holds them (the policy loads them, the learner's Adam moments of the branches start
+    afresh), the checkpoint's config says exit_hidden=5, and resuming it under the run's 16 names
+    that setting, while the run at 5 resumes it."""
+    from hetrl.run.rundir import RunDir
+    from hetrl.training import Session
+
+    final = max((run_dir / "checkpoints").glob("step_*.pt"))
+    copy = tmp_path / final.name
+    copy.write_bytes(final.read_bytes())
+    net = hetrl.load(run_dir, copy).network
+    torch.manual_seed(3)
+    net.set_branch_width(5)
+    assert store_threshold(copy, 0.4, net) >= 3
+    saved = torch.load(copy, weights_only=False)
+    assert saved["config"]["agent"]["exit_hidden"] == 5
+    learner = saved["executor"]["learner"]
+    n_params = len(list(net.parameters()))
+    first_branch = next(i for i, (name, _) in enumerate(net.named_parameters()) if name.startswith("branches."))
+    assert learner["optimizer"]["param_groups"][0]["params"] == list(range(n_params))
+    assert set(learner["optimizer"]["state"]) == set(range(first_branch))  # the backbone's moments kept
+    loaded = hetrl.load(run_dir, copy).network
+    assert loaded.branch_widths == [5] and loaded.threshold == pytest.approx(0.4)
+    for name, value in net.state_dict().items():
+        if name != "exit_threshold":
+            assert torch.equal(loaded.state_dict()[name], value), name
+    run = RunDir.open(run_dir)
+    cfg = run.load_config()
+    cfg.plan = "rule"
+    session = Session.open(run, cfg, keep_plan=False)
+    try:
+        with pytest.raises(HetrlError, match="exit_hidden: 5 -> 16"):
+            session.restore(copy, replay=False)
+    finally:
+        session.executor.close()
+    cfg.agent.exit_hidden = 5
+    session = Session.open(run, cfg, keep_plan=False)
+    try:
+        session.restore(copy, replay=False)
+        resumed = session.executor.policy_network
+        assert resumed.branch_widths == [5]
+        for name, value in loaded.state_dict().items():
+            assert torch.equal(resumed.state_dict()[name], value), name
+        learner = session.executor.learner  # its optimizer holds the 5-unit branches it trains
+        held = {id(q) for group in learner.optimizer.param_groups for q in group["params"]}
+        assert {id(q) for q in learner.q.parameters()} == held
+    finally:
+        session.executor.close()
+
+
 def test_the_branch_fit_teaches_a_fresh_branch_the_final_heads_actions():
     """fit_branches: from fresh branch weights, with the backbone and final head frozen, the branch
     comes to take the final head's action on most held-out states (a random network's branch agrees
@@ -571,19 +669,26 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
     assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0.9,0", "--out", str(out),
                  "--fit-updates", "300"]) == 0
     text = capsys.readouterr().out
-    assert "| threshold |" in text and "Chosen: threshold" in text and "branches fit to the trained network" in text
-    fitted = hetrl.load(run_dir).network.state_dict()  # the fitted branches are stored with the threshold
-    assert not torch.equal(fitted["branches.0.q.weight"], before["branches.0.q.weight"])
+    assert "| branch units | threshold |" in text and "Chosen: " in text and "branches fit to the trained network" in text
+    policy = hetrl.load(run_dir)
+    fitted = policy.network.state_dict()  # the fitted branches are stored with the threshold
     assert torch.equal(fitted["head.weight"], before["head.weight"])
     data = json.loads((out / "sweep.json").read_text())
-    assert data["fit"]["updates"] == 300 and len(data["fit"]["agreement_after"]) == 1
-    assert [p["threshold"] for p in data["points"]] == [1.0, 0.9, 0.0]
-    zero = data["points"][2]  # threshold 0: every decision leaves at the first branch
-    assert zero["exit_fractions"] == [1.0, 0.0] and zero["ops_ratio"] < 0.5
-    assert zero["latency_b1_us"] > 0 and data["points"][0]["latency_ratio_b1"] == 1.0
+    # the run's 16-unit branches and two narrower widths, each fit, then swept (the whole network once)
+    assert data["trained_width"] == 16 and data["widths"] == [16, 12, 9]
+    assert [f["widths"] for f in data["fits"]] == [[16], [12], [9]]
+    assert all(f["updates"] == 300 and len(f["agreement_after"]) == 1 for f in data["fits"])
+    assert [(p["threshold"], p["branch_width"]) for p in data["points"]] == [
+        (1.0, None), (0.9, 16), (0.0, 16), (0.9, 12), (0.0, 12), (0.9, 9), (0.0, 9)]
+    zeros = [p for p in data["points"] if p["threshold"] == 0.0]  # threshold 0: every decision leaves at the branch
+    assert all(z["exit_fractions"] == [1.0, 0.0] and z["ops_ratio"] < 0.5 for z in zeros)
+    assert zeros[0]["ops_ratio"] > zeros[1]["ops_ratio"] > zeros[2]["ops_ratio"]  # a narrower branch, fewer MACs
+    assert zeros[0]["latency_b1_us"] > 0 and data["points"][0]["latency_ratio_b1"] == 1.0
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "sweep.md").exists()
-    chosen = data["chosen"]
-    assert hetrl.load(run_dir).network.threshold == pytest.approx(chosen)
+    chosen, width = data["chosen"], data["chosen_width"]
+    assert policy.network.threshold == pytest.approx(chosen) and policy.network.branch_widths == [width]
+    if width == 16:
+        assert not torch.equal(fitted["branches.0.q.weight"], before["branches.0.q.weight"])
     assert main(["eval", str(run_dir), "--episodes", "2"]) == 0
     text = capsys.readouterr().out
     assert "multiply-accumulates per decision" in text and "exits" in text

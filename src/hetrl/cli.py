@@ -350,12 +350,13 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("exits", help="early exits of an exit-dqn run: choose its threshold",
                        description="Early-exit DQN (exit-dqn): the trade-off between operations and score.")
     commands = p.add_subparsers(dest="exits_command", required=True, metavar="COMMAND")
-    s = commands.add_parser("sweep", help="choose the exit threshold on validation episodes",
-                            description="Play validation episodes (seeded apart from the test episodes `hetrl eval` "
-                                        "plays) at each confidence threshold; report the operations ratio, score ratio "
-                                        "and measured latency per decision against the whole network; write "
-                                        "RUN_DIR/exits/sweep.md, sweep.json and sweep.png; store the chosen threshold "
-                                        "(the fewest operations at the score ratio asked for) in the checkpoint.")
+    s = commands.add_parser("sweep", help="choose the exit threshold and branch width on validation episodes",
+                            description="Fit branches of each width to the trained network, then play validation "
+                                        "episodes (seeded apart from the test episodes `hetrl eval` plays) at each "
+                                        "confidence threshold; report the operations ratio, score ratio and measured "
+                                        "latency per decision against the whole network; write RUN_DIR/exits/sweep.md, "
+                                        "sweep.json and sweep.png; store the chosen threshold and branches (the fewest "
+                                        "operations at the score ratio asked for) in the checkpoint.")
     s.add_argument("run_dir")
     s.add_argument("--checkpoint", help="best (default, as hetrl eval), final, or a checkpoint file")
     s.add_argument("--episodes", type=int, default=20, help="validation episodes per threshold (default 20)")
@@ -365,6 +366,9 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--fit-updates", type=int,
                    help="first fit the branches to the trained network on the run's replay, backbone and final "
                         "head frozen, for this many updates (default 20000; 0: sweep the branches as trained)")
+    s.add_argument("--widths", help="comma-separated branch widths (hidden units; 0: linear heads) to fit and sweep, "
+                                    "the cheapest at the score chosen with its threshold (default: the run's own and "
+                                    "two narrower, each about 3/4 of the one before: 16,12,9 for 16)")
     s.add_argument("--min-score-ratio", type=float, default=0.9,
                    help="the least score ratio to the whole network the chosen threshold keeps (default 0.9)")
     s.add_argument("--out", help="where to write the table and plot (default RUN_DIR/exits)")
@@ -382,13 +386,19 @@ def _exits_sweep(args: argparse.Namespace) -> int:
             thresholds = tuple(float(t) for t in args.thresholds.split(",") if t.strip())
         except ValueError:
             raise HetrlError(f"--thresholds {args.thresholds}: expected comma-separated numbers in [0, 1]") from None
+    widths = None
+    if args.widths:
+        try:
+            widths = [int(w) for w in args.widths.split(",") if w.strip()]
+        except ValueError:
+            raise HetrlError(f"--widths {args.widths}: expected comma-separated hidden-unit counts, e.g. 16,12,9") from None
     if args.out:
         check_writable(args.out, "--out", directory=True)
     console = Console(stderr=True)
     result = sweep(args.run_dir, args.checkpoint, args.episodes, thresholds, args.min_score_ratio, args.out,
                    store=not args.no_store, timing=not args.no_timing,
                    progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
-                   fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates)
+                   fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates, widths=widths)
     print(markdown(result))
     return 0
 

@@ -61,6 +61,10 @@ FIT_BATCH = 128  # states per branch-fit update
 FIT_LR = 1e-3  # Adam's step in the branch fit (the run's lr, tuned for the moving DQN target, underfits it)
 FIT_STATES = 50_000  # replay transitions the branch fit draws from, at most
 FIT_HELD_OUT = 0.1  # of them, kept apart to measure each branch's agreement with the final head
+# the branch widths a sweep fits by default: the run's own, then narrower ones, each about this share
+# of the one before (16 units: 16, 12, 9)
+WIDTH_STEP = 0.75
+WIDTH_RUNGS = 3
 
 
 @dataclass
@@ -216,6 +220,7 @@ class SweepPoint:
     latency_batch_us: float | None = None  # per decision at the executor's batch
     latency_ratio_b1: float | None = None  # over the full network's
     latency_ratio_batch: float | None = None
+    branch_width: int | None = None  # the branches' hidden units; None: the whole network (threshold 1), no branch
 
 
 @dataclass
@@ -228,12 +233,16 @@ class BranchFit:
     source: str
     agreement_before: list[float]
     agreement_after: list[float]
+    widths: list[int] = field(default_factory=list)  # the fitted branches' hidden units
+    # before: the branches as trained (as wide as the fitted ones, or not); after: the fitted ones
 
     def describe(self, names: Sequence[str]) -> str:
         moved = ", ".join(f"{name} {100 * a:.1f}% -> {100 * b:.1f}%"
                           for name, a, b in zip(names, self.agreement_before, self.agreement_after))
-        return (f"branches fit to the trained network: {self.updates:,} updates on {self.states:,} states "
-                f"({self.source}); agreement with the final head's action on held-out states: {moved}")
+        units = f"{'/'.join(str(w) for w in dict.fromkeys(self.widths))}-unit " if self.widths else ""
+        return (f"{units}branches fit to the trained network: {self.updates:,} updates on {self.states:,} states "
+                f"({self.source}); agreement with the final head's action on held-out states, as trained -> "
+                f"fit: {moved}")
 
 
 @dataclass
@@ -251,10 +260,35 @@ class SweepResult:
     chosen: float
     points: list[SweepPoint] = field(default_factory=list)
     stored: bool = False
-    fit: BranchFit | None = None  # the branch fit before the sweep; None: the branches as trained
+    fits: list[BranchFit] = field(default_factory=list)  # one per width, before its sweep; none: as trained
+    trained_width: int = 0  # the run's branches as it trained them (its exit_hidden)
+    widths: list[int] = field(default_factory=list)  # the branch widths swept
+    chosen_width: int = 0  # the branch width stored with the chosen threshold
 
-    def point(self, threshold: float) -> SweepPoint:
-        return next(p for p in self.points if p.threshold == threshold)
+    def point(self, threshold: float, width: int | None = None) -> SweepPoint:
+        """The point of ``threshold`` (and branch ``width``; the whole network's point has none)."""
+        return next(p for p in self.points
+                    if p.threshold == threshold and (width is None or p.branch_width is None or p.branch_width == width))
+
+    @property
+    def chosen_point(self) -> SweepPoint:
+        return self.point(self.chosen, self.chosen_width)
+
+    @property
+    def fit(self) -> BranchFit | None:
+        """The fit of the branches stored (the chosen width's)."""
+        return next((f for f in self.fits if f.widths and f.widths[0] == self.chosen_width), None)
+
+
+def candidate_widths(trained: int, rungs: int = WIDTH_RUNGS) -> tuple[int, ...]:
+    """The branch widths a sweep fits by default: ``trained`` and narrower ones, each about
+    ``WIDTH_STEP`` of the one before, ``rungs`` in all (16: 16, 12, 9); linear heads (0): only 0.
+    A narrower branch costs fewer operations per exit and may hold less of the final head's policy:
+    which width is cheapest at the score is the validation episodes' to say, game by game."""
+    widths = [int(trained)]
+    while widths[-1] > 1 and len(widths) < rungs:
+        widths.append(max(1, min(widths[-1] - 1, round(widths[-1] * WIDTH_STEP))))
+    return tuple(widths)
 
 
 def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
@@ -274,15 +308,27 @@ def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
     return {p.threshold: s for p, s in zip(ordered, fitted)}
 
 
+def monotone_by_width(points: Sequence[SweepPoint]) -> dict[tuple[int | None, float], float]:
+    """:func:`monotone_scores` for each branch width's thresholds, each with the whole network's
+    point (threshold 1, shared by every width): keyed by (width, threshold); the whole network's
+    point by (None, 1) at its own ratio."""
+    whole = [p for p in points if p.threshold >= NEVER]
+    fitted: dict[tuple[int | None, float], float] = {(None, p.threshold): p.score_ratio for p in whole}
+    for width in dict.fromkeys(p.branch_width for p in points if p.threshold < NEVER):
+        curve = whole + [p for p in points if p.threshold < NEVER and p.branch_width == width]
+        fitted.update({(width, t): r for t, r in monotone_scores(curve).items() if t < NEVER})
+    return fitted
+
+
 def choose(points: Sequence[SweepPoint], min_score_ratio: float) -> SweepPoint:
     """The fewest operations among the points whose score ratio, fit monotone in the threshold
-    (:func:`monotone_scores`), is at least ``min_score_ratio`` (ties: the higher threshold); the
-    full network's point always qualifies (its ratio is 1). On raw ratios one lucky validation
-    score at a low threshold would be chosen although its neighbours, with nearly the same exits,
-    fall short."""
-    fitted = monotone_scores(points)
-    ok = [p for p in points if fitted[p.threshold] >= min_score_ratio or p.threshold >= NEVER]
-    return min(ok, key=lambda p: (p.ops_ratio, -p.threshold))
+    for each branch width (:func:`monotone_by_width`), is at least ``min_score_ratio`` (ties: the
+    higher threshold, then the wider branch); the full network's point always qualifies (its ratio
+    is 1). On raw ratios one lucky validation score at a low threshold would be chosen although its
+    neighbours, with nearly the same exits, fall short."""
+    fitted = monotone_by_width(points)
+    ok = [p for p in points if p.threshold >= NEVER or fitted[(p.branch_width, p.threshold)] >= min_score_ratio]
+    return min(ok, key=lambda p: (p.ops_ratio, -p.threshold, -(p.branch_width or 0)))
 
 
 @torch.no_grad()
@@ -297,7 +343,7 @@ def branch_agreement(network: ExitQNetwork, obs: torch.Tensor, chunk: int = 4096
 
 
 def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = FIT_UPDATES, seed: int = 0,
-                 progress: Callable[[str], None] | None = None) -> BranchFit:
+                 progress: Callable[[str], None] | None = None, width: int | None = None) -> BranchFit:
     """Fit ``network``'s branches in place to its own final head on ``data`` (a
     :class:`hetrl.cosearch.teacher.TeacherData`: the run's replay states), the backbone and final
     head frozen: fresh branch weights (seeded), then ``updates`` Adam steps (``FIT_LR``, batches of
@@ -305,7 +351,8 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     the distillation temperature); TD targets, where the target asks for them, from the frozen final head.
     Agreement is measured on held-out states. The fit starts afresh because a branch that learnt
     beside a moving backbone may keep hidden units that no state activates any more (dead ReLUs),
-    which no further descent revives."""
+    which no further descent revives. ``width``: the fresh branches have that many hidden units
+    (default: as many as the trained ones; the same width gives the same fresh weights either way)."""
     from hetrl.algos.exit_dqn import branch_loss
 
     if updates < 0:
@@ -315,12 +362,15 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     generator = torch.Generator().manual_seed(seed)
     train, held = data.split(1.0 - FIT_HELD_OUT, generator)
     before = branch_agreement(network, held.obs)
+    frozen = [p for p in network.parameters() if not p.requires_grad]  # a loaded policy's are
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        for branch in network.branches:
-            branch.reset_parameters()
+        if width is None:
+            for branch in network.branches:
+                branch.reset_parameters()
+        else:
+            network.set_branch_width(width)
     params = list(network.branches.parameters())
-    frozen = [p for p in network.parameters() if not p.requires_grad]  # a loaded policy's are
     for p in params:
         p.requires_grad_(True)
     optimizer = torch.optim.Adam(params, lr=FIT_LR)
@@ -343,22 +393,32 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
             progress(f"{step + 1:,} of {updates:,} updates")
     for p in network.parameters():
         p.grad = None
-    for p in frozen:
+    for p in frozen + (params if frozen else []):  # fresh branches of a frozen network are frozen too
         p.requires_grad_(False)
-    return BranchFit(updates, len(data), data.source, before, branch_agreement(network, held.obs))
+    return BranchFit(updates, len(data), data.source, before, branch_agreement(network, held.obs),
+                     network.branch_widths)
 
 
 def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int, episodes: int,
                  thresholds: Sequence[float] = THRESHOLDS, atari: Any = None, batch: int = 1, backend: str = "torch",
                  timing: bool = True, timing_seconds: float = 0.2,
-                 progress: Callable[[str], None] | None = None) -> list[SweepPoint]:
-    """Every threshold's point on the validation episodes (the full network's first)."""
+                 progress: Callable[[str], None] | None = None, baseline: SweepPoint | None = None) -> list[SweepPoint]:
+    """Every threshold's point on the validation episodes: the full network's first, unless
+    ``baseline`` is it already (a sweep of another branch width: the full network runs no branch,
+    so its point is the same), and the ratios are to it."""
     values = sorted({float(t) for t in thresholds} | {NEVER}, reverse=True)
     points: list[SweepPoint] = []
     base_return = base_b1 = base_batch = None
+    if baseline is not None:
+        values = [t for t in values if t < NEVER]
+        base_return = baseline.return_mean
+        if baseline.latency_b1_us is not None and baseline.latency_batch_us is not None:
+            base_b1, base_batch = 1e-6 * baseline.latency_b1_us, 1e-6 * baseline.latency_batch_us
+    width = network.branch_widths[0]
     for threshold in values:
         if progress:
-            progress(f"validation episodes at threshold {threshold:g}")
+            units = f" ({width}-unit branches)" if threshold < NEVER else ""
+            progress(f"validation episodes at threshold {threshold:g}{units}")
         counter = ExitCounter(algo, network, threshold, keep=KEPT_OBSERVATIONS if timing else 0, seed=seed)
         returns = evaluate_policy(counter, env_id, episodes, seed, atari, seed_offset=VALIDATION_SEED_OFFSET)
         stats = counter.stats()
@@ -366,7 +426,7 @@ def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int,
         if base_return is None:
             base_return = mean
         point = SweepPoint(threshold, mean, float(returns.std()), score_ratio(mean, base_return), stats.macs_mean,
-                           stats.ops_ratio, stats.fractions)
+                           stats.ops_ratio, stats.fractions, branch_width=width if threshold < NEVER else None)
         if timing:
             obs = counter.observations()
             b1, p10, p90 = decision_latency(algo, network, threshold, obs, 1, backend, timing_seconds)
@@ -400,8 +460,7 @@ def _replaced(value: Any, new: torch.Tensor) -> Any:
         return new.detach().to(value.dtype).clone()
     if isinstance(value, np.ndarray):
         return new.detach().cpu().numpy().astype(value.dtype)
-    value["data"] = new.detach().cpu().to(value["data"].dtype).clone()  # a numpy acting copy's, encoded
-    return value
+    return safe_state.encode(new.detach().cpu().numpy().astype(np.dtype(str(value["dtype"]))))  # a numpy copy's
 
 
 def _stored_array(value: Any) -> bool:
@@ -409,36 +468,82 @@ def _stored_array(value: Any) -> bool:
                                                              and value.get(safe_state.TAG) == "ndarray")
 
 
-def store_threshold(path: Path, threshold: float, branches: Mapping[str, torch.Tensor] | None = None) -> int:
+def _exit_state(node: Any) -> bool:
+    return isinstance(node, dict) and _stored_array(node.get("exit_threshold"))
+
+
+def _with_branches(node: dict[str, Any], branches: Mapping[str, torch.Tensor], path: Path) -> dict[str, Any]:
+    """An exit network's stored state with its ``branches.*`` entries replaced by ``branches`` (of
+    any width), in the storage form of the old ones, where the old ones were."""
+    old = [k for k in node if k.startswith("branches.")]
+    if not old:
+        raise HetrlError(f"{path}: an exit network state without branches; the checkpoint does not hold the network "
+                         "that was fit")
+    template = node[old[0]]
+    out = type(node)()  # a module's state dict (an OrderedDict) keeps its version record
+    if hasattr(node, "_metadata"):
+        out._metadata = node._metadata  # type: ignore[attr-defined]
+    for key, value in node.items():
+        if key == old[0]:
+            out.update({k: _replaced(template, v) for k, v in branches.items()})
+        elif key not in old:
+            out[key] = value
+    return out
+
+
+def _fresh_branch_moments(optimizer: dict[str, Any], names: Sequence[str], path: Path) -> dict[str, Any]:
+    """A stored torch optimizer's state over the parameters ``names`` (the network's, in order; its
+    branches last) with the branches' moments dropped: fitted (or re-shaped) branches start their
+    Adam statistics afresh, as fresh parameters do."""
+    groups = optimizer.get("param_groups", [])
+    if len(groups) != 1:
+        raise HetrlError(f"{path}: the learner's optimizer has {len(groups)} parameter groups, where exit-dqn's has one; "
+                         "this checkpoint cannot take refitted branches (sweep with --no-store)")
+    first = next(i for i, name in enumerate(names) if name.startswith("branches."))
+    if not all(name.startswith("branches.") for name in names[first:]):
+        raise HetrlError(f"{path}: the network's branches are not its last parameters; cannot rewrite its optimizer")
+    state = {i: v for i, v in optimizer.get("state", {}).items() if int(i) < first}
+    return {**optimizer, "state": state, "param_groups": [{**groups[0], "params": list(range(len(names)))}]}
+
+
+def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None = None) -> int:
     """Write ``threshold`` into every exit network state of checkpoint ``path`` (the policy, the
-    learner's networks, an acting copy): the entries named ``exit_threshold``; with ``branches``
-    (state-dict entries ``branches.*``, as :func:`fit_branches` left them), those entries of the same
-    states too, so a threshold is never stored apart from the branches it was chosen for. Returns
-    how many states were written."""
+    learner's networks, an acting copy): the entries named ``exit_threshold``. With ``network``
+    (its branches as :func:`fit_branches` left them, of any width), its ``branches.*`` entries
+    replace those of the same states too, so a threshold is never stored apart from the branches
+    it was chosen for; the learner's Adam moments of the branches start afresh, and the
+    checkpoint's own config records their width (``exit_hidden``), so that resuming it under a run
+    of another width names that setting. Returns how many states were written."""
     state = safe_state.read(path)  # the file as saved (weights_only): arrays and signed pickles stay encoded
     found = 0
+    branches = ({k: v for k, v in network.state_dict().items() if k.startswith("branches.")}
+                if network is not None else None)
+    names = [name for name, _ in network.named_parameters()] if network is not None else []
 
-    def walk(node: Any) -> None:
+    def walk(node: Any) -> Any:
         nonlocal found
         if isinstance(node, dict):
-            if _stored_array(node.get("exit_threshold")):  # an exit network's state
+            if _exit_state(node):  # an exit network's state
                 value = node["exit_threshold"]
                 shape = tuple(value["data"].shape if isinstance(value, dict) else value.shape)
                 node["exit_threshold"] = _replaced(value, torch.full(shape, float(threshold)))
-                for key, fitted in (branches or {}).items():
-                    if key not in node:
-                        raise HetrlError(f"{path}: an exit network state without {key}; the checkpoint does not "
-                                         "hold the network that was fit")
-                    node[key] = _replaced(node[key], fitted)
                 found += 1
-                return
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, (list, tuple)):
-            for item in node:
-                walk(item)
+                return node if branches is None else _with_branches(node, branches, path)
+            if branches is not None and _exit_state(node.get("q")) and isinstance(node.get("optimizer"), dict):
+                node["optimizer"] = _fresh_branch_moments(node["optimizer"], names, path)  # a learner's
+            for key in list(node):
+                node[key] = walk(node[key])
+        elif isinstance(node, list):
+            node[:] = [walk(item) for item in node]
+        elif isinstance(node, tuple):
+            return tuple(walk(item) for item in node)
+        return node
 
     walk(state)
+    widths = set(network.branch_widths) if network is not None else set()
+    config = state.get("config")
+    if len(widths) == 1 and isinstance(config, dict) and isinstance(config.get("agent"), dict):
+        config["agent"]["exit_hidden"] = widths.pop()
     if found:
         write_file(path, lambda f: torch.save(state, f))
     return found
@@ -447,10 +552,14 @@ def store_threshold(path: Path, threshold: float, branches: Mapping[str, torch.T
 def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: int = 20,
           thresholds: Sequence[float] = THRESHOLDS, min_score_ratio: float = MIN_SCORE_RATIO,
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
-          progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES) -> SweepResult:
-    """``hetrl exits sweep``: first the branches fit to the trained network (``fit_updates``; 0: as
-    trained), then the trade-off on validation episodes, written as a table and a PNG, and the
-    chosen threshold (with the fitted branches) stored in the checkpoint (``store``)."""
+          progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES,
+          widths: Sequence[int] | None = None) -> SweepResult:
+    """``hetrl exits sweep``: for each branch width (``widths``; default :func:`candidate_widths`
+    of the trained one), the branches fit to the trained network (``fit_updates``; 0: as trained,
+    at the trained width only), then the trade-off of every threshold on the validation episodes;
+    the choice over every (width, threshold) pair (:func:`choose`), written as a table and a PNG,
+    and the chosen threshold, with the branches of the chosen width, stored in the checkpoint
+    (``store``)."""
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
@@ -462,30 +571,50 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     bad = [t for t in thresholds if not 0 <= t <= 1]
     if bad:
         raise HetrlError(f"thresholds must be in [0, 1] (got {bad})")
+    if widths is not None and (not widths or any(int(w) != w or w < 0 for w in widths)):
+        raise HetrlError(f"branch widths must be hidden-unit counts >= 0 (got {list(widths)}); 0: linear heads")
     run = RunDir.open(run_dir)
     cfg = run.load_config()
     policy = load(run.path, checkpoint)
     network = policy.network
     if not isinstance(network, ExitQNetwork):
         raise HetrlError(f"{run.path} trained {cfg.algo}, whose network has no exits; sweep an exit-dqn run")
-    fitted = None
+    current = network.branch_widths[0]  # the checkpoint's branches (an earlier sweep may have chosen them)
+    trained = int(getattr(cfg.agent, "exit_hidden", current))  # the width the run trained with
+    if widths is None:  # the ladder from the run's own width; without the fit, the branches as they are
+        widths = candidate_widths(trained) if fit_updates else (current,)
+    widths = list(dict.fromkeys(int(w) for w in widths))
+    if not fit_updates and widths != [current]:
+        raise HetrlError(f"branches of {', '.join(str(w) for w in widths if w != current)} units need the fit "
+                         f"(the checkpoint's have {current}); give fit updates > 0, or sweep width {current} only")
+    data = None
     if fit_updates:
-        if progress:
-            progress(f"fitting the branches to the trained network ({fit_updates:,} updates)")
         teacher = Teacher(run.path, checkpoint, policy)  # the run's replay states (or, without one, its play)
         data = teacher.data(FIT_STATES, "auto", cfg.seed)
-        fitted = fit_branches(network, data, policy.algo.config, fit_updates, cfg.seed, progress)
     batch, backend = executor_batch(run)
-    points = sweep_policy(policy.algo, network, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
-                          backend, timing, timing_seconds, progress)
+    points: list[SweepPoint] = []
+    fits: list[BranchFit] = []
+    nets: dict[int, ExitQNetwork] = {}
+    whole: SweepPoint | None = None
+    for width in widths:
+        net = copy.deepcopy(network) if len(widths) > 1 else network
+        if data is not None:
+            if progress:
+                progress(f"fitting {width}-unit branches to the trained network ({fit_updates:,} updates)")
+            fits.append(fit_branches(net, data, policy.algo.config, fit_updates, cfg.seed, progress, width))
+        mine = sweep_policy(policy.algo, net, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
+                            backend, timing, timing_seconds, progress, baseline=whole)
+        whole = whole or mine[0]
+        points += mine
+        nets[width] = net
     best = choose(points, min_score_ratio)
+    chosen_width = best.branch_width if best.branch_width is not None else widths[0]
     result = SweepResult(str(run.path), str(policy.source), cfg.env, episodes, VALIDATION_SEED_OFFSET, batch, backend,
                          network.baseline_macs, network.exit_names(), min_score_ratio, best.threshold, points,
-                         fit=fitted)
+                         fits=fits, trained_width=trained, widths=widths, chosen_width=chosen_width)
     if store:
-        branches = ({k: v for k, v in network.state_dict().items() if k.startswith("branches.")} if fitted
-                    else None)
-        result.stored = store_threshold(Path(policy.source), best.threshold, branches) > 0
+        stored = nets[chosen_width] if data is not None else None  # as trained: the threshold alone
+        result.stored = store_threshold(Path(policy.source), best.threshold, stored) > 0
     folder = Path(out) if out is not None else run.path / "exits"
     write_json(folder / "sweep.json", asdict(result))
     write_text(folder / "sweep.md", markdown(result) + "\n")
@@ -494,20 +623,23 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
 
 
 def markdown(result: SweepResult) -> str:
-    """The trade-off as a markdown table (the chosen threshold marked)."""
+    """The trade-off as a markdown table (the chosen point marked)."""
     names = " | ".join(result.exit_names)
+    widths = ", ".join(str(w) for w in result.widths) or str(result.trained_width)
     lines = [
         (f"Exit thresholds of {result.checkpoint} on {result.episodes} validation episodes of {result.env} "
-         f"(seeds apart from the test episodes); baseline {result.baseline_macs:,} MACs per decision; "
+         f"(seeds apart from the test episodes); branches of {widths} hidden units (the run trained "
+         f"{result.trained_width}); baseline {result.baseline_macs:,} MACs per decision; "
          f"latency: Act/{result.backend} on the host, one thread, batch 1 and batch {result.batch}."),
         "",
-        (f"| threshold | return | score ratio | monotone fit | MACs/decision | ops ratio | {names} | us/decision b1 (p10-p90) | "
-         f"latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
-        "|" + "---|" * (10 + len(result.exit_names)),
+        (f"| branch units | threshold | return | score ratio | monotone fit | MACs/decision | ops ratio | {names} | "
+         f"us/decision b1 (p10-p90) | latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
+        "|" + "---|" * (11 + len(result.exit_names)),
     ]
-    fitted = monotone_scores(result.points)
+    fitted = monotone_by_width(result.points)
+    chosen = result.chosen_point
     for p in result.points:
-        mark = " **chosen**" if p.threshold == result.chosen else ""
+        mark = " **chosen**" if p is chosen else ""
         shares = " | ".join(f"{100 * f:.1f}%" for f in p.exit_fractions)
         if p.latency_b1_us is not None:
             lo, hi = p.latency_b1_spread_us or (p.latency_b1_us, p.latency_b1_us)
@@ -515,52 +647,62 @@ def markdown(result: SweepResult) -> str:
                       f"{p.latency_batch_us:.1f} | {p.latency_ratio_batch:.2f}")
         else:
             timing = "- | - | - | -"
-        lines.append(f"| {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | {p.score_ratio:.3f} | "
-                     f"{fitted[p.threshold]:.3f} | {p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | {timing} |")
-    if result.fit is not None:
-        lines += ["", result.fit.describe(result.exit_names[:-1]) + "."]
-    lines += ["", f"Chosen: threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
-                  f"{result.min_score_ratio:g} on the validation episodes, the ratios fit to fall with the threshold "
-                  "(isotonic regression)"
-                  + (f"; stored in {result.checkpoint}." if result.stored else " (not stored)."),
+        units = "- (whole network)" if p.branch_width is None else str(p.branch_width)
+        lines.append(f"| {units} | {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | {p.score_ratio:.3f} | "
+                     f"{fitted[(p.branch_width, p.threshold)]:.3f} | {p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | "
+                     f"{timing} |")
+    lines += [""] + [fit.describe(result.exit_names[:-1]) + "." for fit in result.fits]
+    where = f"; stored in {result.checkpoint}" if result.stored else " (not stored)"
+    units = f"{result.chosen_width}-unit branches, " if chosen.threshold < NEVER else ""
+    lines += ["", f"Chosen: {units}threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
+                  f"{result.min_score_ratio:g} on the validation episodes, the ratios of each width fit to fall with "
+                  f"the threshold (isotonic regression){where}.",
               "", f"To plan a run that acts with these exits at this distribution: {planning_settings(result)}"]
     return "\n".join(lines)
 
 
 def planning_settings(result: SweepResult) -> str:
     """The ``--set`` flags under which the profiler times Act at the chosen point's exit shares
-    (``exit_rates``), so a plan costs acting as the validation episodes measured it."""
-    point = result.point(result.chosen)
+    (``exit_rates``) and branch width, so a plan costs acting as the validation episodes measured it."""
+    point = result.chosen_point
     if point.threshold >= NEVER:
         return "--set act_with_exits=false (the chosen point is the whole network)"
     rates = ",".join(f"{f:.4g}" for f in point.exit_fractions)
-    return f"--set act_with_exits=true --set exit_threshold={point.threshold:g} --set exit_rates={rates}"
+    width = f" --set exit_hidden={result.chosen_width}" if result.chosen_width != result.trained_width else ""
+    return f"--set act_with_exits=true --set exit_threshold={point.threshold:g} --set exit_rates={rates}{width}"
 
 
 def plot(result: SweepResult, path: Path) -> None:
-    """Score ratio against operations ratio (and latency ratio), one point per threshold."""
+    """Score ratio against operations ratio (and latency ratio), one point per threshold, one line
+    per branch width (each from the whole network's point)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    ops = [p.ops_ratio for p in result.points]
-    score = [p.score_ratio for p in result.points]
-    ax.plot(ops, score, "o-", color="tab:blue", label="operations ratio")
-    if all(p.latency_ratio_b1 is not None for p in result.points):
-        ax.plot([p.latency_ratio_b1 for p in result.points], score, "s--", color="tab:orange", alpha=0.8,
-                label="latency ratio (batch 1)")
-    for p in result.points:
-        ax.annotate(f"{p.threshold:g}", (p.ops_ratio, p.score_ratio), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    chosen = result.point(result.chosen)
-    ax.plot([chosen.ops_ratio], [chosen.score_ratio], "*", color="tab:red", markersize=14, label=f"chosen ({result.chosen:g})")
+    whole = [p for p in result.points if p.threshold >= NEVER]
+    widths = list(dict.fromkeys(p.branch_width for p in result.points if p.threshold < NEVER)) or [None]
+    for k, width in enumerate(widths):
+        curve = whole + [p for p in result.points if p.threshold < NEVER and p.branch_width == width]
+        label = "operations ratio" + (f", {width}-unit branches" if width is not None else "")
+        color = plt.get_cmap("tab10")(k if k < 1 else k + 2)  # not orange or green (latency, chosen)
+        ax.plot([p.ops_ratio for p in curve], [p.score_ratio for p in curve], "o-", color=color, label=label)
+        if all(p.latency_ratio_b1 is not None for p in curve):
+            ax.plot([p.latency_ratio_b1 for p in curve], [p.score_ratio for p in curve], "s--", color=color, alpha=0.5,
+                    label=f"latency ratio (batch 1){f', {width} units' if width is not None else ''}")
+        for p in curve[len(whole):]:
+            ax.annotate(f"{p.threshold:g}", (p.ops_ratio, p.score_ratio), textcoords="offset points", xytext=(4, 4),
+                        fontsize=7)
+    chosen = result.chosen_point
+    label = f"chosen ({result.chosen:g}" + (f", {result.chosen_width} units)" if chosen.threshold < NEVER else ")")
+    ax.plot([chosen.ops_ratio], [chosen.score_ratio], "*", color="tab:red", markersize=14, label=label)
     ax.axhline(result.min_score_ratio, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("cost ratio to the full network (operations, latency)")
     ax.set_ylabel("score ratio (validation episodes)")
-    ax.set_title(f"exit thresholds: {result.env}")
+    ax.set_title(f"exit thresholds and branch widths: {result.env}")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
     write_file(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)

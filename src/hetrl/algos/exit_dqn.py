@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +57,7 @@ from hetrl.nets.exits import (
     NATURE_CONVS,
     NEVER,
     ExitQNetwork,
+    stored_branch_widths,
 )
 
 SCHEDULES = ("staged", "joint")
@@ -125,6 +127,17 @@ class ExitDQNLearner(DQNLearner):
         trunk = [p for name, p in self.q.named_parameters() if not name.startswith("branches.")]
         self._clip_groups = ([trunk, list(self.q.branches.parameters())] if self.cfg.exit_schedule == "staged"
                              else [list(self.q.parameters())])
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """DQN's, refusing branches of another width than this learner's: its optimizer and
+        gradient-clip groups hold the parameters it was built with (the acting copies too), so a
+        width ``hetrl exits sweep`` chose is resumed by building the run at that width (the
+        ValueError becomes the checkpoint-misfit error naming ``exit_hidden``)."""
+        stored = stored_branch_widths(state["q"], len(self.q.exits))
+        if stored != self.q.branch_widths:
+            raise ValueError(f"the checkpoint's branches have {stored} hidden units, this run's {self.q.branch_widths} "
+                             "(exit_hidden)")
+        super().load_state_dict(state)
 
     def branches_learn(self) -> bool:
         return self.cfg.exit_schedule == "joint" or self.updates >= self.cfg.exit_stage_start

@@ -56,6 +56,18 @@ MINATAR_CONVS = ((16, 3, 1),)
 NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 
+def stored_branch_widths(state: Mapping[str, object], n_branches: int) -> list[int | None]:
+    """Each branch's hidden units in an exit network's state dict (None: the branch is not in it)."""
+    widths: list[int | None] = []
+    for j in range(n_branches):
+        trunk = state.get(f"branches.{j}.trunk.0.weight")
+        if trunk is not None:
+            widths.append(int(trunk.shape[0]))  # type: ignore[attr-defined]
+        else:
+            widths.append(0 if f"branches.{j}.q.weight" in state else None)
+    return widths
+
+
 def threshold_logit(threshold: float) -> float:
     """The confidence logit a threshold on the sigmoid means (exits compare logits: one rule for
     the torch and numpy passes, and no sigmoid computed)."""
@@ -163,6 +175,32 @@ class ExitQNetwork(nn.Module):
 
     def exit_names(self) -> list[str]:
         return [("on the input" if e == INPUT else f"after block {e}") for e in self.exits] + ["final head"]
+
+    # --- the branches' width ------------------------------------------------------------------
+    @property
+    def branch_widths(self) -> list[int]:
+        """Each branch's hidden units (0: linear heads on the block's features)."""
+        return [branch.hidden for branch in self._branch_list]
+
+    def set_branch_width(self, hidden: int, j: int | None = None) -> None:
+        """Fresh branches (all, or branch ``j``) of ``hidden`` units, from torch's global generator,
+        on the device and dtype of the rest: the backbone and final head are untouched."""
+        if hidden < 0:
+            raise ValueError(f"a branch's hidden units must be >= 0 (got {hidden})")
+        like = self.head.weight
+        for k in range(len(self.exits)) if j is None else (j,):
+            old = self._branch_list[k]
+            self.branches[k] = Branch(old.in_features, self.n_actions, hidden).to(like.device, like.dtype)
+        self._branch_list = list(self.branches)
+
+    def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
+        """``nn.Module.load_state_dict``, the branches first made as wide as the state's: a branch's
+        width travels with its weights, because ``hetrl exits sweep`` may choose another width than
+        the run trained with (the backbone and final head must still match)."""
+        for j, width in enumerate(stored_branch_widths(state_dict, len(self.exits))):
+            if width is not None and width != self._branch_list[j].hidden:
+                self.set_branch_width(width, j)
+        return super().load_state_dict(state_dict, strict, assign)
 
     # --- torch passes -------------------------------------------------------------------------
     # Layers are called through torch.nn.functional on the modules' parameters: at batch 1 on the
