@@ -638,6 +638,33 @@ def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
         session.executor.close()
 
 
+@pytest.mark.parametrize("target", ["policy", "both"])
+def test_the_branch_fit_on_the_backbones_kept_outputs_is_the_fit_per_batch(monkeypatch, target):
+    """The fit keeps the frozen backbone's outputs on its states (computed once) where they fit in
+    memory; the branches it gives are those of computing them batch by batch."""
+    from hetrl import exits
+    from hetrl.cosearch.teacher import TeacherData
+
+    torch.manual_seed(1)
+    net = ExitQNetwork((4, 10, 10), 3, ((8, 3, 1),), (32,), exits=(-1, 0), branch_hidden=8)
+    n = 600
+    obs = torch.randint(0, 2, (n, 4, 10, 10), dtype=torch.uint8)
+    with torch.no_grad():
+        q = net.final(obs)
+    data = TeacherData(obs, torch.randint(0, 3, (n,)), torch.rand(n), obs.roll(1, 0), torch.full((n,), 0.99), q, "test")
+    cfg = exit_algo(exit_target=target).config
+    fitted = []
+    for budget in (exits.FIT_CACHE_BYTES, 0):  # kept, then per batch
+        monkeypatch.setattr(exits, "FIT_CACHE_BYTES", budget)
+        copy_ = ExitQNetwork((4, 10, 10), 3, ((8, 3, 1),), (32,), exits=(-1, 0), branch_hidden=8)
+        copy_.load_state_dict(net.state_dict())
+        exits.fit_branches(copy_, data, cfg, updates=60, seed=0)
+        fitted.append(copy_.state_dict())
+    assert exits._backbone_outputs(net, data, True) is None  # no budget: nothing kept
+    for name, value in fitted[0].items():
+        assert torch.allclose(value, fitted[1][name], atol=1e-5), name
+
+
 def test_the_branch_fit_teaches_a_fresh_branch_the_final_heads_actions():
     """fit_branches: from fresh branch weights, with the backbone and final head frozen, the branch
     comes to take the final head's action on most held-out states (a random network's branch agrees

@@ -61,6 +61,7 @@ FIT_BATCH = 128  # states per branch-fit update
 FIT_LR = 1e-3  # Adam's step in the branch fit (the run's lr, tuned for the moving DQN target, underfits it)
 FIT_STATES = 50_000  # replay transitions the branch fit draws from, at most
 FIT_HELD_OUT = 0.1  # of them, kept apart to measure each branch's agreement with the final head
+FIT_CACHE_BYTES = 1 << 30  # the backbone's outputs on the fit's states are kept (computed once) up to this size
 # the branch widths a sweep fits by default: the run's own, then narrower ones, each about this share
 # of the one before (16 units: 16, 12, 9)
 WIDTH_STEP = 0.75
@@ -376,14 +377,23 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     optimizer = torch.optim.Adam(params, lr=FIT_LR)
     batch_size = FIT_BATCH
     needs_td = config.exit_target in ("td", "both")
+    cache = _backbone_outputs(network, train, needs_td)
     for step in range(updates):
-        batch = train.take(torch.randint(len(train), (batch_size,), generator=generator))
-        final, branch_q, branch_logits = network.heads(batch["obs"], detach=True)
-        final = final.detach()
-        target = final.new_zeros(batch_size)
-        if needs_td:
-            with torch.no_grad():
-                target = batch["rewards"] + batch["discounts"] * network.final(batch["next_obs"]).max(dim=1).values
+        rows = torch.randint(len(train), (batch_size,), generator=generator)
+        batch = train.take(rows)
+        if cache is not None:  # the frozen backbone's outputs, computed once
+            final_all, inputs, targets = cache
+            final = final_all[rows]
+            heads = [network.branch_heads(j, x[rows]) for j, x in enumerate(inputs)]
+            branch_q, branch_logits = [q for q, _ in heads], [logit for _, logit in heads]
+            target = targets[rows] if targets is not None else final.new_zeros(batch_size)
+        else:
+            final, branch_q, branch_logits = network.heads(batch["obs"], detach=True)
+            final = final.detach()
+            target = final.new_zeros(batch_size)
+            if needs_td:
+                with torch.no_grad():
+                    target = batch["rewards"] + batch["discounts"] * network.final(batch["next_obs"]).max(dim=1).values
         loss = branch_loss(final, branch_q, branch_logits, batch["actions"].unsqueeze(1), target,
                            torch.ones(batch_size), config.exit_target, config.exit_distill_temperature)
         optimizer.zero_grad(set_to_none=True)
@@ -397,6 +407,27 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
         p.requires_grad_(False)
     return BranchFit(updates, len(data), data.source, before, branch_agreement(network, held.obs),
                      network.branch_widths)
+
+
+@torch.no_grad()
+def _backbone_outputs(network: ExitQNetwork, data: Any, needs_td: bool,
+                      chunk: int = 4096) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor | None] | None:
+    """The frozen backbone's outputs on every state of ``data``: the final Q-values, each branch's
+    input and (``needs_td``) the TD targets; None where they would pass ``FIT_CACHE_BYTES`` (the
+    Nature CNN's early feature maps on 45,000 states), and the fit computes them per batch."""
+    widths = [network.input_width if e < 0 else network.widths[e] for e in network.exits]
+    if 4 * len(data) * (sum(widths) + network.n_actions + 1) > FIT_CACHE_BYTES:
+        return None
+    finals, inputs, targets = [], [[] for _ in widths], []
+    for i in range(0, len(data), chunk):
+        final, xs = network.branch_inputs(data.obs[i:i + chunk])
+        finals.append(final)
+        for store, x in zip(inputs, xs):
+            store.append(x)
+        if needs_td:
+            targets.append(data.rewards[i:i + chunk] + data.discounts[i:i + chunk]
+                           * network.final(data.next_obs[i:i + chunk]).max(dim=1).values)
+    return torch.cat(finals), [torch.cat(x) for x in inputs], torch.cat(targets) if needs_td else None
 
 
 def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int, episodes: int,

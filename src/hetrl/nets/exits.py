@@ -249,11 +249,30 @@ class ExitQNetwork(nn.Module):
                 x = self._block(k, x)
             j = self._branch_at.get(k)
             if j is not None:
-                branch = self.branches[j]
-                f = self._branch_features(j, x.detach() if detach else x)
-                branch_q.append(self._linear(branch.q, f))
-                branch_logits.append(self._linear(branch.confidence, f).squeeze(1))
+                q, logit = self.branch_heads(j, x.detach() if detach else x)
+                branch_q.append(q)
+                branch_logits.append(logit)
         return self._linear(self.head, x), branch_q, branch_logits
+
+    def branch_heads(self, j: int, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Branch ``j``'s Q-values (B, A) and confidence logits (B,) on its input ``x`` (the output of
+        the block it follows, as :meth:`branch_inputs` gives it)."""
+        branch = self._branch_list[j]
+        f = self._branch_features(j, x)
+        return self._linear(branch.q, f), self._linear(branch.confidence, f).squeeze(1)
+
+    @torch.no_grad()
+    def branch_inputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The final Q-values (B, A) and each branch's input, flattened (B, features): what the
+        backbone gives the branches, which does not change while only the branches learn."""
+        x = self._input(obs)
+        inputs: list[torch.Tensor] = []
+        for k in range(INPUT, len(self.blocks)):
+            if k != INPUT:
+                x = self._block(k, x)
+            if k in self._branch_at:
+                inputs.append(x.flatten(1))
+        return self._linear(self.head, x), inputs
 
     @torch.no_grad()
     def calibrate_exits(self, obs: torch.Tensor | np.ndarray, rates: Sequence[float]) -> list[int]:
