@@ -17,14 +17,18 @@
 - :func:`sweep` (``hetrl exits sweep RUN_DIR``): the trade-off of every threshold on *validation*
   episodes, seeded apart from training's envs and from the test episodes ``hetrl eval`` plays
   (``VALIDATION_SEED_OFFSET`` against ``EVAL_SEED_OFFSET``), so the threshold is chosen without
-  looking at the episodes it is reported on. Each threshold plays the same validation episodes
-  (the same seeds); its score ratio is its mean return over the full network's (threshold 1: no
-  exit) on them. The choice: the fewest operations among the thresholds whose score ratio is at
-  least ``min_score_ratio`` once the ratios are fit to fall with the threshold
-  (:func:`monotone_scores`, isotonic regression: one noisy validation score does not decide).
+  looking at the episodes it is reported on. Branches of several widths are fit and swept
+  (:func:`candidate_widths`: the run's and narrower ones), since how narrow a branch can be and
+  still hold the score differs by game. Each (width, threshold) plays the same validation
+  episodes (the same seeds); its score ratio is its mean return over the full network's
+  (threshold 1: no exit) on them. The choice: the fewest operations among the pairs whose score
+  ratio is at least ``min_score_ratio`` once each width's ratios are fit to fall with the
+  threshold (:func:`monotone_by_width`, isotonic regression: one noisy validation score does not
+  decide).
   It writes ``exits/sweep.md`` (the table), ``exits/sweep.json`` and ``exits/sweep.png`` in the
-  run directory, and stores the chosen threshold in the swept checkpoint
-  (the network's ``exit_threshold`` buffer), where ``hetrl eval`` and ``hetrl.load`` find it.
+  run directory, and stores the chosen threshold in the swept checkpoint (the network's
+  ``exit_threshold`` buffer) with the branches of the chosen width (:func:`store_threshold`),
+  where ``hetrl eval`` and ``hetrl.load`` find them.
 """
 
 from __future__ import annotations
