@@ -170,14 +170,14 @@ def time_decisions(policies: Mapping[str, Any], obs: np.ndarray, batch: int, sec
     """Seconds per decision (median, 10th and 90th percentiles over ``blocks`` timed blocks) of each
     Act's ``forward`` at ``batch``, cycling through ``obs``, with one torch thread. The policies' blocks
     alternate, so a change in the machine's load (a shared host) falls on all of them alike."""
+    from hetrl.profile import torch_threads
+
     if len(obs) == 0:
         raise HetrlError("no observations to time decisions on")
     reps = max(1, -(-batch // len(obs)))
     pool = np.concatenate([obs] * reps) if reps > 1 else obs
     batches = [pool[i:i + batch] for i in range(0, len(pool) - batch + 1, batch)]
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         inner = {}
         for name, policy in policies.items():
             for k in range(3):
@@ -193,8 +193,6 @@ def time_decisions(policies: Mapping[str, Any], obs: np.ndarray, batch: int, sec
                 for k in range(n):
                     forward(batches[k % len(batches)])
                 times[name].append((time.perf_counter() - start) / n / batch)
-    finally:
-        torch.set_num_threads(previous)
     out = {}
     for name, t in times.items():
         p10, median, p90 = np.percentile(t, [10, 50, 90])
@@ -359,6 +357,7 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     which no further descent revives. ``width``: the fresh branches have that many hidden units
     (default: as many as the trained ones; the same width gives the same fresh weights either way)."""
     from hetrl.algos.exit_dqn import branch_loss
+    from hetrl.profile import torch_threads
 
     if updates < 0:
         raise HetrlError(f"branch-fit updates must be >= 0 (got {updates})")
@@ -382,29 +381,32 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     batch_size = FIT_BATCH
     needs_td = config.exit_target in ("td", "both")
     cache = _backbone_outputs(network, train, needs_td)
-    for step in range(updates):
-        rows = torch.randint(len(train), (batch_size,), generator=generator)
-        batch = train.take(rows)
-        if cache is not None:  # the frozen backbone's outputs, computed once
-            final_all, inputs, targets = cache
-            final = final_all[rows]
-            heads = [network.branch_heads(j, x[rows]) for j, x in enumerate(inputs)]
-            branch_q, branch_logits = [q for q, _ in heads], [logit for _, logit in heads]
-            target = targets[rows] if targets is not None else final.new_zeros(batch_size)
-        else:
-            final, branch_q, branch_logits = network.heads(batch["obs"], detach=True)
-            final = final.detach()
-            target = final.new_zeros(batch_size)
-            if needs_td:
-                with torch.no_grad():
-                    target = batch["rewards"] + batch["discounts"] * network.final(batch["next_obs"]).max(dim=1).values
-        loss = branch_loss(final, branch_q, branch_logits, batch["actions"].unsqueeze(1), target,
-                           torch.ones(batch_size), config.exit_target, config.exit_distill_temperature)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        if progress and (step + 1) % 5000 == 0:
-            progress(f"{step + 1:,} of {updates:,} updates")
+    # on kept outputs, one thread: the branches' matrices are small, and a pool of threads spinning
+    # beside other work on a shared host made the fit over ten times slower (docs/results.md)
+    with torch_threads(1 if cache is not None else None):
+        for step in range(updates):
+            rows = torch.randint(len(train), (batch_size,), generator=generator)
+            batch = train.take(rows)
+            if cache is not None:  # the frozen backbone's outputs, computed once
+                final_all, inputs, targets = cache
+                final = final_all[rows]
+                heads = [network.branch_heads(j, x[rows]) for j, x in enumerate(inputs)]
+                branch_q, branch_logits = [q for q, _ in heads], [logit for _, logit in heads]
+                target = targets[rows] if targets is not None else final.new_zeros(batch_size)
+            else:
+                final, branch_q, branch_logits = network.heads(batch["obs"], detach=True)
+                final = final.detach()
+                target = final.new_zeros(batch_size)
+                if needs_td:
+                    with torch.no_grad():
+                        target = batch["rewards"] + batch["discounts"] * network.final(batch["next_obs"]).max(dim=1).values
+            loss = branch_loss(final, branch_q, branch_logits, batch["actions"].unsqueeze(1), target,
+                               torch.ones(batch_size), config.exit_target, config.exit_distill_temperature)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if progress and (step + 1) % 5000 == 0:
+                progress(f"{step + 1:,} of {updates:,} updates")
     for p in network.parameters():
         p.grad = None
     for p in frozen + (params if frozen else []):  # fresh branches of a frozen network are frozen too
