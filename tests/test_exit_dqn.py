@@ -614,6 +614,9 @@ def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
     for name, value in net.state_dict().items():
         if name != "exit_threshold":
             assert torch.equal(loaded.state_dict()[name], value), name
+    result = hetrl.evaluate(run_dir, 2, checkpoint=copy)  # evaluation plays the stored branches
+    assert result.exits is not None and result.exits.threshold == pytest.approx(0.4)
+    assert result.exits.macs_mean == pytest.approx(loaded.mean_macs(result.exits.counts))
     run = RunDir.open(run_dir)
     cfg = run.load_config()
     cfg.plan = "rule"

@@ -22,7 +22,7 @@ from hetrl.errors import HetrlError, check_int, check_path, check_seed
 from hetrl.evaluation import evaluate_policy, record_video
 from hetrl.importable import name_of
 from hetrl.run.callbacks import Callback, Callbacks
-from hetrl.exits import ExitCounter, ExitStats
+from hetrl.exits import ExitCounter, ExitStats, adopt_stored_width
 from hetrl.nets.exits import ExitQNetwork
 from hetrl.policy import load_policy_network
 from hetrl.run.rundir import RunDir
@@ -202,6 +202,7 @@ def evaluate(run_dir: str | Path, episodes: int = 20, *, checkpoint: str | Path 
     else:
         cfg.device, cfg.plan = "cpu", "rule"  # evaluation acts on the host whatever device trained the run
         cfg.wandb_project = None  # and logs no metrics (nor needs the wandb extra)
+        adopt_stored_width(cfg, state)  # an exit-dqn checkpoint's branches as `hetrl exits sweep` stored them
         session = Session.open(run, cfg, keep_plan=False)
         try:
             session.restore(path, replay=False, env_state="never")

@@ -586,6 +586,17 @@ def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None =
     return found
 
 
+def adopt_stored_width(config: Any, state: Mapping[str, Any]) -> None:
+    """Set ``config``'s ``exit_hidden`` (an exit-dqn run's, in place) to the branch width a swept
+    checkpoint ``state`` records (:func:`store_threshold`), so that the networks built from it take
+    the checkpoint's state: evaluation plays the branches the sweep stored. A resume does not: it
+    goes on training the run as config.json describes it."""
+    saved = state.get("config")
+    agent = saved.get("agent") if isinstance(saved, dict) else None
+    if isinstance(agent, dict) and "exit_hidden" in agent and hasattr(config.agent, "exit_hidden"):
+        config.agent.exit_hidden = int(agent["exit_hidden"])
+
+
 def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: int = 20,
           thresholds: Sequence[float] = THRESHOLDS, min_score_ratio: float = MIN_SCORE_RATIO,
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
