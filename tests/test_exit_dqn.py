@@ -587,6 +587,29 @@ def test_choose_takes_the_cheapest_width_and_threshold_at_the_score():
     assert choose([whole, *wide, *narrow], 0.999) is whole
 
 
+def test_the_choice_keeps_a_margin_of_standard_errors():
+    """A point whose validation ratio clears the bound by less than ``margin`` standard errors is
+    passed over for a dearer one that clears it by more; without a margin it is taken."""
+    from hetrl.exits import score_ratio_se
+
+    base = np.array([4.0, 6.0, 5.0, 7.0, 3.0])
+    assert score_ratio_se(base, base) == 0.0
+    noisy = base + np.array([1.0, -2.0, 0.5, -1.5, 1.5])  # mean difference -0.1
+    diff = noisy - base
+    assert score_ratio_se(noisy, base) == pytest.approx(diff.std(ddof=1) / math.sqrt(5) / 5.0)
+    assert score_ratio_se(noisy[:1], base[:1]) == 0.0 and score_ratio_se(noisy, np.zeros(5)) == 0.0
+
+    def point(threshold, score, ops, width, se):
+        return SweepPoint(threshold, 0.0, 0.0, score, 0.0, ops, [], branch_width=width, score_ratio_se=se)
+
+    whole = SweepPoint(1.0, 0.0, 0.0, 1.0, 0.0, 1.0, [])
+    edge = point(0.0, 0.93, 0.27, 9, 0.05)  # clears 0.9 by 0.6 standard errors
+    safe = point(0.0, 1.02, 0.32, 16, 0.05)
+    assert choose([whole, safe, edge], 0.9, margin=0.0) is edge
+    assert choose([whole, safe, edge], 0.9, margin=1.0) is safe
+    assert choose([whole, safe, edge], 0.9, margin=3.0) is whole
+
+
 def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
     """store_threshold with 5-unit branches on a checkpoint trained with 16: every exit network
     state holds them (the policy loads them, the learner's Adam moments of the branches start
@@ -700,6 +723,7 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
                  "--fit-updates", "300"]) == 0
     text = capsys.readouterr().out
     assert "| branch units | threshold |" in text and "Chosen: " in text and "branches fit to the trained network" in text
+    assert "with 1 standard error to spare" in text
     policy = hetrl.load(run_dir)
     fitted = policy.network.state_dict()  # the fitted branches are stored with the threshold
     assert torch.equal(fitted["head.weight"], before["head.weight"])
@@ -710,6 +734,7 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
     assert all(f["updates"] == 300 and len(f["agreement_after"]) == 1 for f in data["fits"])
     assert [(p["threshold"], p["branch_width"]) for p in data["points"]] == [
         (1.0, None), (0.9, 16), (0.0, 16), (0.9, 12), (0.0, 12), (0.9, 9), (0.0, 9)]
+    assert all(len(p["returns"]) == 2 and p["score_ratio_se"] >= 0 for p in data["points"])  # each validation episode's
     zeros = [p for p in data["points"] if p["threshold"] == 0.0]  # threshold 0: every decision leaves at the branch
     assert all(z["exit_fractions"] == [1.0, 0.0] and z["ops_ratio"] < 0.5 for z in zeros)
     assert zeros[0]["ops_ratio"] > zeros[1]["ops_ratio"] > zeros[2]["ops_ratio"]  # a narrower branch, fewer MACs

@@ -371,6 +371,9 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
                                     "two narrower, each about 3/4 of the one before: 16,12,9 for 16)")
     s.add_argument("--min-score-ratio", type=float, default=0.9,
                    help="the least score ratio to the whole network the chosen threshold keeps (default 0.9)")
+    s.add_argument("--margin", type=float, default=1.0,
+                   help="standard errors of its validation score ratio (episodes paired with the whole network's) "
+                        "by which the chosen point clears --min-score-ratio (default 1; 0: the ratio alone)")
     s.add_argument("--out", help="where to write the table and plot (default RUN_DIR/exits)")
     s.add_argument("--no-store", action="store_true", help="report only; leave the checkpoint's threshold as it is")
     s.add_argument("--no-timing", action="store_true", help="skip the latency measurements")
@@ -398,7 +401,8 @@ def _exits_sweep(args: argparse.Namespace) -> int:
     result = sweep(args.run_dir, args.checkpoint, args.episodes, thresholds, args.min_score_ratio, args.out,
                    store=not args.no_store, timing=not args.no_timing,
                    progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
-                   fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates, widths=widths)
+                   fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates, widths=widths,
+                   margin=args.margin)
     print(markdown(result))
     return 0
 

@@ -59,6 +59,10 @@ VALIDATION_SEED_OFFSET = 2_000_029  # validation episodes: apart from training's
 # validation score may hold at thresholds below one half
 THRESHOLDS = (NEVER, 0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0)
 MIN_SCORE_RATIO = 0.9
+# standard errors of its validation score ratio by which the chosen point clears MIN_SCORE_RATIO:
+# the choice takes the cheapest of some 40 noisy points, and on the edge one lucky validation score
+# would decide (docs/results.md, "Choosing the branch width")
+SCORE_MARGIN = 1.0
 KEPT_OBSERVATIONS = 512  # observations kept per threshold (a uniform sample) to time decisions on
 FIT_UPDATES = 20_000  # branch-fit updates before a sweep
 FIT_BATCH = 128  # states per branch-fit update
@@ -200,6 +204,16 @@ def time_decisions(policies: Mapping[str, Any], obs: np.ndarray, batch: int, sec
     return out
 
 
+def score_ratio_se(returns: np.ndarray, baseline: np.ndarray) -> float:
+    """The standard error of :func:`score_ratio` of ``returns`` over ``baseline``, episodes paired
+    (the same seeds): of their mean difference, over the baseline's mean; 0 where undefined (fewer
+    than two episodes, or a baseline mean of 0)."""
+    returns, baseline = np.asarray(returns, dtype=np.float64), np.asarray(baseline, dtype=np.float64)
+    if len(returns) < 2 or len(returns) != len(baseline) or baseline.mean() == 0:
+        return 0.0
+    return float((returns - baseline).std(ddof=1) / math.sqrt(len(returns)) / abs(baseline.mean()))
+
+
 def score_ratio(mean: float, baseline: float) -> float:
     """``mean`` over ``baseline`` for a positive baseline; 1 + (mean - baseline) / |baseline| in
     general (the same for a positive one, and a fall below a negative baseline counts as below 1);
@@ -224,6 +238,8 @@ class SweepPoint:
     latency_ratio_b1: float | None = None  # over the full network's
     latency_ratio_batch: float | None = None
     branch_width: int | None = None  # the branches' hidden units; None: the whole network (threshold 1), no branch
+    score_ratio_se: float = 0.0  # standard error of score_ratio over the validation episodes (paired with the baseline's)
+    returns: list[float] = field(default_factory=list)  # each validation episode's return
 
 
 @dataclass
@@ -267,6 +283,7 @@ class SweepResult:
     trained_width: int = 0  # the run's branches as it trained them (its exit_hidden)
     widths: list[int] = field(default_factory=list)  # the branch widths swept
     chosen_width: int = 0  # the branch width stored with the chosen threshold
+    margin: float = 0.0  # standard errors the chosen point's score ratio had to clear min_score_ratio by
 
     def point(self, threshold: float, width: int | None = None) -> SweepPoint:
         """The point of ``threshold`` (and branch ``width``; the whole network's point has none)."""
@@ -323,14 +340,17 @@ def monotone_by_width(points: Sequence[SweepPoint]) -> dict[tuple[int | None, fl
     return fitted
 
 
-def choose(points: Sequence[SweepPoint], min_score_ratio: float) -> SweepPoint:
+def choose(points: Sequence[SweepPoint], min_score_ratio: float, margin: float = 0.0) -> SweepPoint:
     """The fewest operations among the points whose score ratio, fit monotone in the threshold
-    for each branch width (:func:`monotone_by_width`), is at least ``min_score_ratio`` (ties: the
-    higher threshold, then the wider branch); the full network's point always qualifies (its ratio
-    is 1). On raw ratios one lucky validation score at a low threshold would be chosen although its
-    neighbours, with nearly the same exits, fall short."""
+    for each branch width (:func:`monotone_by_width`), is at least ``min_score_ratio`` with
+    ``margin`` of its standard errors to spare (ties: the higher threshold, then the wider branch);
+    the full network's point always qualifies (its ratio is 1). On raw ratios one lucky validation
+    score at a low threshold would be chosen although its neighbours, with nearly the same exits,
+    fall short; without a margin, the cheapest of many points that pass on the edge is likely one
+    whose validation episodes went well, and falls short on others."""
     fitted = monotone_by_width(points)
-    ok = [p for p in points if p.threshold >= NEVER or fitted[(p.branch_width, p.threshold)] >= min_score_ratio]
+    ok = [p for p in points if p.threshold >= NEVER
+          or fitted[(p.branch_width, p.threshold)] - margin * p.score_ratio_se >= min_score_ratio]
     return min(ok, key=lambda p: (p.ops_ratio, -p.threshold, -(p.branch_width or 0)))
 
 
@@ -446,9 +466,10 @@ def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int,
     values = sorted({float(t) for t in thresholds} | {NEVER}, reverse=True)
     points: list[SweepPoint] = []
     base_return = base_b1 = base_batch = None
+    base_returns = np.zeros(0)
     if baseline is not None:
         values = [t for t in values if t < NEVER]
-        base_return = baseline.return_mean
+        base_return, base_returns = baseline.return_mean, np.asarray(baseline.returns)
         if baseline.latency_b1_us is not None and baseline.latency_batch_us is not None:
             base_b1, base_batch = 1e-6 * baseline.latency_b1_us, 1e-6 * baseline.latency_batch_us
     width = network.branch_widths[0]
@@ -461,9 +482,10 @@ def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int,
         stats = counter.stats()
         mean = float(returns.mean())
         if base_return is None:
-            base_return = mean
+            base_return, base_returns = mean, returns
         point = SweepPoint(threshold, mean, float(returns.std()), score_ratio(mean, base_return), stats.macs_mean,
-                           stats.ops_ratio, stats.fractions, branch_width=width if threshold < NEVER else None)
+                           stats.ops_ratio, stats.fractions, branch_width=width if threshold < NEVER else None,
+                           score_ratio_se=score_ratio_se(returns, base_returns), returns=returns.tolist())
         if timing:
             obs = counter.observations()
             b1, p10, p90 = decision_latency(algo, network, threshold, obs, 1, backend, timing_seconds)
@@ -601,13 +623,14 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
           thresholds: Sequence[float] = THRESHOLDS, min_score_ratio: float = MIN_SCORE_RATIO,
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
           progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES,
-          widths: Sequence[int] | None = None) -> SweepResult:
+          widths: Sequence[int] | None = None, margin: float = SCORE_MARGIN) -> SweepResult:
     """``hetrl exits sweep``: for each branch width (``widths``; default :func:`candidate_widths`
     of the trained one), the branches fit to the trained network (``fit_updates``; 0: as trained,
     at the trained width only), then the trade-off of every threshold on the validation episodes;
     the choice over every (width, threshold) pair (:func:`choose`), written as a table and a PNG,
     and the chosen threshold, with the branches of the chosen width, stored in the checkpoint
-    (``store``)."""
+    (``store``). ``margin``: standard errors of its validation score ratio by which the chosen
+    point clears ``min_score_ratio``."""
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
@@ -619,6 +642,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     bad = [t for t in thresholds if not 0 <= t <= 1]
     if bad:
         raise HetrlError(f"thresholds must be in [0, 1] (got {bad})")
+    if not margin >= 0:
+        raise HetrlError(f"the margin is a count of standard errors >= 0 (got {margin}); 0: the score ratio alone")
     if widths is not None and (not widths or any(int(w) != w or w < 0 for w in widths)):
         raise HetrlError(f"branch widths must be hidden-unit counts >= 0 (got {list(widths)}); 0: linear heads")
     run = RunDir.open(run_dir)
@@ -655,11 +680,11 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
         whole = whole or mine[0]
         points += mine
         nets[width] = net
-    best = choose(points, min_score_ratio)
+    best = choose(points, min_score_ratio, margin)
     chosen_width = best.branch_width if best.branch_width is not None else widths[0]
     result = SweepResult(str(run.path), str(policy.source), cfg.env, episodes, VALIDATION_SEED_OFFSET, batch, backend,
                          network.baseline_macs, network.exit_names(), min_score_ratio, best.threshold, points,
-                         fits=fits, trained_width=trained, widths=widths, chosen_width=chosen_width)
+                         fits=fits, trained_width=trained, widths=widths, chosen_width=chosen_width, margin=margin)
     if store:
         stored = nets[chosen_width] if data is not None else None  # as trained: the threshold alone
         result.stored = store_threshold(Path(policy.source), best.threshold, stored) > 0
@@ -680,7 +705,7 @@ def markdown(result: SweepResult) -> str:
          f"{result.trained_width}); baseline {result.baseline_macs:,} MACs per decision; "
          f"latency: Act/{result.backend} on the host, one thread, batch 1 and batch {result.batch}."),
         "",
-        (f"| branch units | threshold | return | score ratio | monotone fit | MACs/decision | ops ratio | {names} | "
+        (f"| branch units | threshold | return | score ratio ± s.e. | monotone fit | MACs/decision | ops ratio | {names} | "
          f"us/decision b1 (p10-p90) | latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
         "|" + "---|" * (11 + len(result.exit_names)),
     ]
@@ -696,15 +721,17 @@ def markdown(result: SweepResult) -> str:
         else:
             timing = "- | - | - | -"
         units = "- (whole network)" if p.branch_width is None else str(p.branch_width)
-        lines.append(f"| {units} | {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | {p.score_ratio:.3f} | "
+        lines.append(f"| {units} | {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | "
+                     f"{p.score_ratio:.3f} ± {p.score_ratio_se:.3f} | "
                      f"{fitted[(p.branch_width, p.threshold)]:.3f} | {p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | "
                      f"{timing} |")
     lines += [""] + [fit.describe(result.exit_names[:-1]) + "." for fit in result.fits]
     where = f"; stored in {result.checkpoint}" if result.stored else " (not stored)"
     units = f"{result.chosen_width}-unit branches, " if chosen.threshold < NEVER else ""
+    spare = f" with {result.margin:g} standard error{'s' if result.margin != 1 else ''} to spare" if result.margin else ""
     lines += ["", f"Chosen: {units}threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
-                  f"{result.min_score_ratio:g} on the validation episodes, the ratios of each width fit to fall with "
-                  f"the threshold (isotonic regression){where}.",
+                  f"{result.min_score_ratio:g}{spare} on the validation episodes, the ratios of each width fit to fall "
+                  f"with the threshold (isotonic regression){where}.",
               "", f"To plan a run that acts with these exits at this distribution: {planning_settings(result)}"]
     return "\n".join(lines)
 
