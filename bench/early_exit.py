@@ -67,14 +67,15 @@ def train(algo: str, env: str, seed: int, steps: int, run_dir: Path, threads: in
 
 
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
-            min_score_ratio: float, widths: list[int] | None = None) -> dict[str, Any]:
+            min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0) -> dict[str, Any]:
     """Sweep the exit run on validation episodes, then play both final policies on the test episodes."""
     import hetrl
     from hetrl.evaluation import evaluate_policy
     from hetrl.exits import ExitCounter, score_ratio, sweep
     from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
-    result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False, widths=widths)
+    result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False, widths=widths,
+                   margin=margin)
     base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
     exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
     stats = exit_eval.exits
@@ -151,7 +152,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "",
         f"{datetime.date.today()}, {platform.processor() or platform.machine()}, torch threads {args.threads}; "
         f"{args.steps:,} env steps per run, seeds {', '.join(str(s) for s in range(args.seeds))}; "
-        f"threshold chosen on {args.validation_episodes} validation episodes at score ratio >= {args.min_score_ratio}; "
+        f"branch width and threshold chosen on {args.validation_episodes} validation episodes at score ratio >= "
+        f"{args.min_score_ratio} with {args.margin:g} standard error{'s' if args.margin != 1 else ''} to spare; "
         f"{args.test_episodes} test episodes; final checkpoints. Settings: the tuned MinAtar row"
         + (f", then {', '.join(args.settings)}" if args.settings else "") + ".",
         "",
@@ -199,6 +201,8 @@ def main() -> int:
     p.add_argument("--validation-episodes", type=int, default=20)
     p.add_argument("--test-episodes", type=int, default=20)
     p.add_argument("--min-score-ratio", type=float, default=0.9)
+    p.add_argument("--margin", type=float, default=1.0,
+                   help="standard errors by which the chosen point's validation score ratio clears --min-score-ratio")
     p.add_argument("--widths", type=int, nargs="+",
                    help="branch widths the sweep fits and chooses from (default: the run's and two narrower)")
     p.add_argument("--jobs", type=int, default=1, help="(game, seed) pairs trained side by side (each --threads threads)")
@@ -231,7 +235,7 @@ def main() -> int:
             trained = list(pool.map(train_pair, runs))
         for env, seed, base_dir, exit_dir in trained:
             rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
-                                args.min_score_ratio, args.widths))
+                                args.min_score_ratio, args.widths, args.margin))
             if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
                 Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = report(rows, args)

@@ -1,0 +1,40 @@
+"""bench/early_exit.py's report: the per-game summary against the aims, and each run's row."""
+
+import argparse
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import early_exit  # noqa: E402  (bench/ is not a package)
+
+
+def row(seed: int, ops: float, score: float, width: int) -> dict:
+    return {
+        "env": "MinAtar/Breakout-v1", "seed": seed, "threshold": 0.2, "branch_width": width,
+        "base_return": 5.0, "exit_return": 5.0 * score, "score_ratio": score, "macs_exit": ops * 168_320,
+        "macs_base": 168_320, "ops_ratio": ops, "exit_fractions": [1.0, 0.0], "exit_names": ["after block 0", "final head"],
+        "fit_agreement": [[0.6], [0.9]], "latency_backend": "numba", "latency_b1_us_exit": 9.0, "latency_b1_us_base": 20.0,
+        "latency_b1_spread_exit": [8.0, 10.0], "latency_b1_spread_base": [18.0, 22.0], "latency_ratio_b1": 0.45,
+        "latency_b1_us_whole": 21.0, "latency_ratio_b1_own": 0.43, "latency_b1_us_exit_torch": 200.0,
+        "latency_b1_us_base_torch": 190.0, "latency_ratio_b1_torch": 1.05,
+    }
+
+
+def args(**kw) -> argparse.Namespace:
+    base = dict(threads=1, steps=50_000, seeds=2, validation_episodes=100, min_score_ratio=0.9, margin=1.0,
+                test_episodes=100, settings=[])
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_the_report_gives_each_game_against_the_aims_and_each_runs_branch_width():
+    text = early_exit.report([row(0, 0.274, 0.96, 9), row(1, 0.317, 0.93, 16)], args())
+    summary = next(line for line in text.splitlines() if line.startswith("| MinAtar/Breakout-v1 | 2 |"))
+    assert "0.295 [0.274-0.317]" in summary and "met / met / met" in summary
+    assert "0.2 (9), 0.2 (16)" in summary  # each seed's threshold and branch width
+    assert "at score ratio >= 0.9 with 1 standard error to spare" in text
+    runs = [line for line in text.splitlines() if line.startswith("| MinAtar/Breakout-v1 | 0 |")]
+    assert runs and "| 9 |" in runs[0]
+    failing = early_exit.report([row(0, 0.274, 0.87, 9), row(1, 0.38, 0.95, 16)], args())
+    assert "not met / not met / met" in failing
