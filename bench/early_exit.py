@@ -67,15 +67,23 @@ def train(algo: str, env: str, seed: int, steps: int, run_dir: Path, threads: in
 
 
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
-            min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0) -> dict[str, Any]:
-    """Sweep the exit run on validation episodes, then play both final policies on the test episodes."""
+            min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0,
+            swept: bool = False) -> dict[str, Any]:
+    """Sweep the exit run on validation episodes (``swept``: take the sweep it has), then play both
+    final policies on the test episodes."""
     import hetrl
     from hetrl.evaluation import evaluate_policy
-    from hetrl.exits import ExitCounter, score_ratio, sweep
+    from hetrl.exits import ExitCounter, SweepResult, score_ratio, sweep
     from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
-    result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False, widths=widths,
-                   margin=margin)
+    if swept:
+        result = SweepResult.load(exit_dir / "exits" / "sweep.json")
+        final = max((exit_dir / "checkpoints").glob("step_*.pt"))
+        if Path(result.checkpoint).resolve() != final.resolve() or not result.stored:
+            raise RuntimeError(f"{exit_dir}: its sweep stored nothing in the final checkpoint {final.name}; run without --swept")
+    else:
+        result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False,
+                       widths=widths, margin=margin)
     base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
     exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
     stats = exit_eval.exits
@@ -91,6 +99,8 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
     return {
         "env": env, "seed": seed, "threshold": result.chosen, "branch_width": result.chosen_width,
+        "choice": {"validation_episodes": result.episodes, "min_score_ratio": result.min_score_ratio,
+                   "margin": result.margin, "widths": result.widths},
         "validation": {f"{p.branch_width or 'whole'}:{p.threshold:g}": {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio}
                        for p in result.points},
         "base_return": base.mean, "exit_return": exit_eval.mean,
@@ -146,14 +156,24 @@ def spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
 
 
+def how_chosen(rows: list[dict[str, Any]]) -> str:
+    """How the runs' sweeps chose (the same for all, or each run's own)."""
+    def one(c: dict[str, Any]) -> str:
+        spare = c["margin"]
+        return (f"branch width (of {', '.join(str(w) for w in c['widths'])} units) and threshold chosen on "
+                f"{c['validation_episodes']} validation episodes at score ratio >= {c['min_score_ratio']:g} with "
+                f"{spare:g} standard error{'s' if spare != 1 else ''} to spare")
+    texts = list(dict.fromkeys(one(r["choice"]) for r in rows if "choice" in r))
+    return texts[0] if len(texts) == 1 else "; ".join(f"{r['env']} s{r['seed']}: {one(r['choice'])}" for r in rows)
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         "## Early-exit DQN against DQN (bench/early_exit.py)",
         "",
         f"{datetime.date.today()}, {platform.processor() or platform.machine()}, torch threads {args.threads}; "
         f"{args.steps:,} env steps per run, seeds {', '.join(str(s) for s in range(args.seeds))}; "
-        f"branch width and threshold chosen on {args.validation_episodes} validation episodes at score ratio >= "
-        f"{args.min_score_ratio} with {args.margin:g} standard error{'s' if args.margin != 1 else ''} to spare; "
+        f"{how_chosen(rows)}; "
         f"{args.test_episodes} test episodes; final checkpoints. Settings: the tuned MinAtar row"
         + (f", then {', '.join(args.settings)}" if args.settings else "") + ".",
         "",
@@ -203,6 +223,9 @@ def main() -> int:
     p.add_argument("--min-score-ratio", type=float, default=0.9)
     p.add_argument("--margin", type=float, default=1.0,
                    help="standard errors by which the chosen point's validation score ratio clears --min-score-ratio")
+    p.add_argument("--swept", action="store_true",
+                   help="measure the sweep each exit-dqn run of --workdir already has (its exits/sweep.json and the "
+                        "final checkpoint it stored), without sweeping again: the test episodes and latencies alone")
     p.add_argument("--widths", type=int, nargs="+",
                    help="branch widths the sweep fits and chooses from (default: the run's and two narrower)")
     p.add_argument("--jobs", type=int, default=1, help="(game, seed) pairs trained side by side (each --threads threads)")
@@ -235,7 +258,7 @@ def main() -> int:
             trained = list(pool.map(train_pair, runs))
         for env, seed, base_dir, exit_dir in trained:
             rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
-                                args.min_score_ratio, args.widths, args.margin))
+                                args.min_score_ratio, args.widths, args.margin, args.swept))
             if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
                 Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = report(rows, args)

@@ -19,6 +19,7 @@ def row(seed: int, ops: float, score: float, width: int) -> dict:
         "latency_b1_spread_exit": [8.0, 10.0], "latency_b1_spread_base": [18.0, 22.0], "latency_ratio_b1": 0.45,
         "latency_b1_us_whole": 21.0, "latency_ratio_b1_own": 0.43, "latency_b1_us_exit_torch": 200.0,
         "latency_b1_us_base_torch": 190.0, "latency_ratio_b1_torch": 1.05,
+        "choice": {"validation_episodes": 100, "min_score_ratio": 0.9, "margin": 1.0, "widths": [16, 12, 9]},
     }
 
 
@@ -33,7 +34,7 @@ def test_the_report_gives_each_game_against_the_aims_and_each_runs_branch_width(
     summary = next(line for line in text.splitlines() if line.startswith("| MinAtar/Breakout-v1 | 2 |"))
     assert "0.295 [0.274-0.317]" in summary and "met / met / met" in summary
     assert "0.2 (9), 0.2 (16)" in summary  # each seed's threshold and branch width
-    assert "at score ratio >= 0.9 with 1 standard error to spare" in text
+    assert "(of 16, 12, 9 units) and threshold chosen on 100 validation episodes at score ratio >= 0.9 with 1 standard error to spare" in text
     runs = [line for line in text.splitlines() if line.startswith("| MinAtar/Breakout-v1 | 0 |")]
     assert runs and "| 9 |" in runs[0]
     failing = early_exit.report([row(0, 0.274, 0.87, 9), row(1, 0.38, 0.95, 16)], args())

@@ -741,6 +741,10 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
     assert zeros[0]["latency_b1_us"] > 0 and data["points"][0]["latency_ratio_b1"] == 1.0
     assert (out / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and (out / "sweep.md").exists()
     chosen, width = data["chosen"], data["chosen_width"]
+    loaded = SweepResult.load(out / "sweep.json")  # read back as the sweep wrote it
+    assert loaded.chosen_point.threshold == chosen and loaded.fit is not None and loaded.fit.widths == [width]
+    with pytest.raises(HetrlError, match="is not a sweep"):
+        SweepResult.load(out / "sweep.md")
     assert policy.network.threshold == pytest.approx(chosen) and policy.network.branch_widths == [width]
     if width == 16:
         assert not torch.equal(fitted["branches.0.q.weight"], before["branches.0.q.weight"])

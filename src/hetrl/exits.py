@@ -34,6 +34,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -289,6 +290,18 @@ class SweepResult:
         """The point of ``threshold`` (and branch ``width``; the whole network's point has none)."""
         return next(p for p in self.points
                     if p.threshold == threshold and (width is None or p.branch_width is None or p.branch_width == width))
+
+    @classmethod
+    def load(cls, path: str | Path) -> SweepResult:
+        """A sweep as :func:`sweep` wrote it (``exits/sweep.json``)."""
+        try:
+            data = json.loads(Path(path).read_text())
+            points = [SweepPoint(**p) for p in data.pop("points")]
+            fits = [BranchFit(**f) for f in data.pop("fits", [])]
+            return cls(**data, points=points, fits=fits)
+        except (OSError, ValueError, TypeError, KeyError) as exc:
+            raise HetrlError(f"{path} is not a sweep hetrl exits sweep wrote ({type(exc).__name__}: {exc}); "
+                             "sweep the run again") from None
 
     @property
     def chosen_point(self) -> SweepPoint:
