@@ -30,6 +30,10 @@ The final checkpoints are compared (not best.pt, which training chose on the tes
     python bench/early_exit.py --games Breakout-v1 --seeds 1 --steps 3000 --set learning_starts=1000 \
         --test-episodes 3 --validation-episodes 3 --out /tmp/exits.md        # smoke test (minutes)
 
+``--swept`` (with the ``--workdir`` of an earlier run) measures the sweeps the runs already have,
+without sweeping again: the test episodes and latencies alone, e.g. on a quiet machine after sweeps
+that ran side by side.
+
 On 2 cores, MinAtar DQN trains at a few hundred env steps per second: a full run is some 2 x 9
 trainings of 1M steps, i.e. days; pass ``--steps`` to shorten it.
 """
