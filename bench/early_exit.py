@@ -182,17 +182,20 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         + (f", then {', '.join(args.settings)}" if args.settings else "") + ".",
         "",
         ("| game | seeds | ops ratio | score ratio | batch-1 latency ratio (Act backend) | latency ratio to its own "
-         "whole pass | batch-1 latency ratio, Act/torch | thresholds (branch units) | aims (ops <= 0.35, score >= 0.9, latency <= 0.5) |"),
-        "|---|---|---|---|---|---|---|---|---|",
+         "whole pass | batch-1 latency ratio, Act/torch | thresholds (branch units) | aims on the mean over seeds "
+         "(ops <= 0.35, score >= 0.9, latency <= 0.5) | aims on every seed |"),
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for game in dict.fromkeys(r["env"] for r in rows):
         mine = [r for r in rows if r["env"] == game]
         ops, score, lat, own, lat_torch = ([r[k] for r in mine] for k in (
             "ops_ratio", "score_ratio", "latency_ratio_b1", "latency_ratio_b1_own", "latency_ratio_b1_torch"))
         backends = ", ".join(dict.fromkeys(r["latency_backend"] for r in mine))
-        met = (max(ops) <= AIM_OPS, min(score) >= AIM_SCORE, max(lat) <= AIM_LATENCY)
+        on_mean = (statistics.mean(ops) <= AIM_OPS, statistics.mean(score) >= AIM_SCORE,
+                   statistics.mean(lat) <= AIM_LATENCY)
+        on_every = (max(ops) <= AIM_OPS, min(score) >= AIM_SCORE, max(lat) <= AIM_LATENCY)
         thresholds = ", ".join(f"{r['threshold']:g} ({r.get('branch_width', '-')})" for r in mine)
-        aims = " / ".join("met" if m else "not met" for m in met)
+        aims = " | ".join(" / ".join("met" if m else "not met" for m in met) for met in (on_mean, on_every))
         lines.append(f"| {game} | {len(mine)} | {spread(ops)} | {spread(score)} | {spread(lat)} ({backends}) | "
                      f"{spread(own)} | {spread(lat_torch)} | {thresholds} | {aims} |")
     lines += ["", "Per run (mean over seeds [min-max] above):", "",
