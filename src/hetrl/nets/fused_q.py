@@ -22,7 +22,9 @@ around it costs little. Here the whole pass is one numba call over preallocated 
 
 The flat vector holds every state-dict entry (the ``exit_threshold`` buffer included, so WeightSync
 moves the threshold too), then the input scale; the layout's :meth:`FusedQ.views` are per-name views
-of it. ``program`` is an int64 vector describing the layers (offsets, shapes), read by the kernel.
+of it, in the state dict's shapes (a convolution's weights are stored filter-last, (C, k, k, F), the
+order the kernel reads them in; their view is transposed, so writing a state dict through the views
+stores them so). ``program`` is an int64 vector describing the layers (offsets, shapes), read by the kernel.
 """
 
 from __future__ import annotations
@@ -78,6 +80,31 @@ def _layout(shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, int], int]:
         offsets[name] = at
         at += int(np.prod(shape, dtype=np.int64))
     return offsets, at
+
+
+def _filter_last(program: np.ndarray, offsets: dict[str, int], shapes: dict[str, tuple[int, ...]]) -> set[str]:
+    """The conv weights a program's CONV blocks read: stored filter-last, (C, k, k, F), in the flat
+    vector, the order :func:`_conv`'s innermost loop runs over (a per-call re-layout cost as much
+    as a sparse MinAtar convolution itself)."""
+    by_offset = {at: name for name, at in offsets.items()}
+    n_blocks = int(program[0])
+    blocks = (program[HEADER + k * BLOCK:HEADER + (k + 1) * BLOCK] for k in range(n_blocks))
+    return {by_offset[int(p[1])] for p in blocks if p[0] == CONV and len(shapes[by_offset[int(p[1])]]) == 4}
+
+
+def _views(flat: np.ndarray, offsets: dict[str, int], shapes: dict[str, tuple[int, ...]],
+           filter_last: set[str]) -> dict[str, np.ndarray]:
+    """Per-name views of ``flat`` in the state dict's shapes; a filter-last conv weight's is a
+    transposed view (writing torch's (F, C, k, k) into it stores (C, k, k, F))."""
+    out = {}
+    for name, shape in shapes.items():
+        at, size = offsets[name], int(np.prod(shape, dtype=np.int64))
+        if name in filter_last:
+            f, c, k, k2 = shape
+            out[name] = flat[at:at + size].reshape(c, k, k2, f).transpose(3, 0, 1, 2)
+        else:
+            out[name] = flat[at:at + size].reshape(shape)
+    return out
 
 
 def _conv_record(offsets: dict[str, int], weight: str, bias: str | None, s: ConvShape, kind: int = CONV,
@@ -145,6 +172,7 @@ class FusedQ:
             self.scale = float(net.scale) if net.geometry else 1.0
             blocks, head, branch_at = self._hetrl_blocks(net)
         self.program, self.max_width = self._program(net, blocks, head, branch_at)
+        self.filter_last = _filter_last(self.program, self.offsets, self.shapes)
         self._batch = -1
 
     def _conv_block(self, weight: str, bias: str | None, s: ConvShape, kind: int = CONV, relu: bool = True) -> list[int]:
@@ -198,12 +226,9 @@ class FusedQ:
         return program, max(widths)
 
     def views(self, flat: np.ndarray) -> dict[str, np.ndarray]:
-        """Per-name views of ``flat``, keyed like the network's state dict."""
-        out = {}
-        for name in self.names:
-            at, shape = self.offsets[name], self.shapes[name]
-            out[name] = flat[at:at + int(np.prod(shape, dtype=np.int64))].reshape(shape)
-        return out
+        """Per-name views of ``flat``, keyed and shaped like the network's state dict (conv weights
+        stored filter-last: :func:`_views`)."""
+        return _views(flat, self.offsets, self.shapes, self.filter_last)
 
     def new_flat(self) -> np.ndarray:
         flat = aligned_zeros(self.size)
@@ -258,7 +283,8 @@ class FusedOp:
             raise ValueError("FusedOp runs an operation, not a skip (it has no block)")
         module = module if module is not None else layer.op.module(layer.in_width)
         state = {f"op.{k}": v for k, v in module.state_dict().items()}
-        offsets, scale_offset = _layout({k: tuple(v.shape) for k, v in state.items()})
+        shapes = {k: tuple(v.shape) for k, v in state.items()}
+        offsets, scale_offset = _layout(shapes)
         blocks = layer_blocks(layer, "op", offsets)
         for block in blocks:
             block.append(-1)  # no exit branch
@@ -269,8 +295,8 @@ class FusedOp:
         self.program = np.array(header + [v for rec in blocks for v in rec], dtype=np.int64)
         self.max_width = max(_widths(blocks, self.in_size))
         self.flat = aligned_zeros(scale_offset + 1)
-        for name, value in state.items():
-            self.flat[offsets[name]:offsets[name] + value.numel()] = value.detach().cpu().float().numpy().ravel()
+        for name, view in _views(self.flat, offsets, shapes, _filter_last(self.program, offsets, shapes)).items():
+            view[...] = state[name].detach().cpu().float().numpy()
         self.flat[scale_offset] = 1.0
         self._batch = -1
 
@@ -314,19 +340,16 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
     Computed from the inputs' side: each nonzero input adds its value times the weights of every
     (kernel offset, filter) that reads it to the outputs it reaches, so zero inputs cost nothing (a
     MinAtar image is mostly zeros, and a padded border is zeros that are never read); a zero's terms
-    are exactly zero, so the sums are the same up to their order. The weights are first laid out
-    filter-last in ``work`` and the outputs gathered there position-major, so the innermost loop
-    runs over the filters of contiguous rows; the result is written in torch's (filters, height,
-    width) order with bias and ReLU."""
+    are exactly zero, so the sums are the same up to their order. The innermost loop runs over the
+    filters of contiguous rows: the weights are stored filter-last in ``flat`` (:func:`_filter_last`),
+    the outputs gathered position-major in ``work``; the result is written in torch's (filters,
+    height, width) order with bias and ReLU."""
     w_off, b_off, c_in, h, wd, filters, k, s, pad = p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]
     relu = p[12] != 0
     oh, ow = (h + 2 * pad - k) // s + 1, (wd + 2 * pad - k) // s + 1
     positions, taps = oh * ow, c_in * k * k
-    w_t = work[:taps * filters]  # (c, ky, kx, f)
-    acc = work[taps * filters:taps * filters + positions * filters]  # (oy, ox, f)
-    for f in range(filters):
-        for e in range(taps):
-            w_t[e * filters + f] = flat[w_off + f * taps + e]
+    w_t = flat[w_off:w_off + taps * filters]  # (c, ky, kx, f)
+    acc = work[:positions * filters]  # (oy, ox, f)
     for i in range(n_rows):
         xi, yi = x[i], y[i]
         acc[:] = 0.0
