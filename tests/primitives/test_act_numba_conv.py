@@ -180,3 +180,27 @@ def test_the_profiler_times_it_at_the_validated_exit_rates():
     # numba's compiled sums (another order than torch's) may put the one row whose confidence logit
     # lies within rounding of the limit on the other side of it: at most that row differs
     assert abs(int(np.bincount(policy.act_forward(obs)[1], minlength=2)[0]) - 160) <= 1
+
+
+def test_the_fused_conv_kernel_matches_torch_at_stride_one_and_two_and_stores_weights_filter_last():
+    """_conv's stride-1 path (an input's k x k window clipped to the map) and its general path
+    (stride 2) give torch's outputs; the flat vector holds each conv weight filter-last, and reading
+    it back through the views gives torch's layout."""
+    from hetrl.nets.exits import ExitQNetwork
+    from hetrl.nets.fused_q import FusedQ
+
+    torch.manual_seed(0)
+    net = ExitQNetwork((3, 12, 12), 4, ((8, 3, 2), (6, 3, 1)), (16,), exits=(0,), branch_hidden=5)
+    fused = FusedQ(net)
+    flat = fused.new_flat()
+    state = {k: v.detach().numpy() for k, v in net.state_dict().items()}
+    for name, view in fused.views(flat).items():
+        view[...] = state[name]
+    weight, at = state["blocks.0.0.weight"], fused.offsets["blocks.0.0.weight"]
+    assert np.array_equal(flat[at:at + weight.size], weight.transpose(1, 2, 3, 0).ravel())  # (C, k, k, F)
+    assert all(np.array_equal(v, state[k]) for k, v in fused.views(flat).items())
+    obs = images(32, (3, 12, 12), seed=3)
+    q, exits = fused.forward(flat, obs)
+    with torch.no_grad():
+        expected = net.final(torch.as_tensor(obs)).numpy()
+    assert np.allclose(q, expected, atol=1e-4) and set(exits.tolist()) == {1}  # threshold 1: the final head

@@ -359,6 +359,16 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
                     v = xi[(c * h + yy) * wd + xx]
                     if v == 0.0:
                         continue
+                    if s == 1:  # the outputs an input reaches are a k x k window clipped to the map: no division
+                        for ky in range(max(0, yy + pad - oh + 1), min(k, yy + pad + 1)):
+                            row = (yy + pad - ky) * ow + xx + pad
+                            for kx in range(max(0, xx + pad - ow + 1), min(k, xx + pad + 1)):
+                                tap = ((c * k + ky) * k + kx) * filters
+                                at = (row - kx) * filters
+                                w_row, out = w_t[tap:tap + filters], acc[at:at + filters]
+                                for f in range(filters):
+                                    out[f] += v * w_row[f]
+                        continue
                     for ky in range(k):
                         ty = yy + pad - ky
                         if ty < 0 or ty % s != 0 or ty // s >= oh:
