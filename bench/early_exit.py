@@ -78,11 +78,12 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     import hetrl
     from hetrl.evaluation import evaluate_policy
     from hetrl.exits import ExitCounter, SweepResult, score_ratio, sweep
+    from hetrl.run.rundir import RunDir
     from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
     if swept:
         result = SweepResult.load(exit_dir / "exits" / "sweep.json")
-        final = max((exit_dir / "checkpoints").glob("step_*.pt"))
+        final = RunDir.open(exit_dir).checkpoints()[-1]
         if Path(result.checkpoint).resolve() != final.resolve() or not result.stored:
             raise RuntimeError(f"{exit_dir}: its sweep stored nothing in the final checkpoint {final.name}; run without --swept")
     else:

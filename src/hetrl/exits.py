@@ -62,7 +62,7 @@ THRESHOLDS = (NEVER, 0.99, 0.98, 0.95, 0.9, 0.85, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 
 MIN_SCORE_RATIO = 0.9
 # standard errors of its validation score ratio by which the chosen point clears MIN_SCORE_RATIO:
 # the choice takes the cheapest of some 40 noisy points, and on the edge one lucky validation score
-# would decide (docs/results.md, "Choosing the branch width")
+# would decide (docs/results.md, "The sweep chooses the branch width, with a margin ...")
 SCORE_MARGIN = 1.0
 KEPT_OBSERVATIONS = 512  # observations kept per threshold (a uniform sample) to time decisions on
 FIT_UPDATES = 20_000  # branch-fit updates before a sweep
@@ -341,14 +341,21 @@ def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
     return {p.threshold: s for p, s in zip(ordered, fitted)}
 
 
+def width_curves(points: Sequence[SweepPoint]) -> dict[int | None, list[SweepPoint]]:
+    """Each branch width's points, in sweep order, after the whole network's point (threshold 1,
+    no branch: shared by every width)."""
+    whole = [p for p in points if p.threshold >= NEVER]
+    widths = dict.fromkeys(p.branch_width for p in points if p.threshold < NEVER)
+    return {w: whole + [p for p in points if p.threshold < NEVER and p.branch_width == w] for w in widths}
+
+
 def monotone_by_width(points: Sequence[SweepPoint]) -> dict[tuple[int | None, float], float]:
     """:func:`monotone_scores` for each branch width's thresholds, each with the whole network's
-    point (threshold 1, shared by every width): keyed by (width, threshold); the whole network's
-    point by (None, 1) at its own ratio."""
-    whole = [p for p in points if p.threshold >= NEVER]
-    fitted: dict[tuple[int | None, float], float] = {(None, p.threshold): p.score_ratio for p in whole}
-    for width in dict.fromkeys(p.branch_width for p in points if p.threshold < NEVER):
-        curve = whole + [p for p in points if p.threshold < NEVER and p.branch_width == width]
+    point (:func:`width_curves`): keyed by (width, threshold); the whole network's point by
+    (None, 1) at its own ratio."""
+    fitted: dict[tuple[int | None, float], float] = {(None, p.threshold): p.score_ratio for p in points
+                                                     if p.threshold >= NEVER}
+    for width, curve in width_curves(points).items():
         fitted.update({(width, t): r for t, r in monotone_scores(curve).items() if t < NEVER})
     return fitted
 
@@ -419,21 +426,23 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     with torch_threads(1 if cache is not None else None):
         for step in range(updates):
             rows = torch.randint(len(train), (batch_size,), generator=generator)
-            batch = train.take(rows)
-            if cache is not None:  # the frozen backbone's outputs, computed once
+            if cache is not None:  # the frozen backbone's outputs, computed once: no observation gathered
                 final_all, inputs, targets = cache
+                actions = train.actions[rows]
                 final = final_all[rows]
                 heads = [network.branch_heads(j, x[rows]) for j, x in enumerate(inputs)]
                 branch_q, branch_logits = [q for q, _ in heads], [logit for _, logit in heads]
                 target = targets[rows] if targets is not None else final.new_zeros(batch_size)
             else:
+                batch = train.take(rows)
+                actions = batch["actions"]
                 final, branch_q, branch_logits = network.heads(batch["obs"], detach=True)
                 final = final.detach()
                 target = final.new_zeros(batch_size)
                 if needs_td:
                     with torch.no_grad():
                         target = batch["rewards"] + batch["discounts"] * network.final(batch["next_obs"]).max(dim=1).values
-            loss = branch_loss(final, branch_q, branch_logits, batch["actions"].unsqueeze(1), target,
+            loss = branch_loss(final, branch_q, branch_logits, actions.unsqueeze(1), target,
                                torch.ones(batch_size), config.exit_target, config.exit_distill_temperature)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -454,10 +463,10 @@ def _backbone_outputs(network: ExitQNetwork, data: Any, needs_td: bool,
     """The frozen backbone's outputs on every state of ``data``: the final Q-values, each branch's
     input and (``needs_td``) the TD targets; None where they would pass ``FIT_CACHE_BYTES`` (the
     Nature CNN's early feature maps on 45,000 states), and the fit computes them per batch."""
-    widths = [network.input_width if e < 0 else network.widths[e] for e in network.exits]
-    if 4 * len(data) * (sum(widths) + network.n_actions + 1) > FIT_CACHE_BYTES:
+    features = sum(branch.in_features for branch in network.branches)
+    if 4 * len(data) * (features + network.n_actions + 1) > FIT_CACHE_BYTES:
         return None
-    finals, inputs, targets = [], [[] for _ in widths], []
+    finals, inputs, targets = [], [[] for _ in network.branches], []
     for i in range(0, len(data), chunk):
         final, xs = network.branch_inputs(data.obs[i:i + chunk])
         finals.append(final)
@@ -769,17 +778,16 @@ def plot(result: SweepResult, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    whole = [p for p in result.points if p.threshold >= NEVER]
-    widths = list(dict.fromkeys(p.branch_width for p in result.points if p.threshold < NEVER)) or [None]
-    for k, width in enumerate(widths):
-        curve = whole + [p for p in result.points if p.threshold < NEVER and p.branch_width == width]
+    n_whole = sum(p.threshold >= NEVER for p in result.points)
+    curves = width_curves(result.points) or {None: list(result.points)}
+    for k, (width, curve) in enumerate(curves.items()):
         label = "operations ratio" + (f", {width}-unit branches" if width is not None else "")
         color = plt.get_cmap("tab10")(k if k < 1 else k + 2)  # not orange or green (latency, chosen)
         ax.plot([p.ops_ratio for p in curve], [p.score_ratio for p in curve], "o-", color=color, label=label)
         if all(p.latency_ratio_b1 is not None for p in curve):
             ax.plot([p.latency_ratio_b1 for p in curve], [p.score_ratio for p in curve], "s--", color=color, alpha=0.5,
                     label=f"latency ratio (batch 1){f', {width} units' if width is not None else ''}")
-        for p in curve[len(whole):]:
+        for p in curve[n_whole:]:
             ax.annotate(f"{p.threshold:g}", (p.ops_ratio, p.score_ratio), textcoords="offset points", xytext=(4, 4),
                         fontsize=7)
     chosen = result.chosen_point

@@ -157,7 +157,6 @@ class FusedQ:
         if reason:
             raise ValueError(f"FusedQ {reason}")
         state = net.state_dict()
-        self.names = list(state)
         self.shapes = {k: tuple(v.shape) for k, v in state.items()}
         self.offsets, self.scale_offset = _layout(self.shapes)
         self.size = self.scale_offset + 1
