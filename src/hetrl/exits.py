@@ -113,21 +113,23 @@ class ExitStats:
 class ExitCounter:
     """The greedy policy of ``network`` (an :class:`ExitQNetwork`) at ``threshold`` (default: its
     own), on host arrays, counting each decision's exit; keeps a uniform sample of the observations
-    it acted on (``keep``) for timing."""
+    it acted on (``keep``) for timing. The pass is Act/numba's compiled one where that backend
+    serves the network (the one a run acts with on the host, and many times faster than numpy's
+    over the thousands of validation episodes a sweep plays), else :meth:`ExitQNetwork.act_numpy`."""
 
     def __init__(self, algo: Algorithm, network: ExitQNetwork, threshold: float | None = None, keep: int = 0,
                  seed: int = 0) -> None:
         if not isinstance(network, ExitQNetwork):
             raise HetrlError(f"{algo.name}'s network has no exits; exit statistics are for exit-dqn runs")
         self.algo, self.network = algo, network
-        self.params = numpy_params(network)
         self.threshold = network.threshold if threshold is None else float(threshold)
+        self._pass = exit_pass(algo, network, self.threshold)
         self.counts = np.zeros(network.n_exits, dtype=np.int64)
         self.keep, self.kept, self.seen = keep, [], 0
         self._rng = np.random.default_rng(seed)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
-        q, exits = self.network.act_numpy(self.params, obs, self.threshold)
+        q, exits = self._pass(obs)
         self.counts += np.bincount(exits, minlength=len(self.counts))
         for row in obs if self.keep else ():  # reservoir sampling: every decision equally likely kept
             self.seen += 1
@@ -146,6 +148,16 @@ class ExitCounter:
 
     def observations(self) -> np.ndarray:
         return np.stack(self.kept) if self.kept else np.zeros((0, *self.network.obs_shape), np.float32)
+
+
+def exit_pass(algo: Algorithm, network: ExitQNetwork,
+              threshold: float) -> Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """Q-values and each row's exit of ``network`` at ``threshold`` on host arrays: Act/numba's
+    compiled pass where that backend serves ``algo``'s network, else the numpy pass."""
+    if "numba" in host_act_backends(algo):
+        return acting_policy(algo, network, "numba", threshold).act_forward
+    params = numpy_params(network)
+    return lambda obs: network.act_numpy(params, obs, threshold)
 
 
 def decision_latency(algo: Algorithm, network: ExitQNetwork, threshold: float, obs: np.ndarray, batch: int,
