@@ -204,3 +204,22 @@ def test_the_fused_conv_kernel_matches_torch_at_stride_one_and_two_and_stores_we
     with torch.no_grad():
         expected = net.final(torch.as_tensor(obs)).numpy()
     assert np.allclose(q, expected, atol=1e-4) and set(exits.tolist()) == {1}  # threshold 1: the final head
+
+
+def test_every_entry_of_the_flat_vector_starts_on_a_cache_line():
+    """An exit network's one-float ``exit_threshold`` buffer comes first in its state dict; packed
+    tight, it would shift every weight row of the pass off its cache line."""
+    from hetrl.nets.fused_mlp import CACHE_LINE
+    from hetrl.nets.fused_q import FusedQ
+
+    net = ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,), exits=(0,), branch_hidden=9)
+    fused = FusedQ(net)
+    flat = fused.new_flat()
+    assert flat.ctypes.data % CACHE_LINE == 0
+    assert list(fused.offsets)[0] == "exit_threshold"
+    assert all(at * 4 % CACHE_LINE == 0 for at in fused.offsets.values()), fused.offsets
+    views = fused.views(flat)
+    for name, value in net.state_dict().items():  # the views still hold the state dict, entry by entry
+        views[name][...] = value.numpy()
+    for name, value in net.state_dict().items():
+        np.testing.assert_array_equal(views[name], value.numpy())

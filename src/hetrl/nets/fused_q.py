@@ -37,7 +37,7 @@ from torch import nn
 
 from hetrl.nets.conv import ConvQNetwork, ConvShape
 from hetrl.nets.exits import INPUT, ExitQNetwork
-from hetrl.nets.fused_mlp import aligned_zeros
+from hetrl.nets.fused_mlp import CACHE_LINE, aligned_zeros
 from hetrl.nets.searched import Layer, SearchedQNetwork
 
 # program layout: a header, then a record per block, then a record per branch
@@ -74,9 +74,14 @@ def _obs_shape(net: nn.Module) -> tuple[int, ...]:
 
 
 def _layout(shapes: dict[str, tuple[int, ...]]) -> tuple[dict[str, int], int]:
-    """Each entry's offset in the flat vector, in ``shapes``' order, and the offset after them (the input scale's)."""
-    offsets, at = {}, 0
+    """Each entry's offset in the flat vector, in ``shapes``' order, and the offset after them (the
+    input scale's). Each entry starts on a cache line (the vector itself does): a weight matrix
+    whose rows are a multiple of 16 floats then has every row on one, where a one-float shift (an
+    exit network's ``exit_threshold`` buffer comes first) made every vector load of the pass
+    straddle two (docs/benchmarks.md, 'Measurements behind the code')."""
+    offsets, at, line = {}, 0, CACHE_LINE // np.dtype(np.float32).itemsize
     for name, shape in shapes.items():
+        at = -(-at // line) * line
         offsets[name] = at
         at += int(np.prod(shape, dtype=np.int64))
     return offsets, at
