@@ -64,10 +64,23 @@ def hetrl_cli(*args: str) -> None:
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
-def train(algo: str, env: str, seed: int, steps: int, run_dir: Path, threads: int, settings: list[str]) -> None:
+def train(algo: str, env: str, seed: int, steps: int, run_dir: Path, threads: int, settings: list[str],
+          plan: str = "rule") -> None:
     sets = [f"threads={threads}", "eval_every=0", "eval_episodes=3", *settings]
-    hetrl_cli("train", algo, env, "--steps", str(steps), "--seed", str(seed), "--plan", "rule", "--device", "cpu",
+    hetrl_cli("train", algo, env, "--steps", str(steps), "--seed", str(seed), "--plan", plan, "--device", "cpu",
               "--run-dir", str(run_dir), "--no-progress", *[a for s in sets for a in ("--set", s)])
+
+
+def baseline_plan(exit_dir: Path, path: Path) -> Path:
+    """The exit-dqn run's plan for the baseline DQN: the same backends (Learn/torch: the fixed rule's
+    Learn/blas, which exit networks do not have, is the same update in another rounding, and two
+    trainings a rounding apart part ways like two seeds). With the staged schedule the exit run's
+    backbone and final head then take DQN's updates bit for bit, so its whole network *is* the
+    baseline and the score ratio is the exits' alone (docs/results.md)."""
+    plan = json.loads((exit_dir / "plan.json").read_text())
+    plan["algo"] = "dqn"
+    path.write_text(json.dumps(plan, indent=1))
+    return path
 
 
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
@@ -75,6 +88,8 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
             swept: bool = False) -> dict[str, Any]:
     """Sweep the exit run on validation episodes (``swept``: take the sweep it has), then play both
     final policies on the test episodes."""
+    import torch
+
     import hetrl
     from hetrl.evaluation import evaluate_policy
     from hetrl.exits import ExitCounter, SweepResult, score_ratio, sweep
@@ -101,6 +116,9 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     best = latency[latency["fastest"]]
     torch_b1 = latency["torch"]
     macs_dqn = forward_macs(baseline.network, obs[:1])
+    whole = [v for k, v in policy.network.state_dict().items() if not k.startswith("branches.") and k != "exit_threshold"]
+    base_weights = list(baseline.network.state_dict().values())
+    same_network = len(whole) == len(base_weights) and all(torch.equal(a, b) for a, b in zip(whole, base_weights))
     assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
     return {
         "env": env, "seed": seed, "threshold": result.chosen, "branch_width": result.chosen_width,
@@ -110,6 +128,7 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
                        for p in result.points},
         "base_return": base.mean, "exit_return": exit_eval.mean,
         "score_ratio": score_ratio(exit_eval.mean, base.mean),
+        "same_network": same_network,  # the exit run's backbone and final head are the baseline's, bit for bit
         "macs_exit": stats.macs_mean, "macs_base": macs_dqn, "ops_ratio": stats.macs_mean / macs_dqn,
         "exit_fractions": stats.fractions, "exit_names": stats.names,
         "fit_agreement": ([result.fit.agreement_before, result.fit.agreement_after] if result.fit is not None
@@ -172,6 +191,19 @@ def how_chosen(rows: list[dict[str, Any]]) -> str:
     return texts[0] if len(texts) == 1 else "; ".join(f"{r['env']} s{r['seed']}: {one(r['choice'])}" for r in rows)
 
 
+def same_networks(rows: list[dict[str, Any]]) -> str:
+    """Whether each exit run's whole network is its baseline DQN's, bit for bit (:func:`baseline_plan`)."""
+    known = [r for r in rows if "same_network" in r]  # rows measured before the check have no answer
+    same = sum(r["same_network"] for r in known)
+    if not known:
+        return ""
+    if same == len(known):
+        return (f"On all {same} runs the exit run's backbone and final head are the baseline DQN's, bit for bit "
+                "(staged schedule, same backends): the score ratio is the exits' alone.")
+    return (f"On {len(known) - same} of {len(known)} runs the exit run's backbone and final head differ from the "
+            "baseline DQN's: their score ratio holds two trainings' spread as well as the exits'.")
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         "## Early-exit DQN against DQN (bench/early_exit.py)",
@@ -180,7 +212,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         f"{args.steps:,} env steps per run, seeds {', '.join(str(s) for s in range(args.seeds))}; "
         f"{how_chosen(rows)}; "
         f"{args.test_episodes} test episodes; final checkpoints. Settings: the tuned MinAtar row"
-        + (f", then {', '.join(args.settings)}" if args.settings else "") + ".",
+        + (f", then {', '.join(args.settings)}" if args.settings else "") + ". "
+        + same_networks(rows),
         "",
         ("| game | seeds | ops ratio | score ratio | batch-1 latency ratio (Act backend) | latency ratio to its own "
          "whole pass | batch-1 latency ratio, Act/torch | thresholds (branch units) | aims on the mean over seeds "
@@ -252,12 +285,13 @@ def main() -> int:
 
         def train_pair(run: tuple[str, int, Path, Path]) -> tuple[str, int, Path, Path]:
             env, seed, base_dir, exit_dir = run
-            if not (base_dir / "summary.json").exists():  # a --workdir of an earlier, cut-short run keeps its runs
-                print(f"{env} seed {seed}: dqn", file=sys.stderr, flush=True)
-                train("dqn", env, seed, args.steps, base_dir, args.threads, args.settings)
-            if not (exit_dir / "summary.json").exists():
+            if not (exit_dir / "summary.json").exists():  # a --workdir of an earlier, cut-short run keeps its runs
                 print(f"{env} seed {seed}: exit-dqn", file=sys.stderr, flush=True)
                 train("exit-dqn", env, seed, args.steps, exit_dir, args.threads, args.settings + args.exit_settings)
+            if not (base_dir / "summary.json").exists():
+                print(f"{env} seed {seed}: dqn", file=sys.stderr, flush=True)
+                plan = baseline_plan(exit_dir, base_dir.with_name(base_dir.name + "_plan.json"))
+                train("dqn", env, seed, args.steps, base_dir, args.threads, args.settings, str(plan))
             return run
 
         # Training runs side by side (--jobs); the measurements (latency included) come after all of it,
