@@ -2,8 +2,11 @@
 
 For each MinAtar game and seed, a baseline ``dqn`` and an ``exit-dqn`` train with the same settings
 (the tuned MinAtar row, the MinAtar reference agent), the same seed and the same env-step budget,
-each as a fresh ``hetrl train`` subprocess (fixed rule placement: one process, torch Act and Learn
-on the host, ``--threads`` torch threads). Then, for the exit-dqn run, ``hetrl exits sweep`` fits
+each as a fresh ``hetrl train`` subprocess: the exit-dqn run first, with the fixed rule's placement
+(one process, Act/numba and Learn/torch on the host, ``--threads`` torch threads), then the
+baseline with the exit run's plan, so that under the staged schedule (the default) the exit run's
+backbone and final head are the baseline's bit for bit and the score ratio measures the exits
+alone (the report says whether they are). Then, for the exit-dqn run, ``hetrl exits sweep`` fits
 branches of each width (``--widths``; by default the run's and two narrower,
 ``hetrl.exits.candidate_widths``) to the trained network (on the run's replay; the report gives the
 chosen branches' agreement with the final head's action before and after) and chooses the width and
