@@ -68,6 +68,9 @@ def networks():
     yield "minatar-scaled", MinAtarNet((4, 10, 10), 3, scale=255.0), obs * np.uint8(200)
     yield "minatar-exit", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,)), obs
     yield "minatar-exit-hidden-branch", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (64,), branch_hidden=16), obs
+    # a width whose rows do not fill cache lines: each entry of the flat vector starts on one, so
+    # no entry may be read as following another
+    yield "minatar-exit-9-unit-branch", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,), branch_hidden=9), obs
     yield "minatar-exit-on-the-input", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (64,), exits=(INPUT, 0), branch_hidden=16,
                                                     scale=255.0), obs * np.uint8(200)
     vectors = np.random.default_rng(2).standard_normal((64, 6)).astype(np.float32)

@@ -41,7 +41,7 @@ from hetrl.nets.fused_mlp import CACHE_LINE, aligned_zeros
 from hetrl.nets.searched import Layer, SearchedQNetwork
 
 # program layout: a header, then a record per block, then a record per branch
-HEADER, BLOCK, BRANCH = 9, 14, 7
+HEADER, BLOCK, BRANCH = 9, 14, 8
 CONV, LINEAR, DEPTHWISE = 0, 1, 2  # a block's kind
 # header: n_blocks, n_branches, n_actions, in_size, threshold offset (-1: no exits), scale offset,
 #         head weight offset, head bias offset, the branch on the input (-1: none)
@@ -49,7 +49,7 @@ CONV, LINEAR, DEPTHWISE = 0, 1, 2  # a block's kind
 #         filters, kernel, stride, padding, in_features, out_features, ReLU (1) or not (0),
 #         branch index (-1: none)
 # branch: hidden units (0: none), in_features, trunk weight offset, trunk bias offset, Q weight
-#         offset, Q bias offset, confidence weight offset (its bias follows the weight's width)
+#         offset, Q bias offset, confidence weight offset, confidence bias offset
 
 
 def supports(net: nn.Module, max_image: int | None = None) -> str | None:
@@ -221,7 +221,7 @@ class FusedQ:
                 p = f"branches.{j}"
                 trunk = (off[f"{p}.trunk.0.weight"], off[f"{p}.trunk.0.bias"]) if branch.hidden else (-1, -1)
                 branches.append([branch.hidden, branch.in_features, *trunk, off[f"{p}.q.weight"], off[f"{p}.q.bias"],
-                                 off[f"{p}.confidence.weight"]])
+                                 off[f"{p}.confidence.weight"], off[f"{p}.confidence.bias"]])
                 widths.append(branch.hidden)
         header = [len(blocks), len(branches), self.n_actions, self.in_size,
                   off["exit_threshold"] if self.exits else -1, self.scale_offset, off[f"{head}.weight"], off[f"{head}.bias"],
@@ -469,7 +469,7 @@ def _leave(flat, program, j, x, n_x, z, n, rows, q, exit_index, limit):  # pragm
         f, n_f = z, hidden
     kept = 0
     for i in range(n):
-        logit = _dot(flat, r[6], f, i, n_f) + flat[r[6] + n_f]
+        logit = _dot(flat, r[6], f, i, n_f) + flat[r[7]]
         if np.float64(logit) > limit:
             row = rows[i]
             for a in range(n_actions):
