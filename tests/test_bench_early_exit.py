@@ -40,3 +40,12 @@ def test_the_report_gives_each_game_against_the_aims_and_each_runs_branch_width(
     # one seed short of each aim: met on the mean (0.327 operations, 0.91 score), not on every seed
     failing = early_exit.report([row(0, 0.274, 0.87, 9), row(1, 0.38, 0.95, 16)], args())
     assert "| met / met / met | not met / not met / met |" in failing
+
+
+def test_the_report_says_whether_the_baseline_is_the_exit_runs_own_network():
+    same, other = {**row(0, 0.274, 0.96, 9), "same_network": True}, {**row(1, 0.317, 0.93, 16), "same_network": False}
+    assert "On all 2 runs the exit run's backbone and final head are the baseline DQN's" in early_exit.report([same, same], args())
+    mixed = early_exit.report([same, other], args())
+    assert "On 1 of 2 runs the exit run's backbone and final head differ" in mixed and "On all" not in mixed
+    # rows measured before the check say nothing either way
+    assert "baseline DQN's" not in early_exit.report([row(0, 0.274, 0.96, 9)], args())
