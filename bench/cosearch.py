@@ -37,8 +37,10 @@ Act/torch against Act/torch), and co-search dominating decoupled search
 for a measured cost, on the modelled axis for an FPGA model). Means over seeds throughout.
 
 ``--workdir`` keeps the teachers, searches and retrained runs; a later invocation with the same
-workdir reuses every finished one (a run with summary.json, a search with architecture.json), so a
-run cut short resumes where it stopped and arms can be added (more lambdas, another ``--hardware``).
+workdir reuses every finished one (a run with summary.json, a search with architecture.json), so an
+invocation cut short goes on where it stopped and arms can be added (more lambdas, another
+``--hardware``): a training cut short after a checkpoint (every 50,000 env steps) is resumed from it
+with ``hetrl resume``, bit for bit as if never cut; one cut before, and a search cut short, start again.
 A workdir holds one set of budgets and settings: a finished run or search of other ``--steps``,
 ``--teacher-steps`` or ``--search-steps``, or a measured cost timed on another ``--cost-backend``,
 is refused (other ``--set`` values are not checked).
@@ -89,7 +91,7 @@ from pathlib import Path
 from typing import Any
 
 # a `hetrl train` subprocess: rule placement, on the CPU, `threads` torch threads, no evaluations during it
-from early_exit import train
+from early_exit import hetrl_cli, train
 
 GAMES = ("Breakout-v1", "SpaceInvaders-v1")  # the MinAtar network learns both within a few 100k env steps
 LAMBDAS = (0.03, 0.1, 0.3, 1.0)
@@ -142,12 +144,27 @@ def check_reused(folder: Path, done: int, wanted: int, what: str) -> None:
         raise SystemExit(f"{folder} ran {done:,} {what}, not {wanted:,}: give another --workdir for another budget")
 
 
+def resumable(run_dir: Path, steps: int) -> bool:
+    """Whether ``run_dir`` is a run of ``steps`` env steps cut short after writing a checkpoint (a
+    run of another budget is refused, as a finished one is)."""
+    from hetrl.run.rundir import RunDir
+
+    if not (run_dir / "config.json").exists():
+        return False
+    check_reused(run_dir, json.loads((run_dir / "config.json").read_text())["steps"], steps, "env steps")
+    return bool(RunDir.open(run_dir).checkpoints())
+
+
 def trained(env: str, seed: int, steps: int, run_dir: Path, args: argparse.Namespace, settings: list[str]) -> Path:
     """``run_dir`` trained by `hetrl train dqn` (reused where an earlier invocation finished it)."""
     if (run_dir / "summary.json").exists():
         check_reused(run_dir, json.loads((run_dir / "config.json").read_text())["steps"], steps, "env steps")
         return run_dir
-    if run_dir.exists():  # a run cut short: trained again from the start
+    if resumable(run_dir, steps):  # a run cut short after a checkpoint: resumed, bit for bit as if never cut
+        say(f"resume {run_dir.relative_to(args.workdir)} ({steps:,} env steps)")
+        hetrl_cli("resume", str(run_dir), "--no-progress")
+        return run_dir
+    if run_dir.exists():  # cut short before its first checkpoint: trained again from the start
         shutil.rmtree(run_dir)
     say(f"train {run_dir.relative_to(args.workdir)} ({steps:,} env steps)")
     train("dqn", env, seed, steps, run_dir, 1, [*args.settings, *settings])

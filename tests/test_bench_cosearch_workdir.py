@@ -27,3 +27,24 @@ def test_a_search_timed_on_another_backend_is_refused(tmp_path, saved, asked, re
     else:
         with pytest.raises(SystemExit, match=refused):
             bench.searched("MinAtar/Breakout-v1", tmp_path, arm, 0, out, args)
+
+
+def test_a_training_cut_short_after_a_checkpoint_is_resumed_not_restarted(tmp_path):
+    import hetrl
+
+    run = tmp_path / "run"
+    hetrl.train("dqn", "CartPole-v1", steps=200, run_dir=run, checkpoint_every=100, eval_every=0, keep_checkpoints=0,
+                checkpoint_replay="all", seed=1, progress=False, plan="rule", learning_starts=50)
+    assert bench.resumable(run, 200)
+    with pytest.raises(SystemExit, match="ran 200 env steps, not 300"):
+        bench.resumable(run, 300)
+    # cut short after step 100: its later checkpoint and summary never written
+    for name in ("step_0000000200.pt", "replay_step_0000000200.pt"):
+        (run / "checkpoints" / name).unlink()
+    (run / "summary.json").unlink()
+    first = (run / "checkpoints" / "step_0000000100.pt").stat().st_mtime_ns
+    args = argparse.Namespace(workdir=tmp_path, settings=[])
+    assert bench.trained("CartPole-v1", 1, 200, run, args, []) == run
+    assert json.loads((run / "summary.json").read_text())["env_steps"] == 200
+    assert (run / "checkpoints" / "step_0000000100.pt").stat().st_mtime_ns == first  # resumed, not trained afresh
+    assert not bench.resumable(tmp_path / "never_started", 200)
