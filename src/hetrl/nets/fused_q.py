@@ -240,28 +240,31 @@ class FusedQ:
         return flat
 
     def _buffers(self, n: int) -> None:
-        if n != self._batch:  # a run's env count is fixed: made once
-            self._batch = n
-            self.buf = aligned_zeros(3 * n * self.max_width)
-            self.rows = np.zeros(n, np.int64)
-            self.q = np.zeros((n, self.n_actions), np.float32)
-            self.exit_index = np.zeros(n, np.int64)
-            self.actions = np.zeros(n, np.int64)
-
-    def _run(self, flat: np.ndarray, obs: np.ndarray) -> None:
-        n = len(obs)
-        self._buffers(n)
-        q_pass(flat, self.program, np.ascontiguousarray(obs), self.buf, self.rows, self.q, self.exit_index, n)
+        """The pass's two buffers for batch ``n`` (a run's env count is fixed: made once), and the
+        views of them this class reads: ``work`` (float32: the Q-values, then the activations) and
+        ``index`` (int64: the rows still in the pass, each row's exit, the actions). Two arrays, not
+        six: numba unboxes every array argument on every call, some 40 ns each."""
+        self._batch = n
+        self.work = aligned_zeros(work_size(n, self.n_actions, self.max_width))
+        self.index = np.zeros(3 * n, np.int64)
+        self.q = self.work[:n * self.n_actions].reshape(n, self.n_actions)
+        self.exit_index, self.actions = self.index[n:2 * n], self.index[2 * n:]
 
     def forward(self, flat: np.ndarray, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Q-values acted on (n, actions) and each row's exit (n,): the branch's index, or the
         number of branches for the final head (always the final head without exits)."""
-        self._run(flat, obs)
+        n = len(obs)
+        if n != self._batch:
+            self._buffers(n)
+        q_pass(flat, self.program, np.ascontiguousarray(obs), self.work, self.index, n)
         return self.q.copy(), self.exit_index.copy()
 
     def q_values(self, flat: np.ndarray, obs: np.ndarray) -> np.ndarray:
-        """The Q-values of :meth:`forward` alone."""
-        self._run(flat, obs)
+        """The Q-values of :meth:`forward` alone (inlined, not calling it: this is Act's batch-1 path)."""
+        n = len(obs)
+        if n != self._batch:
+            self._buffers(n)
+        q_pass(flat, self.program, np.ascontiguousarray(obs), self.work, self.index, n)
         return self.q.copy()
 
     def epsilon_greedy(self, flat: np.ndarray, obs: np.ndarray, explore: np.ndarray, random_actions: np.ndarray,
@@ -269,9 +272,10 @@ class FusedQ:
         """DQN's rule on the pass's Q-values in the same call: the random action where
         ``explore < level``, else the first arg-max."""
         n = len(obs)
-        self._buffers(n)
-        q_epsilon_greedy(flat, self.program, np.ascontiguousarray(obs), self.buf, self.rows, self.q, self.exit_index,
-                         n, explore, random_actions, np.float32(level), self.actions)
+        if n != self._batch:
+            self._buffers(n)
+        q_epsilon_greedy(flat, self.program, np.ascontiguousarray(obs), self.work, self.index, n, explore, random_actions,
+                         np.float32(level))
         return self.actions.copy()
 
 
@@ -309,19 +313,18 @@ class FusedOp:
         n = len(x)
         if n != self._batch:
             self._batch = n
-            self.buf = aligned_zeros(3 * n * self.max_width)
-            self.rows, self.exit_index = np.zeros(n, np.int64), np.zeros(n, np.int64)
-            self.q = np.zeros((n, 0), np.float32)
-        q_pass(self.flat, self.program, x, self.buf, self.rows, self.q, self.exit_index, n)
+            self.work = aligned_zeros(work_size(n, 0, self.max_width))  # no Q-values: activations alone
+            self.index = np.zeros(3 * n, np.int64)
+        q_pass(self.flat, self.program, x, self.work, self.index, n)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         """The operation's output rows (n, out_size) for rows ``x``: where :func:`q_pass` leaves the
-        last block's output, the first third of its buffer after an even number of blocks, the second after an odd."""
+        last block's output, the first third of its activations after an even number of blocks, the second after an odd."""
         x = np.ascontiguousarray(x, dtype=np.float32)
         self.run(x)
         n, width = len(x), self.max_width
         at = (self.n_blocks % 2) * n * width
-        return self.buf[at:at + n * width].reshape(n, width)[:, :self.out_size].copy()
+        return self.work[at:at + n * width].reshape(n, width)[:, :self.out_size].copy()
 
 
 def limit_of(threshold: float) -> float:
@@ -337,6 +340,17 @@ _limit = numba.njit(cache=True)(limit_of)
 
 
 @numba.njit(cache=True, fastmath=True)
+def _all_zero(line):  # pragma: no cover - compiled
+    """Whether a row of an image is all zeros, in one vectorised pass: most rows of a MinAtar
+    image are (5-24% hold anything, by game), and testing its values one by one cost more than
+    the rest of a sparse convolution."""
+    total = np.float32(0.0)
+    for t in range(len(line)):
+        total += abs(line[t])
+    return total == 0.0
+
+
+@numba.njit(cache=True, fastmath=True)
 def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
     """Conv block record ``p`` (ReLU after where its flag says) on rows ``x`` (n_rows, C*H*W) into
     ``y`` (n_rows, F*OH*OW).
@@ -347,7 +361,7 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
     are exactly zero, so the sums are the same up to their order. The innermost loop runs over the
     filters of contiguous rows: the weights are stored filter-last in ``flat`` (:func:`_filter_last`),
     the outputs gathered position-major in ``work``; the result is written in torch's (filters,
-    height, width) order with bias and ReLU."""
+    height, width) order with bias and ReLU. A row of zeros is skipped whole (:func:`_all_zero`)."""
     w_off, b_off, c_in, h, wd, filters, k, s, pad = p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9]
     relu = p[12] != 0
     oh, ow = (h + 2 * pad - k) // s + 1, (wd + 2 * pad - k) // s + 1
@@ -359,8 +373,11 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
         acc[:] = 0.0
         for c in range(c_in):
             for yy in range(h):
+                line = xi[(c * h + yy) * wd:(c * h + yy + 1) * wd]
+                if _all_zero(line):
+                    continue
                 for xx in range(wd):
-                    v = xi[(c * h + yy) * wd + xx]
+                    v = line[xx]
                     if v == 0.0:
                         continue
                     if s == 1:  # the outputs an input reaches are a k x k window clipped to the map: no division
@@ -408,8 +425,11 @@ def _depthwise(flat, p, x, y, n_rows):  # pragma: no cover - compiled
             out, w = yi[c * positions:(c + 1) * positions], flat[w_off + c * kk:w_off + (c + 1) * kk]
             out[:] = 0.0
             for yy in range(h):
+                line = xi[(c * h + yy) * wd:(c * h + yy + 1) * wd]
+                if _all_zero(line):
+                    continue
                 for xx in range(wd):
-                    v = xi[(c * h + yy) * wd + xx]
+                    v = line[xx]
                     if v == 0.0:
                         continue
                     for ky in range(k):
@@ -484,13 +504,31 @@ def _leave(flat, program, j, x, n_x, z, n, rows, q, exit_index, limit):  # pragm
     return kept
 
 
+def work_size(batch: int, n_actions: int, max_width: int) -> int:
+    """The floats of :func:`q_pass`'s ``work`` buffer: the Q-values (batch, n_actions), padded to a
+    cache line so the activations after them start on one, then three activation rows per sample."""
+    return _q_floats(batch, n_actions) + 3 * batch * max_width
+
+
+def _q_floats(batch: int, n_actions: int) -> int:
+    line = CACHE_LINE // 4
+    return -(-(batch * n_actions) // line) * line
+
+
+_q_floats_compiled = numba.njit(cache=True)(_q_floats)
+
+
 @numba.njit(cache=True, fastmath=True)
-def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no cover - compiled
-    """The network's Q-values into ``q`` and each row's exit into ``exit_index`` (see the module).
-    A program with no actions (:class:`FusedOp`) leaves the last block's output in ``buf``."""
+def q_pass(flat, program, obs, work, index, batch):  # pragma: no cover - compiled
+    """The network's Q-values into the head of ``work`` (batch, actions) and each row's exit into
+    ``index[batch:2 * batch]`` (see the module; ``index[:batch]`` holds the rows still in the pass).
+    A program with no actions (:class:`FusedOp`) leaves the last block's output in ``work``."""
     n_blocks, n_branches, n_actions, in_size = program[0], program[1], program[2], program[3]
     thr_off, scale_off, head_w, head_b = program[4], program[5], program[6], program[7]
     limit = _limit(np.float64(flat[thr_off])) if thr_off >= 0 else math.inf
+    q = work[:batch * n_actions].reshape(batch, n_actions)
+    buf = work[_q_floats_compiled(batch, n_actions):]
+    rows, exit_index = index[:batch], index[batch:2 * batch]
     width = len(buf) // (3 * batch)
     x = buf[:batch * width].reshape(batch, width)
     y = buf[batch * width:2 * batch * width].reshape(batch, width)
@@ -534,10 +572,12 @@ def q_pass(flat, program, obs, buf, rows, q, exit_index, batch):  # pragma: no c
 
 
 @numba.njit(cache=True, fastmath=True)
-def q_epsilon_greedy(flat, program, obs, buf, rows, q, exit_index, batch, explore, random_actions, level, actions):  # pragma: no cover - compiled
-    """:func:`q_pass`, then per row the random action where ``explore < level`` and else the first
-    arg-max (as ``np.where(explore < level, random_actions, q.argmax(1))``)."""
-    q_pass(flat, program, obs, buf, rows, q, exit_index, batch)
+def q_epsilon_greedy(flat, program, obs, work, index, batch, explore, random_actions, level):  # pragma: no cover - compiled
+    """:func:`q_pass`, then per row into ``index[2 * batch:]`` the random action where ``explore <
+    level`` and else the first arg-max (as ``np.where(explore < level, random_actions, q.argmax(1))``)."""
+    q_pass(flat, program, obs, work, index, batch)
+    q = work[:batch * program[2]].reshape(batch, program[2])
+    actions = index[2 * batch:3 * batch]
     for b in range(batch):
         if explore[b] < level:
             actions[b] = random_actions[b]
