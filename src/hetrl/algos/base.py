@@ -24,6 +24,13 @@ from hetrl.envs.spec import EnvSpec
 from hetrl.errors import field_type_problems
 
 
+PRECISIONS = ("auto", "fp32", "bf16")
+"""A learner's arithmetic (``precision``): ``fp32`` throughout; ``bf16``, mixed precision (the
+convolutions and hidden layers in bfloat16, the weights, the optimiser, the output layer and the
+loss in fp32: Learn/torch-bf16); ``auto``, whichever Learn backend the plan measures fastest.
+Each Learn class says which it computes in (:attr:`hetrl.protocol.Learn.precision`)."""
+
+
 @dataclass
 class AgentConfig:
     """Settings shared by the off-policy algorithms."""
@@ -43,6 +50,7 @@ class AgentConfig:
     beta_anneal_steps: int = 100_000  # env steps; absolute so that resuming does not change the schedule
     priority_eps: float = 1e-6
     max_grad_norm: float | None = None
+    precision: str = "auto"  # the learner's arithmetic: auto (the plan's choice), fp32, or bf16 (mixed: see PRECISIONS)
 
     # Settings that change what is learned but not what any primitive costs per call, so a profile
     # measured with other values of them still holds (the profile cache ignores them). A setting
@@ -85,6 +93,8 @@ class AgentConfig:
         if self.beta_anneal_steps < 0 or self.priority_eps <= 0:
             problems.append(f"beta_anneal_steps must be >= 0 and priority_eps > 0 (got {self.beta_anneal_steps}, "
                             f"{self.priority_eps})")
+        if self.precision not in PRECISIONS:
+            problems.append(f"precision must be one of {', '.join(PRECISIONS)} (got {self.precision!r})")
         if not self.hidden or min(self.hidden) <= 0:
             problems.append(f"hidden must list positive layer widths (got {self.hidden})")
         if 0 < self.buffer_size < self.batch_size:

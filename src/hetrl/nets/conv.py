@@ -109,6 +109,7 @@ class ConvQNetwork(nn.Module):
         self.features = nn.Sequential(*layers)
         self.scale, self.dueling, self.obs_shape = float(scale), dueling, tuple(int(d) for d in obs_shape)
         self.memory_format = torch.contiguous_format  # Learn/torch-channels-last sets channels_last
+        self.compute_dtype: torch.dtype | None = None  # Learn/torch-bf16 sets bfloat16: see forward
         flat = channels * height * width
         if dueling:
             self.value = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, 1))
@@ -122,6 +123,8 @@ class ConvQNetwork(nn.Module):
             # reorder before the float copy: a uint8 batch moves a quarter of the bytes, and the float
             # copy and the scaling then keep the order (docs/benchmarks.md, 'Measurements behind the code')
             x = x.contiguous(memory_format=self.memory_format)
+        if self.compute_dtype is not None:
+            return self._forward_mixed(x, self.compute_dtype)
         if self.scale == 1.0:
             x = x.float()
         else:  # the same values as x.float() / scale, with one float tensor made instead of two
@@ -132,6 +135,26 @@ class ConvQNetwork(nn.Module):
         a = self.advantage(h)
         return self.value(h) + a - a.mean(dim=1, keepdim=True)
 
+
+    def _forward_mixed(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Mixed precision (Learn/torch-bf16): the convolutions and the hidden layers in ``dtype``
+        under autocast (the fp32 weights cast per pass, their gradients returned in fp32), the output
+        layer and everything after it in fp32, so the Q-values, the TD targets and the loss keep fp32's
+        resolution: a bfloat16 Q-value has 8 significant bits, coarser than many states' action gaps.
+        The input goes to ``dtype`` straight from the env's integers (exact up to 256)."""
+        with torch.autocast(x.device.type, dtype=dtype):
+            h = x.to(dtype)
+            if self.scale != 1.0:
+                h = h / self.scale
+            h = self.features(h)
+            if not self.dueling:
+                hidden = self.head[:-1](h)
+            else:
+                value_hidden, advantage_hidden = self.value[:-1](h), self.advantage[:-1](h)
+        if not self.dueling:
+            return self.head[-1](hidden.float())
+        a = self.advantage[-1](advantage_hidden.float())
+        return self.value[-1](value_hidden.float()) + a - a.mean(dim=1, keepdim=True)
 
     def forward_numpy(self, params: Mapping[str, np.ndarray], obs: np.ndarray) -> np.ndarray:
         """``forward`` on host arrays (``params`` keyed like the state dict)."""

@@ -50,9 +50,13 @@ BLAS_GAINS_NOTHING = ("nature",)
 def host_backends(algorithm: Any) -> tuple[str, str]:
     """The (Learn, conv Act) backends the rule gives ``algorithm`` on the host: Learn/blas (but for
     :data:`BLAS_GAINS_NOTHING`) and Act/numba where they serve it, torch otherwise (it serves every
-    algorithm)."""
-    gains = getattr(algorithm, "network_kind", None) not in BLAS_GAINS_NOTHING
-    learn = "blas" if gains and not get("Learn", "blas").unsupported(algorithm) else "torch"
+    algorithm); Learn/torch-bf16 where the run asks for ``precision=bf16`` (the rule's choice is
+    fp32 otherwise, auto included: only a measured profile can say bf16 is faster)."""
+    if getattr(getattr(algorithm, "config", None), "precision", "auto") == "bf16":
+        learn = "torch-bf16"
+    else:
+        gains = getattr(algorithm, "network_kind", None) not in BLAS_GAINS_NOTHING
+        learn = "blas" if gains and not get("Learn", "blas").unsupported(algorithm) else "torch"
     act = "torch" if get("Act", "numba").unsupported(algorithm) else "numba"
     return learn, act
 

@@ -27,6 +27,9 @@ class ActTorch(Act):
     def __init__(self, network: nn.Module, rule: ActionRule, device: str | torch.device = "cpu") -> None:
         self.source, self.rule, self.device = network, rule, torch.device(device)
         self.net = copy.deepcopy(network).to(self.device).requires_grad_(False)
+        for module in self.net.modules():  # a learner's mixed precision (Learn/torch-bf16) is its own: act in fp32
+            if getattr(module, "compute_dtype", None) is not None:
+                module.compute_dtype = None
         # the tensors to copy, listed once (state_dict() builds a dict per call): the Parameter objects,
         # whose data a learner may re-point (flat learners adopt them) but never replaces
         self._mine = [*self.net.parameters(), *self.net.buffers()]

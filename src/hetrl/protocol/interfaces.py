@@ -135,6 +135,7 @@ class Learn(Primitive):
     are (no Transfer happens)."""
 
     input_kind: ClassVar[Literal["device", "host"]] = "device"
+    precision: ClassVar[str] = "fp32"  # the arithmetic of its update: fp32, or bf16 (mixed; hetrl.algos.base.PRECISIONS)
     learner: Any  # the algorithm's Learner: networks, optimisers, state dicts
     device: Any  # torch.device
 

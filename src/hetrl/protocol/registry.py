@@ -32,7 +32,13 @@ class Implementation:
         return f"{self.primitive}/{self.backend}"
 
     def unsupported(self, algorithm: Any) -> str | None:
-        """Why this implementation cannot serve ``algorithm`` (None: it can)."""
+        """Why this implementation cannot serve ``algorithm`` (None: it can): its own reasons, and for
+        a Learn class, an arithmetic other than the run's ``precision`` setting (auto takes any)."""
+        asked = getattr(getattr(algorithm, "config", None), "precision", "auto")
+        mine = getattr(self.cls, "precision", None)
+        if mine is not None and asked not in ("auto", mine):
+            return (f"{self.key} computes in {mine} and the run asks for precision={asked}; set precision=auto to let the "
+                    f"plan choose, or precision={mine} for this learner")
         return self.cls.unsupported(algorithm)
 
     def host_threads(self, default: list[int]) -> list[int]:
