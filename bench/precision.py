@@ -81,8 +81,10 @@ def within(mean: float, others: list[float]) -> bool:
 
 
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    from hetrl.hardware import read_cpu
+
     lines = ["## DQN in fp32 against bf16 mixed precision (bench/precision.py)", "",
-             f"{datetime.date.today()}, {platform.machine()}, {platform.processor() or '-'}; "
+             f"{datetime.date.today()}, {read_cpu().model}, {read_cpu().logical_cores} cores ({platform.machine()}); "
              f"`python bench/precision.py {' '.join(sys.argv[1:])}`; {args.steps:,} env steps per run, seeds "
              f"{', '.join(str(s) for s in range(args.seeds))}, {args.test_episodes} greedy test episodes each, one torch "
              "thread per run, runs side by side as --jobs says (so the rates are a loaded machine's).", "",
