@@ -93,6 +93,11 @@ def test_the_precision_setting_decides_which_learners_a_run_may_use():
 def test_vectors_and_cpus_without_native_bfloat16_are_refused_with_the_fix(tmp_path, monkeypatch):
     impl = get("Learn", "torch-bf16")
     assert "bf16 learner lays out hetrl's conv Q-networks" in impl.unsupported(make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig()))
+    from hetrl.algos.exit_dqn import ExitDQNConfig
+
+    branched = make_algorithm("exit-dqn", image_spec((4, 10, 10)), ExitDQNConfig(network="minatar"))
+    assert impl.unsupported(branched) == ("the bf16 learner runs DQN's conv Q-networks, not exit-dqn's; use the torch learner "
+                                          "(precision=fp32 or auto)")
     old = tmp_path / "cpuinfo"
     old.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n\nprocessor\t: 1\n")
     assert bf16.cpu_bf16_flags(old) == []
