@@ -182,6 +182,15 @@ def forward_macs(net: torch.nn.Module, obs: Any) -> int:
     return total
 
 
+def no_checkpoint_in_loop(steps: int) -> int:
+    """A ``checkpoint_every`` that no checkpoint inside a run of ``steps`` env steps reaches. The loop
+    ends at the first iteration at or past ``steps``, which overshoots by up to one iteration's env
+    steps (16 on Atari's inline plan), so ``steps + 1`` did not do: such a run wrote a checkpoint,
+    its whole frame replay included, inside the timed loop (docs/benchmarks.md). The final
+    checkpoint is always written, after the loop."""
+    return 2 * steps + 1
+
+
 def dqn_update_flops(net: torch.nn.Module, obs_shape: tuple[int, ...], batch: int) -> int:
     """FLOPs of one DQN update of ``net`` (any Q-network: conv and linear layers counted), by the
     convention of :func:`update_flops` (:data:`PASSES`: the online and target forward passes, the
@@ -316,7 +325,7 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, exe
     s = w.settings
     common: dict[str, Any] = {
         "steps": steps, "seed": seed, "threads": threads, "eval_every": 0, "eval_episodes": 1,
-        "checkpoint_every": steps + 1,  # no checkpoint inside the loop (the final one is always written)
+        "checkpoint_every": no_checkpoint_in_loop(steps),  # the final one is always written, after the timed loop
         "executor": executor,  # inline: one process, as every peer; auto: the plan picks (actor processes too)
         "device": device if executor == "inline" else "auto",
         "hidden": s.hidden, "batch_size": s.batch_size, "buffer_size": s.buffer_size, "lr": s.lr,

@@ -115,10 +115,10 @@ def run_hetrl(s: PixelSettings, steps: int, seed: int, options: dict[str, Any] |
     import hetrl
     from hetrl.config import make_config
     from hetrl.training import Session, greedy_policy
-    from peer_runners import dqn_update_flops, learn_seconds
+    from peer_runners import dqn_update_flops, learn_seconds, no_checkpoint_in_loop
 
     values = {
-        "steps": steps, "seed": seed, "threads": threads or 0, "eval_every": 0, "eval_episodes": 1, "checkpoint_every": steps + 1,
+        "steps": steps, "seed": seed, "threads": threads or 0, "eval_every": 0, "eval_episodes": 1, "checkpoint_every": no_checkpoint_in_loop(steps),
         "network": s.network, "batch_size": s.batch_size, "buffer_size": s.buffer_size, "lr": s.lr, "gamma": s.gamma,
         "learning_starts": s.learning_starts, "train_every": s.train_every, "replay_ratio": 1 / s.train_every,
         "target_update_every": max(1, s.target_every // s.train_every), "tau": 1.0, "double": False, "dueling": False,

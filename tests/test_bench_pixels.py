@@ -74,3 +74,19 @@ def test_the_table_compares_at_each_thread_mode_and_names_each_librarys_best():
     # one mode, pinned: the rows and the plan line read as before thread modes
     one = "\n".join(pixels.table(runs[:2], "minatar-breakout", ["hetrl", "sb3", "cleanrl"], 10))
     assert "| Stable-Baselines3 | 500 |" in one and "best thread mode" not in one and "hetrl's plan: executor" in one
+
+
+def test_the_benchmarks_runs_write_no_checkpoint_inside_the_timed_loop():
+    """The loop stops at the first iteration at or past ``steps``; with 16 envs an iteration is 16 env
+    steps, so ``checkpoint_every = steps + 1`` (what the benches had) was reached inside the loop and
+    the whole frame replay was written on the clock."""
+    from peer_runners import no_checkpoint_in_loop
+
+    def loop_end(steps, per_iteration):
+        return -(-steps // per_iteration) * per_iteration
+
+    assert loop_end(5000, 16) >= 5000 + 1  # the old setting: a checkpoint inside the loop
+    for steps in (1, 15, 1000, 5000, 100_000):
+        for per_iteration in (1, 2, 4, 16, 64):
+            if per_iteration <= steps:
+                assert loop_end(steps, per_iteration) < no_checkpoint_in_loop(steps)
