@@ -265,12 +265,18 @@ def learner_lines(plans: list[dict[str, Any]], sb3_best: dict[str, Any] | None, 
     learn_s, loop_s = med(r["learn_seconds"] for r in runs), med(r["seconds"] for r in runs)
     steps, updates, flops = med(r["env_steps"] for r in runs), med(r["updates"] for r in runs), runs[0]["flops_per_update"]
     gflops = flops * updates / learn_s / 1e9
+    # a bfloat16 learner (Learn/torch-bf16) is not bound by the fp32 peak: no fp32 ceiling for it
+    mixed = any("bf16" in str(r.get("placement", {}).get("Learn", "")) for r in runs)
+    fp32_peak = peak if peak and not mixed else None
     lines = [f"- The plan's updates: {updates:,.0f} x {flops / 1e9:.2f} GFLOP (bench/peer_runners.py `dqn_update_flops`) in "
              f"{learn_s:.1f} s of its {loop_s:.1f} s loop ({learn_s / loop_s:.0%}), {gflops:,.0f} GFLOP/s"
-             + (f" ({gflops / peak:.0%} of the all-cores fp32 matmul peak, {peak:,.0f} GFLOP/s measured in this run)" if peak else "")
+             + (f" ({gflops / peak:.0%} of the all-cores fp32 matmul peak, {peak:,.0f} GFLOP/s measured in this run)" if fp32_peak else "")
+             + (f" in bfloat16 mixed precision (Learn/torch-bf16; {gflops / peak:.0%} of the all-cores *fp32* matmul peak, "
+                f"{peak:,.0f} GFLOP/s measured in this run, which bounds fp32 arithmetic, not this)" if mixed and peak else "")
              + f". Were its run those updates alone at that rate, it would reach {steps / learn_s / sb3_best['rate']:.2f}x "
-             "SB3's best" + (f"; were it their arithmetic alone at the all-cores peak, "
-                             f"{steps / (flops * updates / (peak * 1e9)) / sb3_best['rate']:.2f}x (the arithmetic ceiling)" if peak else "")
+             "SB3's best" + (f"; were it their arithmetic alone at the all-cores fp32 peak, "
+                             f"{steps / (flops * updates / (fp32_peak * 1e9)) / sb3_best['rate']:.2f}x (the fp32 arithmetic ceiling)"
+                             if fp32_peak else "")
              + "."]
     return lines
 

@@ -69,7 +69,12 @@ def test_the_learner_line_puts_the_updates_against_the_peak_and_sb3s_best():
     line, = pixels_scale.learner_lines([plan], sb3, argparse.Namespace(peak_all=240.0))
     assert "1,000 x 2.40 GFLOP" in line and "12.0 s of its 20.0 s loop (60%), 200 GFLOP/s (83% of" in line
     assert "it would reach 0.42x SB3's best" in line  # 1,000 env steps in 12 s: 83 per s, against 200
-    assert "0.50x (the arithmetic ceiling)" in line  # 2.4 TFLOP at 240 GFLOP/s: 10 s
+    assert "0.50x (the fp32 arithmetic ceiling)" in line  # 2.4 TFLOP at 240 GFLOP/s: 10 s
+    # a bfloat16 learner is not bound by the fp32 peak: the peak named as fp32's, no ceiling from it
+    mixed, = pixels_scale.learner_lines([{**plan, "placement": {"Learn": "torch-bf16 on cpu (2 threads)"}}], sb3,
+                                        argparse.Namespace(peak_all=240.0))
+    assert "in bfloat16 mixed precision (Learn/torch-bf16; 83% of the all-cores *fp32* matmul peak" in mixed
+    assert "ceiling" not in mixed and "it would reach 0.42x SB3's best" in mixed
     # no peak measured (a GPU run): the timer's figures only; no timer (an old run) or no SB3 run: no line
     assert "ceiling" not in pixels_scale.learner_lines([plan], sb3, argparse.Namespace(peak_all=None))[0]
     assert pixels_scale.learner_lines([{**plan, "learn_seconds": None}], sb3, argparse.Namespace(peak_all=240.0)) == []
