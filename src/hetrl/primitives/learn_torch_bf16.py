@@ -39,7 +39,7 @@ def cpu_bf16_flags(cpuinfo: Path = CPUINFO) -> list[str]:
 
 
 @implements(Learn="learn")
-class LearnTorchBF16(LearnTorchChannelsLast):
+class LearnTorchBf16(LearnTorchChannelsLast):
     backend = "torch-bf16"
     device_types = ("cpu",)
     precision = "bf16"
