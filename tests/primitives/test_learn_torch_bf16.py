@@ -106,7 +106,6 @@ def test_vectors_and_cpus_without_native_bfloat16_are_refused_with_the_fix(tmp_p
     assert bf16.cpu_bf16_flags(new) == ["avx512_bf16", "amx_bf16"]
     assert bf16.cpu_bf16_flags(tmp_path / "absent") == []
     monkeypatch.setattr(bf16, "CPUINFO", old)
-    monkeypatch.setattr(bf16.cpu_bf16_flags, "__defaults__", (old,))
     algo = make_algorithm("dqn", image_spec((4, 10, 10)), DQNConfig(network="minatar"))
     assert impl.unsupported(algo) == ("this CPU has no native bfloat16 products (avx512_bf16 or amx_bf16), where bf16 runs slower "
                                       "than fp32; use the torch or torch-channels-last learner (precision=fp32 or auto)")

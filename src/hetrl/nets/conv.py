@@ -135,7 +135,6 @@ class ConvQNetwork(nn.Module):
         a = self.advantage(h)
         return self.value(h) + a - a.mean(dim=1, keepdim=True)
 
-
     def _forward_mixed(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Mixed precision (Learn/torch-bf16): the convolutions and the hidden layers in ``dtype``
         under autocast (the fp32 weights cast per pass, their gradients returned in fp32), the output
