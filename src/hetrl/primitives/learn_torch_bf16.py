@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from hetrl.nets.conv import ConvQNetwork
 from hetrl.primitives.learn_torch_channels_last import LearnTorchChannelsLast
 from hetrl.protocol import implements
 
@@ -49,12 +48,13 @@ class LearnTorchBf16(LearnTorchChannelsLast):
     backend = "torch-bf16"
     device_types = ("cpu",)
     precision = "bf16"
+    described = "the bf16 learner"
 
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
         reason = super().unsupported(algorithm)
         if reason:
-            return reason.replace("the channels-last learner", "the bf16 learner")
+            return reason
         if algorithm.name != "dqn":  # exit-dqn's branched network is not a ConvQNetwork: it would run in fp32 unsaid
             return (f"the bf16 learner runs DQN's conv Q-networks, not {algorithm.name}'s; use the torch learner "
                     "(precision=fp32 or auto)")
@@ -65,6 +65,5 @@ class LearnTorchBf16(LearnTorchChannelsLast):
 
     def __init__(self, algorithm: Any, device: str | torch.device, seed: int) -> None:
         super().__init__(algorithm, device, seed)
-        for module in vars(self.learner).values():
-            if isinstance(module, ConvQNetwork):
-                module.compute_dtype = torch.bfloat16
+        for module in self.conv_networks():
+            module.compute_dtype = torch.bfloat16

@@ -24,17 +24,21 @@ from hetrl.protocol import implements
 @implements(Learn="learn")
 class LearnTorchChannelsLast(LearnTorch):
     backend = "torch-channels-last"
+    described = "the channels-last learner"  # how its refusals name it (a subclass names itself)
 
     @classmethod
     def unsupported(cls, algorithm: Any) -> str | None:
         if not getattr(algorithm.spec, "is_image", False) or getattr(algorithm, "network_kind", "mlp") not in ("nature", "minatar"):
-            return ("the channels-last learner lays out hetrl's conv Q-networks (images, network nature or minatar); "
+            return (f"{cls.described} lays out hetrl's conv Q-networks (images, network nature or minatar); "
                     "use the torch learner")
         return None
 
     def __init__(self, algorithm: Any, device: str | torch.device, seed: int) -> None:
         super().__init__(algorithm, device, seed)
-        for module in vars(self.learner).values():
-            if isinstance(module, ConvQNetwork):
-                module.to(memory_format=torch.channels_last)  # the parameters keep their identity: the optimiser's hold
-                module.memory_format = torch.channels_last
+        for module in self.conv_networks():
+            module.to(memory_format=torch.channels_last)  # the parameters keep their identity: the optimiser's hold
+            module.memory_format = torch.channels_last
+
+    def conv_networks(self) -> list[ConvQNetwork]:
+        """The learner's conv Q-networks (the online and target ones) that this backend lays out."""
+        return [module for module in vars(self.learner).values() if isinstance(module, ConvQNetwork)]
