@@ -11,7 +11,7 @@ from hetrl.envs import env_spec
 from hetrl.errors import HetrlError
 from hetrl.hardware import describe_machine, usable_cores
 from hetrl import profile as profile_module
-from hetrl.profile import ENV_COUNTS, Profile, _jobs, actor_start_path, default_path, measure, profile_workload, time_calls
+from hetrl.profile import ENV_COUNTS, Profile, _jobs, actor_start_path, default_path, measure, profile_workload, time_calls, time_in_turn
 from hetrl.primitives import implementations
 
 
@@ -147,6 +147,60 @@ def test_time_calls_measures_what_it_runs():
 
     median, p10, p90, calls = time_calls(lambda: time.sleep(0.002), lambda: None, repeats=3, warmup=1)
     assert 0.0019 < median < 0.02 and calls == 3
+
+
+def test_several_calls_are_timed_in_turn_each_block_in_its_context():
+    """time_in_turn times its calls' blocks alternately, so that a slow spell of the machine falls on
+    each alike: here a spell of three timed blocks slows whichever block it meets. Timed one after
+    the other, it would fall on one call's blocks only."""
+    import time
+    from contextlib import contextmanager
+
+    log, inside = [], []
+
+    @contextmanager
+    def within(name):
+        inside.append(name)
+        yield
+        inside.pop()
+
+    def call(name):
+        def run():
+            log.append((name, tuple(inside)))
+            time.sleep(0.0025)
+        return run
+
+    results = time_in_turn([call("a"), call("b")], lambda: None, repeats=3, warmup=1,
+                           within=[lambda: within("one"), lambda: within("two")])
+    assert all(ctx == (("one",) if name == "a" else ("two",)) for name, ctx in log)
+    timed = [name for name, _ in log[4:]]  # after each call's warm-up and its block-size probe
+    assert timed == ["a", "b"] * 3  # a block of one call each (2.5 ms is over a block's 2 ms), in turn
+    assert [calls for *_, calls in results] == [3, 3] and all(0.0024 < median < 0.03 for median, *_ in results)
+
+
+def test_a_learner_is_timed_at_every_thread_count_in_one_job(monkeypatch):
+    """One job per Learn backend times it at each thread count, in turn, with torch's count set as
+    a run sets it, and gives a row per count."""
+    import itertools
+
+    import torch
+
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000))
+    seen = []
+    real = profile_module.time_in_turn
+
+    def watched(fns, sync, repeats=7, warmup=3, within=None):
+        def counted(fn):
+            return lambda: (seen.append(torch.get_num_threads()), fn())
+        return real([counted(fn) for fn in fns], sync, 2, 1, within)
+
+    monkeypatch.setattr(profile_module, "time_in_turn", watched)
+    jobs = dict(_jobs(algo, ["cpu"], [1, 2]))
+    assert "Learn torch on cpu" in jobs and not any("threads" in label for label in jobs if label.startswith("Learn"))
+    rows = jobs["Learn torch on cpu"]()
+    assert [(t.primitive, t.backend, t.threads) for t in rows] == [("Learn", "torch", 1), ("Learn", "torch", 2)]
+    assert seen[:4] == [1, 1, 2, 2]  # each count's warm-up call and block-size probe
+    assert [n for n, _ in itertools.groupby(seen[4:])] == [1, 2, 1, 2]  # two rounds of a block at each count, in turn
 
 
 def test_profile_command(tmp_path, capsys):

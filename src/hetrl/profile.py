@@ -22,7 +22,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -207,22 +207,41 @@ def default_path(machine: Machine, algo: str, env: str | EnvSource, agent: Agent
 
 def time_calls(fn: Callable[[], Any], sync: Callable[[], None], repeats: int = 7, warmup: int = 3) -> tuple[float, float, float, int]:
     """(median, p10, p90) seconds per call of ``fn``, and the calls timed."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    start = time.perf_counter()
-    fn()
-    sync()
-    inner = max(1, int(BLOCK_SECONDS / max(time.perf_counter() - start, 1e-9)))
-    per_call = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(inner):
+    return time_in_turn([fn], sync, repeats, warmup)[0]
+
+
+def time_in_turn(fns: Sequence[Callable[[], Any]], sync: Callable[[], None], repeats: int = 7, warmup: int = 3,
+                 within: Sequence[Callable[[], AbstractContextManager[Any]]] | None = None) -> list[tuple[float, float, float, int]]:
+    """:func:`time_calls` for each of ``fns``, their timed blocks taken in turn (a block of the first,
+    one of the second, ..., ``repeats`` rounds), each block inside its ``within`` context (e.g. a
+    torch thread count). What the results are compared for, which of several runs faster, then does
+    not hang on a slow spell of a shared machine (another program on a core for a second) that
+    would fall on the blocks of one of them only if each were timed in one go."""
+    within = within or [nullcontext] * len(fns)
+    inner = []
+    for fn, context in zip(fns, within):
+        with context():
+            for _ in range(warmup):
+                fn()
+            sync()
+            start = time.perf_counter()
             fn()
-        sync()
-        per_call.append((time.perf_counter() - start) / inner)
-    p10, median, p90 = np.percentile(per_call, [10, 50, 90])
-    return float(median), float(p10), float(p90), repeats * inner
+            sync()
+            inner.append(max(1, int(BLOCK_SECONDS / max(time.perf_counter() - start, 1e-9))))
+    per_call: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeats):
+        for fn, context, n, times in zip(fns, within, inner, per_call):
+            with context():
+                start = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                sync()
+                times.append((time.perf_counter() - start) / n)
+    out = []
+    for n, times in zip(inner, per_call):
+        p10, median, p90 = np.percentile(times, [10, 50, 90])
+        out.append((float(median), float(p10), float(p90), repeats * n))
+    return out
 
 
 def energy_per_call(fn: Callable[[], Any], sync: Callable[[], None], meters: Any, per_call_s: float,
@@ -354,11 +373,11 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     rng = np.random.default_rng(0)
     B = cfg.batch_size
 
-    def timing(primitive, backend, device, size, fn, threads_=None, sync=None):
+    def timing(primitive, backend, device, size, fn, sync=None):
         sync = sync or sync_for(device)
         median, p10, p90, calls = time_calls(fn, sync)
         joules, meter = energy_per_call(fn, sync, meters, median)
-        return Timing(primitive, backend, device, size, threads_, median, p10, p90, calls, joules, meter)
+        return Timing(primitive, backend, device, size, None, median, p10, p90, calls, joules, meter)
 
     for backend, impl in implementations("EnvStep").items():
         if impl.unsupported(algo):
@@ -431,17 +450,27 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
         if impl.unsupported(algo):  # e.g. the fused numba learner for DDPG: nothing to measure
             continue
         for device in _devices_of(impl, devices):
-            for n_threads in (impl.host_threads(threads) if device == "cpu" else [None]):
-                def learn(impl=impl, device=device, backend=backend, n_threads=n_threads):
-                    with torch_threads(n_threads):
-                        learner = build("Learn", Slot(backend, device, n_threads), algo, 0)
+            counts = impl.host_threads(threads) if device == "cpu" else [None]
+
+            def learn(impl=impl, device=device, backend=backend, counts=counts):
+                """One learner per thread count, timed in turn (a plan picks the count by these rows)."""
+                calls, within = [], [lambda n=n: torch_threads(n) for n in counts]
+                for n, context in zip(counts, within):
+                    with context():
+                        learner = build("Learn", Slot(backend, device, n), algo, 0)
                         # as a run feeds it from a host replay: its own arrays, or tensors on its device
                         batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
-                        row = timing("Learn", backend, device, B, lambda: learner.learn(**batch), n_threads)
-                    if device == "cpu" and n_threads:
-                        host_learners[n_threads][backend] = row.median_s
-                    return [row]
-                yield f"Learn {backend} on {device}" + (f" ({n_threads} threads)" if n_threads else ""), learn
+                        calls.append(lambda learner=learner, batch=batch: learner.learn(**batch))
+                sync = sync_for(device)
+                rows = []
+                for n, fn, context, (median, p10, p90, timed) in zip(counts, calls, within, time_in_turn(calls, sync, within=within)):
+                    with context():
+                        joules, meter = energy_per_call(fn, sync, meters, median)
+                    rows.append(Timing("Learn", backend, device, B, n, median, p10, p90, timed, joules, meter))
+                    if device == "cpu" and n:
+                        host_learners[n][backend] = median
+                return rows
+            yield _learn_label(backend, device), learn
 
     for source in ["numpy", *devices]:
         for device in devices:
@@ -567,11 +596,16 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     yield "Loop inline", loop
 
 
+def _learn_label(backend: str, device: str) -> str:
+    """The job that measures a Learn backend on a device, at every thread count the profile takes."""
+    return f"Learn {backend} on {device}"
+
+
 def _label(key: TimingKey) -> str | None:
     """The job of :func:`_jobs` that measures the row ``key`` (Learn, EnvStep and Act rows only)."""
     primitive, backend, device, size, threads = key
     if primitive == "Learn":
-        return f"Learn {backend} on {device}" + (f" ({threads} threads)" if threads else "")
+        return _learn_label(backend, device)
     if primitive == "EnvStep":
         return f"EnvStep {backend} x{size}"
     if primitive == "Act":
