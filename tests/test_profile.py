@@ -173,8 +173,8 @@ def test_several_calls_are_timed_in_turn_each_block_in_its_context():
     results = time_in_turn([call("a"), call("b")], lambda: None, repeats=3, warmup=1,
                            within=[lambda: within("one"), lambda: within("two")])
     assert all(ctx == (("one",) if name == "a" else ("two",)) for name, ctx in log)
-    timed = [name for name, _ in log[4:]]  # after each call's warm-up and its block-size probe
-    assert timed == ["a", "b"] * 3  # a block of one call each (2.5 ms is over a block's 2 ms), in turn
+    rounds = [name for name, _ in log[4:]]  # after each call's warm-up and its block-size probe
+    assert rounds == ["a", "a", "b", "b"] * 3  # an untimed call, then a block of one (2.5 ms is over a block's 2 ms), in turn
     assert [calls for *_, calls in results] == [3, 3] and all(0.0024 < median < 0.03 for median, *_ in results)
 
 
@@ -201,6 +201,7 @@ def test_a_learner_is_timed_at_every_thread_count_in_one_job(monkeypatch):
     assert [(t.primitive, t.backend, t.threads) for t in rows] == [("Learn", "torch", 1), ("Learn", "torch", 2)]
     assert seen[:4] == [1, 1, 2, 2]  # each count's warm-up call and block-size probe
     assert [n for n, _ in itertools.groupby(seen[4:])] == [1, 2, 1, 2]  # two rounds of a block at each count, in turn
+    assert all(len(list(block)) >= 2 for _, block in itertools.groupby(seen[4:]))  # each after an untimed call
 
 
 def test_profile_command(tmp_path, capsys):
