@@ -96,8 +96,10 @@ def test_vectors_and_cpus_without_native_bfloat16_are_refused_with_the_fix(tmp_p
     from hetrl.algos.exit_dqn import ExitDQNConfig
 
     branched = make_algorithm("exit-dqn", image_spec((4, 10, 10)), ExitDQNConfig(network="minatar"))
-    assert impl.unsupported(branched) == ("the bf16 learner runs DQN's conv Q-networks, not exit-dqn's; use the torch learner "
-                                          "(precision=fp32 or auto)")
+    assert impl.unsupported(branched) == ("the bf16 learner lays out DQN's conv Q-networks, not exit-dqn's branched one; "
+                                          "use the torch learner")
+    assert get("Learn", "torch-channels-last").unsupported(branched) == (
+        "the channels-last learner lays out DQN's conv Q-networks, not exit-dqn's branched one; use the torch learner")
     old = tmp_path / "cpuinfo"
     old.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512bw avx512_vnni\n\nprocessor\t: 1\n")
     assert bf16.cpu_bf16_flags(old) == []

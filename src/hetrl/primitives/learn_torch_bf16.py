@@ -55,9 +55,6 @@ class LearnTorchBf16(LearnTorchChannelsLast):
         reason = super().unsupported(algorithm)
         if reason:
             return reason
-        if algorithm.name != "dqn":  # exit-dqn's branched network is not a ConvQNetwork: it would run in fp32 unsaid
-            return (f"the bf16 learner runs DQN's conv Q-networks, not {algorithm.name}'s; use the torch learner "
-                    "(precision=fp32 or auto)")
         if not cpu_bf16_flags():
             return (f"this CPU has no native bfloat16 products ({' or '.join(NATIVE_FLAGS)}), where bf16 runs slower than "
                     "fp32; use the torch or torch-channels-last learner (precision=fp32 or auto)")

@@ -31,6 +31,8 @@ class LearnTorchChannelsLast(LearnTorch):
         if not getattr(algorithm.spec, "is_image", False) or getattr(algorithm, "network_kind", "mlp") not in ("nature", "minatar"):
             return (f"{cls.described} lays out hetrl's conv Q-networks (images, network nature or minatar); "
                     "use the torch learner")
+        if getattr(algorithm, "early_exits", False):  # a branched network is no ConvQNetwork: nothing would be laid out
+            return f"{cls.described} lays out DQN's conv Q-networks, not {algorithm.name}'s branched one; use the torch learner"
         return None
 
     def __init__(self, algorithm: Any, device: str | torch.device, seed: int) -> None:
