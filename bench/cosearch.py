@@ -37,10 +37,11 @@ Act/torch against Act/torch), and co-search dominating decoupled search
 for a measured cost, on the modelled axis for an FPGA model). Means over seeds throughout.
 
 ``--workdir`` keeps the teachers, searches and retrained runs; a later invocation with the same
-workdir reuses every finished one (a run with summary.json, a search with architecture.json), so an
-invocation cut short goes on where it stopped and arms can be added (more lambdas, another
-``--hardware``): a training cut short after a checkpoint (every 50,000 env steps) is resumed from it
-with ``hetrl resume``, bit for bit as if never cut; one cut before, and a search cut short, start again.
+workdir reuses every finished one (a run with a summary.json not marked interrupted, a search with
+architecture.json), so an invocation cut short goes on where it stopped and arms can be added (more
+lambdas, another ``--hardware``): a training cut short after a checkpoint (every 50,000 env steps, and the interrupt
+checkpoint a signal makes it write) is resumed from it with ``hetrl resume``, bit for bit as if never
+cut; one cut before, and a search cut short, start again.
 A workdir holds one set of budgets and settings: a finished run or search of other ``--steps``,
 ``--teacher-steps`` or ``--search-steps``, or a measured cost timed on another ``--cost-backend``,
 is refused (other ``--set`` values are not checked).
@@ -157,7 +158,9 @@ def resumable(run_dir: Path, steps: int) -> bool:
 
 def trained(env: str, seed: int, steps: int, run_dir: Path, args: argparse.Namespace, settings: list[str]) -> Path:
     """``run_dir`` trained by `hetrl train dqn` (reused where an earlier invocation finished it)."""
-    if (run_dir / "summary.json").exists():
+    summary = run_dir / "summary.json"
+    # a run stopped by a signal writes its summary too, marked interrupted, beside its interrupt checkpoint
+    if summary.exists() and not json.loads(summary.read_text()).get("interrupted"):
         check_reused(run_dir, json.loads((run_dir / "config.json").read_text())["steps"], steps, "env steps")
         return run_dir
     if resumable(run_dir, steps):  # a run cut short after a checkpoint: resumed, bit for bit as if never cut

@@ -48,3 +48,10 @@ def test_a_training_cut_short_after_a_checkpoint_is_resumed_not_restarted(tmp_pa
     assert json.loads((run / "summary.json").read_text())["env_steps"] == 200
     assert (run / "checkpoints" / "step_0000000100.pt").stat().st_mtime_ns == first  # resumed, not trained afresh
     assert not bench.resumable(tmp_path / "never_started", 200)
+    # stopped by a signal after step 100: its summary written and marked interrupted, as `hetrl train` does
+    for name in ("step_0000000200.pt", "replay_step_0000000200.pt"):
+        (run / "checkpoints" / name).unlink()
+    (run / "summary.json").write_text(json.dumps({"env_steps": 100, "interrupted": True}))
+    assert bench.trained("CartPole-v1", 1, 200, run, args, []) == run
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 200 and not summary.get("interrupted")
