@@ -59,18 +59,10 @@ report are measured alone, after all training.
 
 How long: the retrainings dominate. The default run is 2 games x 3 seeds x 7 arms (hand, 4
 co-search lambdas, decoupled, TD-only; arms that derive the same network share one run): up to 42
-DQN runs of 250k env steps, 2 teachers of 500k and 36 searches of 2,000 steps. Rates taken on a
-2-core machine shared with other jobs (load average 4-6), one run at a time, from the ``--quick``
-run and short runs beside it: DQN learns at about 430 env steps/s with the MinAtar network
-(168k MACs), and at 50-250 with searched ones, from the space's largest network (3.7M MACs) to
-small ones (a searched network flattens a 10x10 map, the MinAtar network an 8x8 one); a search
-step takes about 60 ms. So, on that machine with ``--jobs 1``: teachers about 50 min, searches
-about 1.5 h, retraining 15-25 h (by the networks the searches derive: cheap ones, which high
-lambdas give, train fastest), measurement about 10 min: about a day. Two jobs at a time there
-made each run 2-3x slower, so ``--jobs 2`` gains nothing under such load. On an idle 16-core
-machine with ``--jobs 14``: teachers about 25 min side by side, searches about 10 min, retraining
-1.5-2 h (no shorter than its slowest run, up to about 1.5 h for the largest network), measurement
-about 10 min: some 2.5-3 hours. Both are estimates from short runs, not measured full runs.
+DQN runs of 250k env steps (28 in the run docs/results.md reports: the searches derive few distinct
+networks, and small ones train fast), 2 teachers of 500k and 36 searches of 2,000 steps. That run,
+on a 2-core machine with ``--jobs 2``, took about an hour and a half, nearly all of it retraining
+(docs/results.md, "Co-search against the hand-designed agent": the phases measured).
 """
 
 from __future__ import annotations
@@ -452,7 +444,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, devices: dict[s
         "each network on every host Act backend that serves it (its fastest sets its speed; Act/torch beside it), "
         f"one thread, median of {TIMED_BLOCKS} timed blocks, measured one network at a time after all training; "
         "FPGA columns are the FPGA model's (modelled, never run). "
-        + (f"Search costs: {'; '.join(costs)}. " if costs else "") + "Wall time: "
+        + (f"Search costs: {'; '.join(costs)}. " if costs else "")
+        + "Wall time of this invocation (what an earlier one finished in the workdir is reused, not counted): "
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items()) + ".", ""]
     speed_met, dominance_met = [], []
     for game in dict.fromkeys(r["game"] for r in rows):
