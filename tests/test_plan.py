@@ -217,6 +217,27 @@ def test_planner_takes_several_learner_threads_only_where_they_pay_clearly():
     assert make_plan(synthetic(HOST), agent, 1, learn_threads=2).placement.learn == Slot("torch", "cpu", 2)  # asked for
 
 
+def test_the_thread_gate_reads_the_fastest_tenth_not_the_median():
+    """A 2-thread row whose median a slow spell pushed up (900 µs against 1,000 on one thread: under
+    the gain) while its fastest blocks ran at 600 is a candidate, and chosen; one whose fastest
+    blocks too are under the gain is not."""
+    from dataclasses import replace as swapped
+
+    agent = DQNConfig(batch_size=64, replay_ratio=1.0, train_every=1)
+    base = synthetic(HOST)
+
+    def two_threads(median_us, p10_us):
+        return [swapped(t, median_s=median_us * US, p10_s=p10_us * US, p90_s=3 * median_us * US)
+                if t.key == ("Learn", "torch", "cpu", 64, 2) else t for t in base.timings]
+
+    spell = synthetic([])
+    spell.timings = two_threads(900, 600)
+    assert make_plan(spell, agent, 1).placement.learn == Slot("torch", "cpu", 2)
+    marginal = synthetic([])
+    marginal.timings = two_threads(900, 850)
+    assert make_plan(marginal, agent, 1).placement.learn.threads == 1
+
+
 GPU = HOST + [
     ("Act", "torch", "cuda", 1, None, 60), ("Act", "torch", "cuda", 4, None, 60), ("WeightSync", "torch", "cuda", 1, None, 30),
     ("Learn", "torch", "cuda", 64, None, 200), ("WeightSync", "numpy<-cuda", "cpu", 1, None, 40),
