@@ -39,9 +39,9 @@ for a measured cost, on the modelled axis for an FPGA model). Means over seeds t
 ``--workdir`` keeps the teachers, searches and retrained runs; a later invocation with the same
 workdir reuses every finished one (a run with a summary.json not marked interrupted, a search with
 architecture.json), so an invocation cut short goes on where it stopped and arms can be added (more
-lambdas, another ``--hardware``): a training cut short after a checkpoint (every 50,000 env steps, and the interrupt
-checkpoint a signal makes it write) is resumed from it with ``hetrl resume``, bit for bit as if never
-cut; one cut before, and a search cut short, start again.
+lambdas, another ``--hardware``): a training cut short after a checkpoint (every 50,000 env steps,
+and the interrupt checkpoint a signal makes it write) is resumed from it with ``hetrl resume``, bit
+for bit as if never cut; one cut before, and a search cut short, start again.
 A workdir holds one set of budgets and settings: a finished run or search of other ``--steps``,
 ``--teacher-steps`` or ``--search-steps``, or a measured cost timed on another ``--cost-backend``,
 is refused (other ``--set`` values are not checked).

@@ -150,9 +150,9 @@ def test_time_calls_measures_what_it_runs():
 
 
 def test_several_calls_are_timed_in_turn_each_block_in_its_context():
-    """time_in_turn times its calls' blocks alternately, so that a slow spell of the machine falls on
-    each alike: here a spell of three timed blocks slows whichever block it meets. Timed one after
-    the other, it would fall on one call's blocks only."""
+    """time_in_turn times its calls' blocks alternately (a block of each per round, each after an
+    untimed call), every call inside its own context, so that a slow spell of the machine falls on
+    each call's blocks alike rather than on one call's only."""
     import time
     from contextlib import contextmanager
 
