@@ -376,11 +376,12 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
     rng = np.random.default_rng(0)
     B = cfg.batch_size
 
-    def timing(primitive, backend, device, size, fn, sync=None):
+    def timing(primitive, backend, device, size, fn, sync=None, threads=None, timed=None):
+        """A row for ``fn``: timed here, or ``timed`` (time_calls' figures, measured by the caller)."""
         sync = sync or sync_for(device)
-        median, p10, p90, calls = time_calls(fn, sync)
+        median, p10, p90, calls = timed or time_calls(fn, sync)
         joules, meter = energy_per_call(fn, sync, meters, median)
-        return Timing(primitive, backend, device, size, None, median, p10, p90, calls, joules, meter)
+        return Timing(primitive, backend, device, size, threads, median, p10, p90, calls, joules, meter)
 
     for backend, impl in implementations("EnvStep").items():
         if impl.unsupported(algo):
@@ -464,14 +465,12 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
                         # as a run feeds it from a host replay: its own arrays, or tensors on its device
                         batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
                         calls.append(lambda learner=learner, batch=batch: learner.learn(**batch))
-                sync = sync_for(device)
                 rows = []
-                for n, fn, context, (median, p10, p90, timed) in zip(counts, calls, within, time_in_turn(calls, sync, within=within)):
-                    with context():
-                        joules, meter = energy_per_call(fn, sync, meters, median)
-                    rows.append(Timing("Learn", backend, device, B, n, median, p10, p90, timed, joules, meter))
+                for n, fn, context, timed in zip(counts, calls, within, time_in_turn(calls, sync_for(device), within=within)):
+                    with context():  # the energy window too
+                        rows.append(timing("Learn", backend, device, B, fn, threads=n, timed=timed))
                     if device == "cpu" and n:
-                        host_learners[n][backend] = median
+                        host_learners[n][backend] = rows[-1].median_s
                 return rows
             yield _learn_label(backend, device), learn
 

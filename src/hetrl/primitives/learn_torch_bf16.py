@@ -14,6 +14,7 @@ checkpoints are fp32 state dicts that resume on any learner.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -26,21 +27,20 @@ NATIVE_FLAGS = ("avx512_bf16", "amx_bf16")  # /proc/cpuinfo flags of a CPU with 
 CPUINFO = Path("/proc/cpuinfo")
 
 
-_read: dict[Path, list[str]] = {}  # the file read once per process (the planner asks many times)
+@functools.cache  # per file: the planner asks many times, the file does not change
+def _native_flags(cpuinfo: Path) -> tuple[str, ...]:
+    try:
+        text = cpuinfo.read_text(errors="replace")
+    except OSError:
+        return ()
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return tuple(f for f in NATIVE_FLAGS if f in flags)
 
 
 def cpu_bf16_flags(cpuinfo: Path | None = None) -> list[str]:
     """The native-bfloat16 flags this CPU reports (``cpuinfo``, default Linux's /proc/cpuinfo; none
     elsewhere). Without them oneDNN emulates bfloat16 in fp32 arithmetic, slower than fp32 itself."""
-    path = CPUINFO if cpuinfo is None else cpuinfo
-    if path not in _read:
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            text = ""
-        flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
-        _read[path] = [f for f in NATIVE_FLAGS if f in flags]
-    return _read[path]
+    return list(_native_flags(CPUINFO if cpuinfo is None else cpuinfo))
 
 
 @implements(Learn="learn")
