@@ -17,7 +17,8 @@ from hetrl.algos.exit_dqn import ExitDQNConfig
 from hetrl.cli import main
 from hetrl.cosearch import cost as cost_module
 from hetrl.cosearch.cost import hardware_cost, macs_table, measure_op_latency
-from hetrl.cosearch.search import SearchConfig, Searcher, distillation_loss, search
+from hetrl.algos.distillation import distillation_loss
+from hetrl.cosearch.search import SearchConfig, Searcher, search
 from hetrl.cosearch.supernet import SuperNet, search_space
 from hetrl.cosearch.teacher import Teacher, TeacherData
 from hetrl.envs import EnvSpec, env_spec

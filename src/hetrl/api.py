@@ -24,8 +24,8 @@ from hetrl.importable import name_of
 from hetrl.run.callbacks import Callback, Callbacks
 from hetrl.exits import ExitCounter, ExitStats, adopt_stored_width
 from hetrl.nets.exits import ExitQNetwork
-from hetrl.policy import load_policy_network
 from hetrl.run.rundir import RunDir
+from hetrl.run.saved_network import load_policy_network
 from hetrl.training import Session, TrainResult, greedy_policy
 
 

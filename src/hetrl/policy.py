@@ -21,13 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from hetrl.algos import Algorithm, make_algorithm
-from hetrl.config import TrainConfig, checkpoint_misfit
-from hetrl.envs import env_spec
-from hetrl.errors import HetrlError, check_path, check_seed
+from hetrl.algos import Algorithm
+from hetrl.errors import HetrlError, check_seed
 from hetrl.files import atomic_path, write_file
 from hetrl.nets.exits import ExitQNetwork
-from hetrl.run.rundir import RunDir
+from hetrl.run.saved_network import load_network
 from hetrl.training import host_forward
 
 FORMATS = {".pt": "torchscript", ".onnx": "onnx"}
@@ -131,38 +129,6 @@ def load(run: str | Path, checkpoint: str | Path | None = None, seed: int = 0) -
     (checkpoints/best.pt, the best evaluation during training), ``"final"`` (the newest periodic
     checkpoint) or a file; by default the best where the run has one, else the final, as
     ``hetrl eval`` picks."""
-    path = check_path("run", run)
     check_seed("seed", seed)
-    if checkpoint not in (None, "best", "final"):
-        check_path("checkpoint", checkpoint)
-    if path.is_file():
-        run_dir, checkpoint = RunDir.open(path.parent.parent), path
-    else:
-        run_dir = RunDir.open(path)
-    if checkpoint in (None, "best"):
-        if run_dir.best.exists():
-            checkpoint = run_dir.best
-        elif checkpoint == "best":
-            raise HetrlError(f"{run_dir.path} has no best.pt (no evaluation was written); load the final policy with checkpoint='final'")
-        else:
-            checkpoint = None
-    elif checkpoint == "final":
-        checkpoint = None
-    config = run_dir.load_config()
-    source, state = run_dir.load_checkpoint(checkpoint, replay=False, env_state="never")  # tensors only: nothing unpickled
-    algo = make_algorithm(config.algo, env_spec(config.env_source(), config.atari), config.agent)
-    return Policy(algo, load_policy_network(algo, state, source, config, run_dir.config), source, seed)
-
-
-def load_policy_network(algo: Algorithm, state: dict[str, Any], path: Path, config: TrainConfig,
-                        config_file: Path) -> nn.Module:
-    """``algo``'s acting network with the weights of the checkpoint ``state`` (a best.pt's policy, or a
-    periodic checkpoint's learner) read from ``path``; one that does not fit is a HetrlError naming
-    the settings changed in ``config_file`` since."""
-    network = algo.make_policy_network()
-    try:
-        weights = state["policy"] if state.get("kind") == "best" else state["executor"]["learner"][algo.policy_key]
-        network.load_state_dict(weights)
-    except (RuntimeError, KeyError, TypeError) as exc:  # another algorithm's, or other layer sizes
-        raise checkpoint_misfit(path, state.get("config"), config, config_file, exc) from None
-    return network
+    algo, network, source = load_network(run, checkpoint)
+    return Policy(algo, network, source, seed)

@@ -28,6 +28,7 @@ from hetrl.run.plots import plot_returns
 from hetrl.run.report import placement_table, progress_bar, summary_table
 from hetrl.run.result import TrainResult
 from hetrl.run.rundir import RunDir
+from hetrl.run.saved_network import load_teacher
 from hetrl.run.signals import StopSignals
 from hetrl.run.wandb_sink import WandbSink, require_wandb
 from hetrl.runtime.executors import make_executor
@@ -67,6 +68,8 @@ def checked_algorithm(config: TrainConfig, source: EnvSource | None = None) -> A
     if config.wandb_project:
         require_wandb()  # a missing extra stops the run before anything is written
     algo = make_algorithm(config.algo, env_spec(source or config.env_source(), config.atari), config.agent)
+    if getattr(algo, "distils", False):
+        load_teacher(config.agent.teacher, algo.spec)  # a teacher that does not fit is refused here, not in a learner process
     resolve_device(config.device)  # a missing device is refused before anything is printed
     return algo
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from hetrl.algos.base import AgentConfig, Algorithm, TorchLearner, adam, polyak_, seeded_init
+from hetrl.algos.distillation import DISTILL, distillation_loss
 from hetrl.envs.spec import EnvSpec
 from hetrl.errors import HetrlError, user_code_failed
 from hetrl.importable import load, name_of
@@ -60,8 +62,13 @@ class DQNConfig(AgentConfig):
     eps_decay_steps: int = 16_000
     max_grad_norm: float | None = 10.0
     network: str = "auto"  # auto (by the observations), nature, minatar, mlp, "module:function" (a factory) or PATH.json (hetrl cosearch's architecture)
+    teacher: str = ""  # a DQN run directory of the same env whose Q-values the learner matches beside the TD loss (distillation); "" for none
+    distill_weight: float = 1.0  # teacher: the distillation loss's weight (the TD loss's is 1)
+    distill: str = "mse"  # teacher: mse (Q-values on every action, squared Q units) or kl (policies softmax(Q / T))
+    distill_temperature: float = 1.0  # teacher, distill=kl: T
 
-    COST_FREE = AgentConfig.COST_FREE | {"eps_start", "eps_end", "eps_decay_steps"}
+    COST_FREE = AgentConfig.COST_FREE | {"eps_start", "eps_end", "eps_decay_steps", "distill_weight", "distill",
+                                         "distill_temperature"}
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -77,6 +84,15 @@ class DQNConfig(AgentConfig):
                             f"eps_end={self.eps_end})")
         if self.eps_decay_steps < 0:
             problems.append(f"eps_decay_steps must be >= 0 (got {self.eps_decay_steps})")
+        if self.teacher and not Path(self.teacher).is_dir():
+            problems.append(f"teacher={self.teacher} is not a directory; give the run directory of a trained DQN agent "
+                            "(runs/dqn_...) or teacher='' for none")
+        if self.distill not in DISTILL:
+            problems.append(f"distill must be one of {', '.join(DISTILL)} (got {self.distill!r})")
+        if not self.distill_weight >= 0:
+            problems.append(f"distill_weight must be >= 0 (got {self.distill_weight})")
+        if not self.distill_temperature > 0:
+            problems.append(f"distill_temperature must be > 0 (got {self.distill_temperature})")
         return problems
 
 
@@ -111,17 +127,32 @@ class DQNLearner(DQNCheckpoint, TorchLearner):
         self.optimizer = adam(self.q.parameters(), cfg.lr)
         self.cfg = cfg
         self.updates = 0
+        self.teacher: nn.Module | None = None  # the frozen teacher where cfg.teacher names one (use_teacher)
 
     @property
     def policy_network(self) -> QNetwork:
         return self.q
+
+    def use_teacher(self, network: nn.Module) -> None:
+        """Distil from ``network`` (the frozen Q-network of the run ``teacher`` names; Learn/torch loads it)."""
+        self.teacher = network.to(next(self.q.parameters()).device).requires_grad_(False)
+
+    def distillation(self, obs: torch.Tensor, q_all: torch.Tensor) -> torch.Tensor:
+        """The distillation loss of the online Q-values ``q_all`` on ``obs`` against the teacher's."""
+        if self.teacher is None:
+            raise HetrlError(f"teacher={self.cfg.teacher} was never loaded into this learner: distillation runs on the "
+                             "torch learners (Learn/torch, torch-channels-last, torch-bf16), which load it")
+        with torch.no_grad():
+            teacher_q = self.teacher(obs).float()
+        return distillation_loss(q_all.float(), teacher_q, self.cfg.distill, self.cfg.distill_temperature)
 
     def optimizers(self) -> list[torch.optim.Optimizer]:
         return [self.optimizer]
 
     def step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         cfg = self.cfg
-        q = self.q(batch["obs"]).gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
+        q_all = self.q(batch["obs"])
+        q = q_all.gather(1, batch["actions"].unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             next_q_all = self.q_target(batch["next_obs"])
             if cfg.double:
@@ -132,6 +163,8 @@ class DQNLearner(DQNCheckpoint, TorchLearner):
             target = batch["rewards"] + batch["discounts"] * next_q
         td = target - q
         loss = (batch["weights"] * F.huber_loss(q, target, reduction="none")).mean()
+        if cfg.teacher:
+            loss = loss + cfg.distill_weight * self.distillation(batch["obs"], q_all)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.max_grad_norm is not None:
@@ -159,6 +192,11 @@ class DQN(Algorithm):
 
     def build_learner(self, device: torch.device, seed: int) -> DQNLearner:
         return DQNLearner(self, device, seed)
+
+    @property
+    def distils(self) -> bool:
+        """Whether the learner also matches a teacher's Q-values (``teacher``): the torch learners only."""
+        return bool(self.config.teacher)
 
     def __init__(self, spec: EnvSpec, config: DQNConfig) -> None:
         super().__init__(spec, config)

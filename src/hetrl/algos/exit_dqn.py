@@ -85,6 +85,9 @@ class ExitDQNConfig(DQNConfig):
 
     def validate(self) -> list[str]:
         problems = super().validate()
+        if self.teacher:
+            problems.append(f"teacher={self.teacher}: distillation from a teacher run is dqn's; exit-dqn's branches "
+                            "distil its own final head (exit_target); drop teacher or use algo dqn")
         if self.network not in NETWORKS:
             problems.append("exit-dqn builds its branches into hetrl's own networks (auto, minatar, nature, mlp), "
                             f"not a user's factory or a searched architecture ({self.network})")

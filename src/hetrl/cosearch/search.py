@@ -49,8 +49,9 @@ import torch
 import torch.nn.functional as F
 
 from hetrl.algos.base import adam
+from hetrl.algos.distillation import DISTILL, distillation_loss
 from hetrl.cosearch.cost import Cost, cost_label, cost_unit
-from hetrl.cosearch.options import DISTILL, MODES
+from hetrl.cosearch.options import MODES
 from hetrl.cosearch.supernet import TAU_START, SuperNet
 from hetrl.cosearch.teacher import TeacherData
 from hetrl.nets.searched import Architecture, SearchedQNetwork
@@ -99,19 +100,6 @@ class SearchConfig:
     def temperature(self, step: int) -> float:
         """The Gumbel-softmax temperature at ``step`` (0-based): geometric from tau_start to tau_end."""
         return self.tau_start * (self.tau_end / self.tau_start) ** (step / max(1, self.steps - 1))
-
-
-def distillation_loss(student_q: torch.Tensor, teacher_q: torch.Tensor, kind: str = "mse",
-                      temperature: float = 1.0, q_variance: float = 1.0) -> torch.Tensor:
-    """How far the student's Q-values (B, A) are from the teacher's (see the module's docstring);
-    ``q_variance``: what ``mse`` is divided by."""
-    if kind == "mse":
-        return F.mse_loss(student_q, teacher_q) / q_variance
-    if kind == "kl":
-        t = temperature
-        return F.kl_div(F.log_softmax(student_q / t, dim=1), F.log_softmax(teacher_q / t, dim=1), log_target=True,
-                        reduction="batchmean") * t * t
-    raise ValueError(f"distillation loss {kind!r}: one of {', '.join(DISTILL)}")
 
 
 class Searcher:

@@ -19,9 +19,9 @@ import torch
 from hetrl.algos.dqn import DQN
 from hetrl.cosearch.options import SOURCES
 from hetrl.errors import HetrlError
-from hetrl.nets.exits import ExitQNetwork
 from hetrl.policy import Policy, load
 from hetrl.run.rundir import RunDir
+from hetrl.run.saved_network import q_head
 
 Q_BATCH = 4096  # observations per teacher forward
 
@@ -74,8 +74,7 @@ class Teacher:
         if not isinstance(self.policy.algo, DQN):
             raise HetrlError(f"{run_dir} is a {self.policy.algo.name} run; a teacher is a DQN agent (dqn, exit-dqn): "
                              "the search distils Q-values over discrete actions")
-        network = self.policy.network
-        self._q = network.final if isinstance(network, ExitQNetwork) else network  # an exit network's final head
+        self._q = q_head(self.policy.network)
 
     @property
     def spec(self):

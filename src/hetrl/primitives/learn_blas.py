@@ -667,6 +667,8 @@ class LearnBlas(LearnOnHost):
                 return f"the blas learner writes out hetrl's Q-networks only, not a user's module; {use_torch}"
             if algorithm.config.dueling:
                 return f"the blas learner has no dueling head; set dueling=false or {use_torch}"
+            if algorithm.distils:
+                return f"the blas learner does not distil from a teacher; {use_torch}"
             return None
         if not isinstance(algorithm, (DDPG, SAC)):
             return f"the blas learner implements DQN, DDPG, TD3 and SAC only, not {algorithm.name}; {use_torch}"

@@ -190,6 +190,10 @@ class LearnCudagraph(Learn):
             # against Learn/torch update by update (tests/test_cuda.py)
             return (f"the cudagraph learner does not run {algorithm.name}'s branched learner yet; use the torch "
                     "learner (backend torch for learn in a plan.json)")
+        if getattr(algorithm, "distils", False):
+            # the teacher's forward would be captured with the update; not yet checked against Learn/torch on a GPU
+            return ("the cudagraph learner does not distil from a teacher yet; use the torch learner (backend torch for "
+                    "learn in a plan.json)")
         if getattr(algorithm.config, "use_sde", False):
             # one gSDE matrix per update, shared by two inputs of the graph: not yet checked against
             # Learn/torch update by update on a GPU (tests/test_cuda.py)

@@ -151,6 +151,8 @@ class LearnNumba(LearnOnHost):
             return f"the numba learner runs MLP Q-networks only, not DQN's {algorithm.network_kind} network; {use_torch}"
         if algorithm.config.dueling:
             return f"the numba learner has no dueling head; set dueling=false or {use_torch}"
+        if algorithm.distils:
+            return f"the numba learner does not distil from a teacher; {use_torch}"
         return None
 
     @staticmethod
