@@ -12,7 +12,14 @@ network that DQN retrains from scratch at the same budget (``--steps``, the tune
   ``allocate`` design (modelled);
 - ``td-only``: co-search without distillation (SearchConfig ``distill_weight=0``, ``td_weight=1``:
   the TD loss on the teacher's transitions alone) at ``--td-lambda`` on the first ``--hardware``,
-  to show what distillation does.
+  to show what distillation does in the search;
+- with ``--distill-weight W``: ``hand`` and ``cosearch`` (at ``--distill-lambdas``, default every
+  lambda) once more, retrained with distillation from the game's teacher (DQN ``teacher=``,
+  ``distill_weight=W``: the mean squared error to the teacher's Q-values beside the TD loss, as
+  A3C-S trains its derived agent with its teacher too), each searched network from the same search
+  as its plain arm. Aim 1 is then also checked for them against both hand-designed arms: the one
+  trained as usual, and the one retrained with the same distillation (which keeps the comparison
+  fair: the teacher learned from ``--teacher-steps`` env steps).
 
 Every retrained final policy plays the same ``--test-episodes`` test episodes (``hetrl.evaluate``,
 seed ``TEST_SEED`` for all); its decisions per second are measured at batch 1 on this CPU the same
@@ -78,7 +85,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -102,18 +109,27 @@ class Arm:
     kind: str  # hand, cosearch, decoupled, td-only
     hardware: str = ""  # the search's cost (cosearch, td-only)
     lam: float = 0.0
+    distilled: bool = False  # retrained with distillation from the game's teacher (--distill-weight)
 
     @property
     def key(self) -> str:
         from hetrl.files import file_part
 
-        return self.kind if self.kind in ("hand", "decoupled") else f"{self.kind}_{file_part(self.hardware)}_l{self.lam:g}"
+        key = self.kind if self.kind in ("hand", "decoupled") else f"{self.kind}_{file_part(self.hardware)}_l{self.lam:g}"
+        return key + ("_distilled" if self.distilled else "")
+
+    @property
+    def searched_as(self) -> "Arm":
+        """The arm whose search gives this one's network: itself, or the same arm retrained without
+        distillation (one search serves both retrainings)."""
+        return replace(self, distilled=False)
 
     @property
     def label(self) -> str:
-        return {"hand": "hand-designed (MinAtar network)", "cosearch": f"co-search ({self.hardware})",
-                "decoupled": "decoupled (agent first, costed after)",
-                "td-only": f"co-search ({self.hardware}), TD loss only"}[self.kind]
+        label = {"hand": "hand-designed (MinAtar network)", "cosearch": f"co-search ({self.hardware})",
+                 "decoupled": "decoupled (agent first, costed after)",
+                 "td-only": f"co-search ({self.hardware}), TD loss only"}[self.kind]
+        return label + (", retrained with distillation" if self.distilled else "")
 
     def search_config(self, seed: int, steps: int) -> Any:
         from hetrl.cosearch.search import SearchConfig
@@ -124,7 +140,11 @@ class Arm:
 
 def arms_of(args: argparse.Namespace) -> list[Arm]:
     cosearch = [Arm("cosearch", h, lam) for h in args.hardware for lam in args.lambdas]
-    return [Arm("hand"), *cosearch, Arm("decoupled"), Arm("td-only", args.hardware[0], args.td_lambda)]
+    arms = [Arm("hand"), *cosearch, Arm("decoupled"), Arm("td-only", args.hardware[0], args.td_lambda)]
+    if args.distill_weight is not None:
+        lambdas = args.lambdas if args.distill_lambdas is None else args.distill_lambdas
+        arms += [Arm("hand", distilled=True), *(Arm("cosearch", h, lam, True) for h in args.hardware for lam in lambdas)]
+    return arms
 
 
 def say(text: str) -> None:
@@ -196,13 +216,23 @@ def searched(env: str, teacher: Path, arm: Arm, seed: int, out: Path, args: argp
 
 
 def retrain_setting(architecture: Path | None) -> tuple[str, str]:
-    """(run name, network setting): the hand-designed network, or a searched architecture (arms that
-    derive the same network share its name, so one run)."""
+    """(architecture name, network setting): the hand-designed network, or a searched architecture
+    (arms that derive the same network share its name, so one run)."""
     from hetrl.nets.searched import Architecture
 
     if architecture is None:
         return "minatar", "network=minatar"
     return "_".join(Architecture.load(architecture).names), f"network={architecture.resolve()}"
+
+
+def retraining(arm: Arm, architecture: Path | None, teacher: Path, args: argparse.Namespace) -> tuple[str, str, list[str]]:
+    """(architecture name, run name, settings) of ``arm``'s retraining: with distillation, the
+    teacher and the weight join the settings and the run's name (so each weight has its own run)."""
+    name, network = retrain_setting(architecture)
+    if not arm.distilled:
+        return name, name, [network]
+    return name, f"{name}_distill{args.distill_weight:g}", [network, f"teacher={teacher}",
+                                                          f"distill_weight={args.distill_weight}"]
 
 
 def teacher_states(teacher: Path, env: str, n: int = 256) -> Any:
@@ -287,7 +317,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     scores = [r["score"] for r in rows]
     backends = [b for b in rows[0]["cpu"] if all(b in r["cpu"] for r in rows)]
     return {"arm": rows[0]["arm"], "label": rows[0]["label"], "kind": rows[0]["kind"], "hardware": rows[0]["hardware"],
-            "lam": rows[0]["lam"], "seeds": len(rows), "score": mean(scores),
+            "lam": rows[0]["lam"], "distilled": rows[0].get("distilled", False), "seeds": len(rows), "score": mean(scores),
             "score_std": statistics.pstdev(scores) if len(scores) > 1 else 0.0,
             "macs": [r["macs"] for r in rows], "params": [r["params"] for r in rows],
             "architectures": sorted({r["architecture"] for r in rows}),
@@ -350,11 +380,13 @@ def table(arms: list[dict[str, Any]], axes: list[str], devices: dict[str, Any]) 
     return lines
 
 
-def aim_speed(arms: list[dict[str, Any]]) -> tuple[bool, str]:
+def aim_speed(arms: list[dict[str, Any]], distilled: bool = False, hand_distilled: bool = False) -> tuple[bool, str]:
     """Aim 1 on one game: a co-search arm with >= the hand-designed agent's score at >= 2x its
-    measured CPU decisions/s (each on its fastest host Act backend; Act/torch against Act/torch beside it)."""
-    hand = next(a for a in arms if a["kind"] == "hand")
-    searched = [a for a in arms if a["kind"] == "cosearch"]
+    measured CPU decisions/s (each on its fastest host Act backend; Act/torch against Act/torch beside it).
+    ``distilled``: among the co-search arms retrained with distillation (else those retrained without);
+    ``hand_distilled``: against the hand-designed agent retrained with distillation (else without)."""
+    hand = next(a for a in arms if a["kind"] == "hand" and a["distilled"] == hand_distilled)
+    searched = [a for a in arms if a["kind"] == "cosearch" and a["distilled"] == distilled]
     good = [a for a in searched if a["score"] >= hand["score"]]
     met = [a for a in good if speed(a, "cpu") >= AIM_SPEEDUP * speed(hand, "cpu")]
     best = max(met or good or searched, key=lambda a: speed(a, "cpu"))
@@ -375,7 +407,7 @@ def aim_dominance(arms: list[dict[str, Any]], axes: list[str], hardware: list[st
     found, lines = False, []
     for h in hardware:
         axis = h if h in axes else "cpu"
-        mine = [a for a in arms if a["kind"] == "cosearch" and a["hardware"] == h]
+        mine = [a for a in arms if a["kind"] == "cosearch" and a["hardware"] == h and not a["distilled"]]
         winners = [a for a in mine if dominates(a, decoupled, axis)]
         found = found or bool(winners)
         where = "measured CPU" if axis == "cpu" else "modelled"
@@ -388,7 +420,8 @@ def aim_dominance(arms: list[dict[str, Any]], axes: list[str], hardware: list[st
 
 def distillation_line(arms: list[dict[str, Any]]) -> str:
     td = next(a for a in arms if a["kind"] == "td-only")
-    same = [a for a in arms if a["kind"] == "cosearch" and a["hardware"] == td["hardware"] and a["lam"] == td["lam"]]
+    same = [a for a in arms if a["kind"] == "cosearch" and a["hardware"] == td["hardware"] and a["lam"] == td["lam"]
+            and not a["distilled"]]
     theirs = f"TD loss only: score {td['score']:.2f} ± {td['score_std']:.2f}, {span(td['macs'])} MACs"
     if not same:
         return f"{theirs} (no distilled co-search ran at λ {td['lam']:g} on {td['hardware']} to compare)"
@@ -408,9 +441,10 @@ def plot(game: str, arms: list[dict[str, Any]], rows: list[dict[str, Any]], axes
     for ax, axis in zip(panels[0], axes):
         for a in arms:
             mine = [r for r in rows if r["arm"] == a["arm"]]
+            marker = "s" if a["distilled"] else "o"  # squares: retrained with distillation
             ax.scatter([speed(r, axis) for r in mine], [r["score"] for r in mine],
-                       s=10, alpha=0.3, color=colours[a["kind"]])
-            ax.errorbar(speed(a, axis), a["score"], yerr=a["score_std"], fmt="o", color=colours[a["kind"]], capsize=3)
+                       s=10, alpha=0.3, color=colours[a["kind"]], marker=marker)
+            ax.errorbar(speed(a, axis), a["score"], yerr=a["score_std"], fmt=marker, color=colours[a["kind"]], capsize=3)
         names: dict[tuple[float, float], list[str]] = {}  # arms that derived the same networks share a point
         for a in arms:
             names.setdefault((speed(a, axis), a["score"]), []).append(a["arm"])
@@ -423,7 +457,8 @@ def plot(game: str, arms: list[dict[str, Any]], rows: list[dict[str, Any]], axes
         ax.set_xlabel(axis_name(axis, devices), fontsize=8)
         ax.set_ylabel("greedy test return (mean ± std over seeds)", fontsize=8)
         ax.legend(fontsize=7)
-    fig.suptitle(f"MinAtar/{game}: score against decisions/s (dots: seeds)", fontsize=9)
+    fig.suptitle(f"MinAtar/{game}: score against decisions/s (small marks: seeds; squares: retrained with distillation)",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -445,9 +480,12 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, devices: dict[s
         f"one thread, median of {TIMED_BLOCKS} timed blocks, measured one network at a time after all training; "
         "FPGA columns are the FPGA model's (modelled, never run). "
         + (f"Search costs: {'; '.join(costs)}. " if costs else "")
+        + (f"Arms \"retrained with distillation\": DQN with teacher= the game's teacher, distill_weight="
+           f"{args.distill_weight:g} (the mean squared error to the teacher's Q-values on every action beside the TD "
+           "loss, the same env steps). " if args.distill_weight is not None else "")
         + "Wall time of this invocation (what an earlier one finished in the workdir is reused, not counted): "
         + ", ".join(f"{k} {v / 60:.1f} min" for k, v in phases.items()) + ".", ""]
-    speed_met, dominance_met = [], []
+    speed_met, dominance_met, distilled_met = [], [], {False: [], True: []}
     for game in dict.fromkeys(r["game"] for r in rows):
         mine = [r for r in rows if r["game"] == game]
         arms = [summarise([r for r in mine if r["arm"] == key]) for key in dict.fromkeys(r["arm"] for r in mine)]
@@ -457,13 +495,24 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace, devices: dict[s
         speed_met.append(met)
         found, dominance = aim_dominance(arms, axes, args.hardware)
         dominance_met.append(found)
+        aim = f"- Aim, >= the hand-designed agent's score at >= {AIM_SPEEDUP:g}x its CPU decisions/s"
         lines += [f"### MinAtar/{game}", "", *table(arms, axes, devices), "", f"![Pareto front]({png.name})", "",
-                  f"- Aim, >= the hand-designed agent's score at >= {AIM_SPEEDUP:g}x its CPU decisions/s: {text}.",
-                  f"- Aim, co-search dominating decoupled search: {'; '.join(dominance)}.",
-                  f"- Distillation: {distillation_line(arms)}.", ""]
+                  f"{aim}: {text}."]
+        if any(a["distilled"] for a in arms):
+            for hand_distilled, whom in ((False, "the hand-designed agent trained as usual"),
+                                         (True, "the hand-designed agent retrained with the same distillation")):
+                met, text = aim_speed(arms, distilled=True, hand_distilled=hand_distilled)
+                distilled_met[hand_distilled].append(met)
+                lines.append(f"{aim}, co-searched agents retrained with distillation against {whom}: {text}.")
+        lines += [f"- Aim, co-search dominating decoupled search: {'; '.join(dominance)}.",
+                  f"- Distillation in the search: {distillation_line(arms)}.", ""]
     games = len(speed_met)
+    distilled_lines = [(f"Aim 1 with the co-searched agents retrained with distillation, against the hand-designed agent "
+                        f"{whom}: met on {sum(distilled_met[key])} of {games} game(s).")
+                       for key, whom in ((False, "trained as usual"), (True, "retrained with the same distillation"))
+                       if distilled_met[key]]
     lines += [(f"Aim 1 (a co-searched agent with >= the hand-designed agent's score at >= {AIM_SPEEDUP:g}x its measured "
-               f"CPU decisions/s): met on {sum(speed_met)} of {games} game(s)."),
+               f"CPU decisions/s): met on {sum(speed_met)} of {games} game(s)."), *distilled_lines,
               (f"Aim 2 (co-search dominating decoupled search on at least one game): "
                f"{'met' if any(dominance_met) else 'not met'} (on {sum(dominance_met)} of {games})."), "",
               "Per run (CPU decisions/s measured on every host Act backend that serves the network):", "",
@@ -492,6 +541,11 @@ def main() -> int:
                         "serves searched networks fastest on the host, else numpy; numpy or torch on request; cuda: torch)")
     p.add_argument("--lambdas", nargs="+", type=float, default=list(LAMBDAS), help="co-search λ (default %(default)s)")
     p.add_argument("--td-lambda", type=float, default=0.1, help="λ of the search without distillation (default 0.1)")
+    p.add_argument("--distill-weight", type=float, default=None,
+                   help="also retrain the hand-designed agent and the co-searched ones with distillation from the "
+                        "game's teacher at this weight (DQN teacher=, distill_weight=; default: not)")
+    p.add_argument("--distill-lambdas", nargs="+", type=float, default=None,
+                   help="the co-search λ retrained with distillation too (default: every --lambdas)")
     p.add_argument("--search-steps", type=int, default=2000)
     p.add_argument("--states", type=int, default=20_000, help="teacher states each search trains on")
     p.add_argument("--test-episodes", type=int, default=30)
@@ -520,21 +574,22 @@ def main() -> int:
     phases["teachers"] = time.perf_counter() - start
 
     start, plan = time.perf_counter(), [(g, seed, arm) for g in envs for seed in range(args.seeds) for arm in arms]
-    searches = {(g, seed, arm): args.workdir / games[g] / "search" / f"{arm.key}_s{seed}"
-                for g, seed, arm in plan if arm.kind != "hand"}
+    folders = {(g, seed, arm): args.workdir / games[g] / "search" / f"{arm.searched_as.key}_s{seed}"
+               for g, seed, arm in plan if arm.kind != "hand"}
+    jobs = {folder: (envs[g], teachers[g], arm.searched_as, seed, folder, args) for (g, seed, arm), folder in folders.items()}
     with ProcessPoolExecutor(args.jobs, mp_context=get_context("spawn")) as pool:  # torch in fresh processes
-        architectures = dict(zip(searches, pool.map(searched, *zip(*((envs[g], teachers[g], arm, seed, folder, args)
-                                                                      for (g, seed, arm), folder in searches.items())))))
+        found = dict(zip(jobs, pool.map(searched, *zip(*jobs.values()))))
+    architectures = {item: found[folder] for item, folder in folders.items()}
     phases["searches"] = time.perf_counter() - start
-    runs = []  # (game, seed, arm, architecture name, run dir, network setting)
+    runs = []  # (game, seed, arm, architecture name, run dir, settings)
     for g, seed, arm in plan:
-        name, network = retrain_setting(architectures.get((g, seed, arm)))
-        runs.append((g, seed, arm, name, args.workdir / games[g] / "train" / f"{name}_s{seed}", network))
+        name, run_name, settings = retraining(arm, architectures.get((g, seed, arm)), teachers[g], args)
+        runs.append((g, seed, arm, name, args.workdir / games[g] / "train" / f"{run_name}_s{seed}", settings))
 
     start = time.perf_counter()
-    unique = {run: (g, seed, network) for g, seed, _, _, run, network in runs}
+    unique = {run: (g, seed, settings) for g, seed, _, _, run, settings in runs}
     with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(lambda item: trained(envs[item[1][0]], item[1][1], args.steps, item[0], args, [item[1][2]]),
+        list(pool.map(lambda item: trained(envs[item[1][0]], item[1][1], args.steps, item[0], args, item[1][2]),
                       unique.items()))
     phases["retraining"] = time.perf_counter() - start
 
