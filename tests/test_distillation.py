@@ -106,3 +106,24 @@ def test_train_distils_and_resumes_with_the_teacher(teacher_run, tmp_path, capsy
     assert main(["train", "dqn", "Acrobot-v1", "--steps", "300", "--run-dir", str(tmp_path / "other"), "--plan", "rule",
                  "--set", f"teacher={teacher_run}", "--no-progress"]) != 0
     assert "which does not fit Acrobot-v1" in capsys.readouterr().err
+
+
+def test_the_channels_last_learner_lays_the_teacher_out_and_learns_as_torch_does(tmp_path):
+    teacher = tmp_path / "minatar"
+    assert main(["train", "dqn", "MinAtar/Breakout-v1", "--steps", "200", "--run-dir", str(teacher), "--plan", "rule",
+                 "--executor", "inline", "--set", "learning_starts=100", "--set", "batch_size=8",
+                 "--set", "eval_episodes=1", "--set", "eval_every=200", "--no-progress"]) == 0
+    spec = env_spec("MinAtar/Breakout-v1")
+    algo = make_algorithm("dqn", spec, DQNConfig(network="minatar", teacher=str(teacher), batch_size=8))
+    g = torch.Generator().manual_seed(0)
+    obs = (torch.rand((8, *spec.obs_shape), generator=g) < 0.1).to(torch.uint8)
+    batch = {"obs": obs, "actions": torch.randint(0, spec.n_actions, (8,), generator=g), "rewards": torch.ones(8),
+             "next_obs": obs.flip(0), "discounts": torch.full((8,), 0.99), "weights": torch.ones(8)}
+    losses = {}
+    for backend in ("torch", "torch-channels-last"):
+        learn = build("Learn", Slot(backend, "cpu"), algo, 0)
+        losses[backend] = [learn.learn(**batch)["loss"].item() for _ in range(3)]
+    assert learn.learner.teacher.memory_format == torch.channels_last
+    plain = build("Learn", Slot("torch", "cpu"), make_algorithm("dqn", spec, DQNConfig(network="minatar", batch_size=8)), 0)
+    assert losses["torch-channels-last"] == pytest.approx(losses["torch"], rel=1e-4)
+    assert plain.learn(**batch)["loss"].item() < losses["torch"][0]  # the teacher's term adds to the TD loss
