@@ -328,6 +328,8 @@ def test_cosearch_writes_an_architecture_dqn_retrains(teacher_run, tmp_path, cap
     algo = make_algorithm("dqn", env_spec("MinAtar/Breakout-v1"), DQNConfig(network=str(out / "architecture.json")))
     assert algo.make_networks()["q"].architecture.names == saved["names"]
     assert "Retrain it: `hetrl train dqn MinAtar/Breakout-v1 --set network=" in (out / "summary.md").read_text()
+    assert f"with its teacher too (distillation beside the TD loss): add `--set teacher={teacher_run}`" in (
+        out / "summary.md").read_text()
     assert capsys.readouterr().out.strip() == f"hetrl train dqn MinAtar/Breakout-v1 --set network={(out / 'architecture.json').resolve()}"
     fpga_out = tmp_path / "fpga"  # the FPGA model as the cost: its table saved, the derived network's design reported
     assert main(["cosearch", "MinAtar/Breakout-v1", "--teacher", str(teacher_run), "--hardware", "fpga-model:zcu102",

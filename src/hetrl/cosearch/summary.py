@@ -66,7 +66,9 @@ def markdown(result: SearchResult, space: SearchSpace, context: dict[str, Any], 
     lines += ["", f"- derived network: {chain}; {arch.macs:,} MACs per decision, {params:,} parameters",
               f"- its cost: {cost}",
               f"- its distillation loss ({cfg.distill}) with the supernet's weights: {result.distill_loss:.4g}", "",
-              f"Retrain it: `hetrl train dqn {context.get('env', 'ENV')} --set network={architecture_file.resolve()}`", ""]
+              f"Retrain it: `hetrl train dqn {context.get('env', 'ENV')} --set network={architecture_file.resolve()}`"
+              + (f"; with its teacher too (distillation beside the TD loss): add `--set teacher={context['teacher']}`"
+                 if context.get("teacher") else ""), ""]
     return "\n".join(lines)
 
 
