@@ -70,6 +70,8 @@ DQN runs of 250k env steps (28 in the run docs/results.md reports: the searches 
 networks, and small ones train fast), 2 teachers of 500k and 36 searches of 2,000 steps. That run,
 on a 2-core machine with ``--jobs 2``, took about an hour and a half, nearly all of it retraining
 (docs/results.md, "Co-search against the hand-designed agent": the phases measured).
+``--distill-weight`` adds up to 30 more runs (21 there), slower per step (the torch learner and a
+teacher forward per update): about an hour more at ``--jobs 2``.
 """
 
 from __future__ import annotations
@@ -457,7 +459,7 @@ def plot(game: str, arms: list[dict[str, Any]], rows: list[dict[str, Any]], axes
         ax.set_xlabel(axis_name(axis, devices), fontsize=8)
         ax.set_ylabel("greedy test return (mean ± std over seeds)", fontsize=8)
         ax.legend(fontsize=7)
-    fig.suptitle(f"MinAtar/{game}: score against decisions/s (small marks: seeds; squares: retrained with distillation)",
+    fig.suptitle(f"MinAtar/{game}: score against decisions/s\n(small marks: seeds; squares: retrained with distillation)",
                  fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
