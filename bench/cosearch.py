@@ -426,7 +426,7 @@ def distillation_line(arms: list[dict[str, Any]]) -> str:
             and not a["distilled"]]
     theirs = f"TD loss only: score {td['score']:.2f} ± {td['score_std']:.2f}, {span(td['macs'])} MACs"
     if not same:
-        return f"{theirs} (no distilled co-search ran at λ {td['lam']:g} on {td['hardware']} to compare)"
+        return f"{theirs} (no co-search with distillation in its loss ran at λ {td['lam']:g} on {td['hardware']} to compare)"
     d = same[0]
     return f"{theirs}; with distillation: score {d['score']:.2f} ± {d['score_std']:.2f}, {span(d['macs'])} MACs"
 

@@ -193,14 +193,14 @@ class DQN(Algorithm):
     def build_learner(self, device: torch.device, seed: int) -> DQNLearner:
         return DQNLearner(self, device, seed)
 
+    def __init__(self, spec: EnvSpec, config: DQNConfig) -> None:
+        super().__init__(spec, config)
+        self.network_kind = network_kind(spec, config.network)
+
     @property
     def distils(self) -> bool:
         """Whether the learner also matches a teacher's Q-values (``teacher``): the torch learners only."""
         return bool(self.config.teacher)
-
-    def __init__(self, spec: EnvSpec, config: DQNConfig) -> None:
-        super().__init__(spec, config)
-        self.network_kind = network_kind(spec, config.network)
 
     def mlp_networks(self) -> bool:
         return self.network_kind == "mlp"
