@@ -1,12 +1,16 @@
 """One Learn/cudagraph update on a GPU: its time, and where the time goes (issue 22's < 100 us aim).
 
-For each network (DQN 64x64 and 256x256 at batch 64, DDPG 400x300 at batch 256, the MinAtar and
+Each backend named (default: Learn/cudagraph, which captures the eager update, and
+Learn/cudagraph-compiled, which captures torch.compile's) is measured on each network. For each network (DQN 64x64 and 256x256 at batch 64, DDPG 400x300 at batch 256, the MinAtar and
 Nature CNN DQN at batch 32): the update's wall time per call in steady state, three ways,
 - ``launch``: host time of ``learn()`` alone (inputs packed, one pinned copy, graph launched),
 - ``synced``: ``learn()`` then ``torch.cuda.synchronize()`` each call (what the profiler measures),
 - ``pipelined``: N calls back to back and one synchronize (the rate a loop that never waits gets),
 then the kernels of one synced update from ``torch.profiler``: count, summed GPU time, the largest,
 and the host-side work between the graph launches (everything that is not ``cudaGraphLaunch``).
+
+Before the timing, each backend's first update is timed alone (capture, and compilation where it
+compiles), and its losses over 10 updates are compared with Learn/torch's on the same GPU and batches.
 
     python bench/cudagraph_update.py                  # needs CUDA; writes nothing, prints a table
     python bench/cudagraph_update.py --out OUT.json   # also the raw figures
@@ -19,6 +23,7 @@ import json
 import statistics
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -42,17 +47,29 @@ def host_batch(algo: Any, batch: int, rng: np.random.Generator) -> dict[str, np.
     return {**synthetic_transitions(algo, batch, rng), "weights": np.ones(batch, np.float32)}
 
 
-def measure(case: str, calls: int) -> dict[str, Any]:
+def measure(case: str, calls: int, backend: str) -> dict[str, Any]:
     from hetrl.algos import algorithm_class, make_algorithm
     from hetrl.envs import env_spec
-    from hetrl.primitives.learn_cudagraph import LearnCudagraph
+    from hetrl.primitives import get
+    from hetrl.primitives.learn_torch import LearnTorch
 
     name, env_id, settings = CASES[case]
     algo = make_algorithm(name, env_spec(env_id), algorithm_class(name).Config(**settings))
-    learner = LearnCudagraph(algo, "cuda", seed=0)
     rng = np.random.default_rng(0)
     batches = [host_batch(algo, settings["batch_size"], rng) for _ in range(8)]
-    for i in range(50):  # capture and warm
+    # agreement with the eager torch learner, update by update, on the same batches and seed
+    learner, plain = get("Learn", backend).cls(algo, "cuda", seed=0), LearnTorch(algo, "cuda", seed=0)
+    start = time.perf_counter()
+    learner.learn(**batches[0])
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - start
+    plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batches[0].items()})
+    worst = 0.0
+    for i in range(1, 10):
+        a = learner.learn(**batches[i % 8])["loss"].item()
+        b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batches[i % 8].items()})["loss"].item()
+        worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
+    for i in range(50):  # warm
         learner.learn(**batches[i % 8])
     torch.cuda.synchronize()
 
@@ -89,7 +106,7 @@ def measure(case: str, calls: int) -> dict[str, Any]:
             host.setdefault(e.name, []).append(e.cpu_time_total)
     per_update = {k: sum(v) / 20 for k, v in kernels.items()}
     host_per_update = {k: sum(v) / 20 for k, v in host.items()}
-    return {"case": case, "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
+    return {"case": case, "backend": backend, "first_update_s": first_s, "loss_rel_diff_vs_torch": worst, "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
             "kernels_per_update": sum(len(v) for v in kernels.values()) / 20, "gpu_us_per_update": sum(per_update.values()),
             "top_kernels": sorted(per_update.items(), key=lambda kv: -kv[1])[:8],
             "host_ops": sorted(host_per_update.items(), key=lambda kv: -kv[1])[:8]}
@@ -98,6 +115,7 @@ def measure(case: str, calls: int) -> dict[str, Any]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--backends", nargs="+", default=["cudagraph", "cudagraph-compiled"])
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -107,17 +125,24 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = []
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; median us per update over {args.calls} calls")
-    for case in args.cases:
-        r = measure(case, args.calls)
+    for case, backend in [(c, b) for c in args.cases for b in args.backends]:
+        try:
+            r = measure(case, args.calls, backend)
+        except Exception as exc:  # one backend failing (a compile error) does not hide the others
+            print(f"{case} {backend}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+            traceback.print_exc(limit=-12)
+            rows.append({"case": case, "backend": backend, "failed": f"{type(exc).__name__}: {exc}"[:2000]})
+            continue
         rows.append(r)
-        print(f"{case}: launch {r['launch_us']:.0f} us, synced {r['synced_us']:.0f} us, pipelined {r['pipelined_us']:.0f} us; "
+        print(f"{case} {backend}: first update {r['first_update_s']:.1f} s, loss vs torch {r['loss_rel_diff_vs_torch']:.1e}; "
+              f"launch {r['launch_us']:.0f} us, synced {r['synced_us']:.0f} us, pipelined {r['pipelined_us']:.0f} us; "
               f"{r['kernels_per_update']:.0f} kernels, {r['gpu_us_per_update']:.0f} us of GPU time per update", flush=True)
         for name, us in r["top_kernels"]:
             print(f"    gpu  {us:7.1f} us  {name[:110]}")
         for name, us in r["host_ops"]:
             print(f"    host {us:7.1f} us  {name[:110]}")
-    if args.out:
-        args.out.write_text(json.dumps(rows, indent=1))
+        if args.out:  # after each, so a run cut short keeps what it measured
+            args.out.write_text(json.dumps(rows, indent=1))
     return 0
 
 

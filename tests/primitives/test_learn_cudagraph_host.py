@@ -106,3 +106,68 @@ def test_the_graphed_learner_is_refused_off_cuda_and_for_branched_networks():
 
     assert "does not run" in LearnCudagraph.unsupported(ExitDQN.__new__(ExitDQN))
     assert LearnCudagraph.unsupported(dqn()) is None
+
+
+def _sac():
+    from hetrl.algos import algorithm_class
+
+    return make_algorithm("sac", env_spec("Pendulum-v1"), algorithm_class("sac").Config(hidden=(8, 8), batch_size=4))
+
+
+@pytest.mark.parametrize("make", [lambda: dqn(), lambda: dqn(tau=0.1), _sac], ids=["dqn", "dqn polyak", "sac"])
+def test_restored_puts_the_whole_state_back_in_the_same_tensors(make):
+    """The compiled learner's warm-up runs on the real learner inside ``restored``: afterwards every
+    value is as before (the networks, SAC's temperature), in the same tensor objects (compiled code
+    and graphs hold them), and optimizer state the block made is zeroed, as a first Adam step finds it."""
+    from hetrl.primitives.learn_cudagraph import restored, state_tensors
+
+    algo = make()
+    learner = algo.build_learner(CPU, seed=0)
+    rng = np.random.default_rng(0)
+    learner.update(batch(algo, rng))  # optimizer state exists before the block
+    fresh = algo.build_learner(CPU, seed=1)  # none does
+    for subject in (learner, fresh):
+        before = {id(t): t.detach().clone() for t in state_tensors(subject)}
+        with restored(subject):
+            for _ in range(3):
+                subject.update(batch(algo, rng))
+            assert any(not torch.equal(t, before[id(t)]) for t in state_tensors(subject) if id(t) in before)
+        after = state_tensors(subject)
+        for t in after:
+            if id(t) in before:
+                assert torch.equal(t, before[id(t)])
+            else:  # optimizer state the block made (every optimizer's for the fresh learner)
+                assert not t.any()
+        assert len(after) > len(before) if subject is fresh else len(after) >= len(before)
+    if algo.name == "sac":
+        assert any(t is learner.log_alpha for t in state_tensors(learner))
+
+
+def test_the_compiled_step_equals_the_eager_step_on_the_host():
+    """What Learn/cudagraph-compiled captures is ``torch.compile(step)``: on the host (Inductor's C++
+    code) it gives the eager step's losses and weights, update by update, with gradient clipping
+    and double Q-learning on."""
+    algo = dqn(double=True, max_grad_norm=0.5)
+    eager, compiled = algo.build_learner(CPU, seed=0), algo.build_learner(CPU, seed=0)
+    step = torch.compile(compiled.step)
+    rng = np.random.default_rng(2)
+    for _ in range(4):
+        b = batch(algo, rng, 16)
+        a, c = eager.step(b), step(b)
+        torch.testing.assert_close(c["loss"], a["loss"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(c["td_errors"], a["td_errors"], rtol=1e-5, atol=1e-6)
+    for p, q in zip(eager.q.parameters(), compiled.q.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+
+
+def test_the_compiled_backend_says_why_it_does_not_run():
+    from hetrl.algos import algorithm_class
+    from hetrl.primitives import get
+    from hetrl.primitives.learn_cudagraph_compiled import LearnCudagraphCompiled
+
+    impl = get("Learn", "cudagraph-compiled")
+    assert impl.cls is LearnCudagraphCompiled and impl.runs_on("cuda:0") and not impl.runs_on("cpu")
+    exit_dqn = make_algorithm("exit-dqn", env_spec("CartPole-v1"), algorithm_class("exit-dqn").Config())
+    assert "cudagraph-compiled learner" in impl.unsupported(exit_dqn)
+    with pytest.raises(Exception, match="CUDA devices"):
+        LearnCudagraphCompiled(dqn(), "cpu", seed=0)

@@ -27,10 +27,18 @@ and ``periodic`` when due):
 
 Results equal Learn/torch's on the same device up to float rounding (tests/test_cuda.py checks it
 update by update).
+
+``compiled=True`` (Learn/cudagraph-compiled) captures ``torch.compile``'s version of ``step``
+instead of the eager one: Inductor fuses the update's elementwise work (loss, gradient clipping,
+Adam) into a few generated kernels, so the graph replays fewer, larger kernels. The compiled code is
+tied to the learner it was traced on, so the warm-up runs the real learner, on its own state, and
+then puts every tensor of that state back as it was (:func:`restored`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -46,10 +54,19 @@ _ALIGN = 16  # bytes: every input's slice of the staging buffer starts aligned f
 class GraphedLearner(Learner):
     """A TorchLearner on a CUDA device whose updates replay captured graphs."""
 
-    def __init__(self, algorithm: Algorithm, device: torch.device, seed: int) -> None:
+    def __init__(self, algorithm: Algorithm, device: torch.device, seed: int, compiled: bool = False) -> None:
         self.algorithm, self.device, self.seed = algorithm, device, seed
         self.inner: TorchLearner = algorithm.build_learner(device, seed)
         self._capturable(True)
+        if compiled:
+            # each learner compiles its own step (twice: before and after its optimizer has state),
+            # and a process may build many (the profiler's, a benchmark's): beyond Dynamo's default
+            # limit of recompiles per function it would quietly run the step uncompiled
+            dynamo = torch._dynamo.config
+            limit = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"  # torch < 2.7
+            setattr(dynamo, limit, max(getattr(dynamo, limit), 64))
+        self._step = torch.compile(self.inner.step, dynamic=False) if compiled else self.inner.step
+        self.compiled = compiled
         self._graphs: tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph] | None = None
         self._input_keys: set[str] = set()
         self._static: dict[str, torch.Tensor] = {}  # the graphs' inputs: the batch's and the random draws
@@ -130,30 +147,74 @@ class GraphedLearner(Learner):
         if set(batch) != self._input_keys:
             self._layout(batch, warm)
         self._fill(batch)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_UPDATES):
-                warm.step(self._static)
-                warm.periodic(self._static)
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        for mine, theirs in zip(self.inner.optimizers(), warm.optimizers()):
-            for param, twin in zip(_params(mine), _params(theirs)):
-                if not mine.state[param]:
-                    mine.state[param] = {k: torch.zeros_like(v) for k, v in theirs.state[twin].items()}
+        side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
+        if self.compiled:  # compile (and warm) the real learner's step, then undo what the warm-up changed
+            with restored(self.inner):  # its copies of the state are taken, and put back, on the main stream
+                side.wait_stream(main)
+                with torch.cuda.stream(side):
+                    for _ in range(WARMUP_UPDATES):
+                        self._step(self._static)
+                        self.inner.periodic(self._static)
+                main.wait_stream(side)
+        else:
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_UPDATES):
+                    warm.step(self._static)
+                    warm.periodic(self._static)
+            main.wait_stream(side)
+        if not self.compiled:
+            for mine, theirs in zip(self.inner.optimizers(), warm.optimizers()):
+                for param, twin in zip(_params(mine), _params(theirs)):
+                    if not mine.state[param]:
+                        mine.state[param] = {k: torch.zeros_like(v) for k, v in theirs.state[twin].items()}
         del warm
         torch.cuda.synchronize(self.device)
         step, periodic = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         try:
             # thread_local: work of other threads (a local executor's weight publisher) is not captured
             with torch.cuda.graph(step, capture_error_mode="thread_local"):
-                self._out = self.inner.step(self._static)
+                self._out = self._step(self._static)
             with torch.cuda.graph(periodic, pool=step.pool(), capture_error_mode="thread_local"):
                 self._periodic_out = self.inner.periodic(self._static) or {}
         except RuntimeError as exc:
             raise HetrlError(f"the {self.algorithm.name} update could not be captured as a CUDA graph ({exc}); "
                              "use the torch learner (backend torch for learn)") from exc
         self._graphs = (step, periodic)
+
+
+def state_tensors(learner: TorchLearner) -> list[torch.Tensor]:
+    """Every tensor of ``learner``'s state, as the objects it holds (writing into them changes the
+    learner): its networks' parameters and buffers, tensors it holds itself (SAC's temperature) and
+    its optimizers' state."""
+    found: dict[int, torch.Tensor] = {}
+    for value in vars(learner).values():
+        if isinstance(value, torch.nn.Module):
+            found.update((id(t), t) for t in [*value.parameters(), *value.buffers()])
+        elif torch.is_tensor(value):
+            found[id(value)] = value
+    for optimizer in learner.optimizers():
+        for state in optimizer.state.values():
+            found.update((id(t), t) for t in state.values() if torch.is_tensor(t))
+    return list(found.values())
+
+
+@contextmanager
+def restored(learner: TorchLearner) -> Iterator[None]:
+    """Run the block, then put ``learner``'s state back in place: tensors that existed before get
+    their values back, optimizer state made in the block is zeroed (what a first Adam step starts
+    from). The objects stay the same, so code compiled or captured on them stays valid."""
+    before = [(t, t.detach().clone()) for t in state_tensors(learner)]
+    known = {id(t) for t, _ in before}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for tensor, value in before:
+                tensor.copy_(value)
+            for tensor in state_tensors(learner):
+                if id(tensor) not in known:
+                    tensor.zero_()
 
 
 def pack_like(like: dict[str, torch.Tensor], **empty: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -180,6 +241,7 @@ class LearnCudagraph(Learn):
 
     backend = "cudagraph"
     device_types = ("cuda",)
+    compiled = False  # whether the graphs replay torch.compile's update (Learn/cudagraph-compiled)
     input_kind = "host"  # the replay's host batch goes into the graphs' inputs in one copy
 
     @classmethod
@@ -209,7 +271,7 @@ class LearnCudagraph(Learn):
         self.device = torch.device(device)
         if self.device.type != "cuda":
             raise HetrlError(f"the cudagraph learner runs on CUDA devices, not on {device}; use the torch learner there")
-        self.learner = GraphedLearner(algorithm, self.device, seed)
+        self.learner = GraphedLearner(algorithm, self.device, seed, compiled=self.compiled)
 
     def learn(self, **batch: Any) -> dict[str, torch.Tensor]:
         return self.learner.update(batch)
