@@ -29,6 +29,13 @@ such). A heat map of the ratio goes beside the markdown.
     python bench/grid.py --quick              # 4 cells, short runs: under 10 minutes
     python bench/grid.py --pairs td3:Pendulum-v1 --hidden 400,300 --batches 256 --ratios 1
     python bench/grid.py --resume             # go on from the raw JSON of a run cut short
+    python bench/grid.py --device cuda --quick  # the GPU column: every library's networks on the GPU
+
+``--device cuda`` (a lent GPU machine) writes its own section, heat map and raw JSON beside the
+CPU grid's: each library at its default threads only, hetrl on the fixed rule (``plan=rule``: its
+learner is Learn/cudagraph on the GPU, the replay and acting on the host; a profile of every
+primitive on such a machine takes minutes per workload, which a lease does not have), the peers with
+their networks and sampled batches on the GPU, and the fp32 (TF32 off) matmul peak of the GPU.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ RATIOS = {"1": (1, 1), "0.25": (256, 64)}  # replay ratio -> (env steps per burs
 QUICK_CELLS = ("dqn:CartPole-v1:64,64:64:1", "dqn:Acrobot-v1:256,256:256:0.25",
                "td3:Pendulum-v1:400,300:256:1", "sac:Pendulum-v1:256,256:256:1")
 BEGIN, END = "<!-- grid:begin (written by bench/grid.py) -->", "<!-- grid:end -->"
+GPU_BEGIN, GPU_END = "<!-- grid-gpu:begin (written by bench/grid.py --device cuda) -->", "<!-- grid-gpu:end -->"
 MATMUL_SIZES = (1024, 2048)
 DEFAULT = 0  # "threads" of a run at the library's own default
 
@@ -112,12 +120,15 @@ def worker(args: argparse.Namespace) -> dict[str, Any]:
     import peer_runners as pr
 
     if args.worker[0] == "matmul":
-        return {"threads": torch.get_num_threads(), "gflops": pr.matmul_peak(MATMUL_SIZES)}
+        return {"threads": torch.get_num_threads(), "gflops": pr.matmul_peak(MATMUL_SIZES, device=args.device)}
     lib, key = args.worker
     cell = Cell.parse(key)
     w = cell.workload()
     threads_asked = args.threads
-    trained = pr.RUNNERS[lib](w, args.steps, args.seed, args.threads, "cpu")
+    if lib == "hetrl" and args.device != "cpu":  # the fixed rule: see the module's docstring
+        trained = pr.run_hetrl(w, args.steps, args.seed, args.threads, args.device, plan="rule")
+    else:
+        trained = pr.RUNNERS[lib](w, args.steps, args.seed, args.threads, args.device)
     returns = pr.evaluate(trained.act, cell.env_id, args.eval_episodes)
     import gymnasium as gym
 
@@ -138,13 +149,16 @@ def run_job(job: list[str], threads: int, args: argparse.Namespace, steps: int =
     """``grid.py --worker JOB`` in a fresh interpreter; RuntimeError with its stderr's tail on failure.
     At the default threads no thread variable is set: the library sees the machine as a user's run does."""
     argv = [*job, "--threads", str(threads), "--steps", str(steps), "--seed", str(seed), "--eval-episodes",
-            str(args.eval_episodes)]
+            str(args.eval_episodes), "--device", args.device]
     return run_worker(Path(__file__).resolve(), argv, None if threads == DEFAULT else threads, tail_lines=8,
                       env={"XDG_CACHE_HOME": str(args.cache)})  # hetrl's profiles measured by this code, in this run
 
 
-def thread_settings(lib: str, cores: int) -> list[int]:
-    """hetrl: its plan's count and each of 1..cores; a peer: 1..cores-1 and its default (torch's: every core)."""
+def thread_settings(lib: str, cores: int, device: str = "cpu") -> list[int]:
+    """hetrl: its plan's count and each of 1..cores; a peer: 1..cores-1 and its default (torch's: every
+    core). With the networks on a GPU: the default alone."""
+    if device != "cpu":
+        return [DEFAULT]
     explicit = list(range(1, cores + 1))
     return [DEFAULT, *explicit] if lib == "hetrl" else [*explicit[:-1], DEFAULT]
 
@@ -160,7 +174,7 @@ def run_all(cells: list[Cell], args: argparse.Namespace, raw: dict[str, Any], sa
     cores = args.cores
     done_keys = {(r["lib"], r["cell"], r["threads"], r["seed"]) for r in raw["results"]}
     jobs = [(c, seed, lib, t) for c in cells for seed in range(args.seed, args.seed + args.repeats)
-            for lib in args.libs for t in thread_settings(lib, cores)]
+            for lib in args.libs for t in thread_settings(lib, cores, args.device)]
     total = len(jobs)
     for n, (cell, seed, lib, threads) in enumerate(rotated(jobs), 1):
         if (lib, cell.key, threads, seed) in done_keys:
@@ -259,7 +273,8 @@ def table(rows: list[dict[str, Any]], peak1: float, peak_all: float, libs: Seque
             + [f"{LIB_NAMES[p]} best (threads)" for p in peers]
             + ["hetrl ÷ fastest peer, best", "arithmetic ceiling", "at defaults", "Learn share", "learner GFLOP/s (1 core / all)", "regime", "aim",
                "eval: hetrl | peers", "parity"])
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    columns = sum(h.count("|") + 1 for h in head)  # "eval: hetrl | peers" heads two columns
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (columns - 1)) + "|"]
     for r in rows:
         def at(lib: str, kind: str) -> str:
             if lib not in r["median"]:
@@ -305,7 +320,8 @@ def why_missed(r: dict[str, Any], peak_all: float) -> str:
     return f"{times}; 3× allows {target_us:,.0f} µs per env step in all"
 
 
-def heat_map(rows: list[dict[str, Any]], path: Path) -> None:
+def heat_map(rows: list[dict[str, Any]], path: Path,
+             title: str = "hetrl ÷ the fastest peer (env steps/s, each at its best thread count)") -> None:
     """Rows: algorithm and env; columns: hidden, batch, ratio; colour: log2 of hetrl ÷ the fastest peer."""
     import matplotlib
 
@@ -327,7 +343,7 @@ def heat_map(rows: list[dict[str, Any]], path: Path) -> None:
             ax.text(j, i, f"{v:.1f}×", ha="center", va="center", fontsize=8)
     ax.set_xticks(range(len(xs)), [f"{h.replace(',', 'x')}\nb{b} r{r}" for h, b, r in xs], fontsize=7)
     ax.set_yticks(range(len(ys)), [f"{a.upper()} {e}" for a, e in ys], fontsize=8)
-    ax.set_title("hetrl ÷ the fastest peer (env steps/s, each at its best thread count)", fontsize=9)
+    ax.set_title(title, fontsize=9)
     fig.colorbar(image, ax=ax, label="log2 of the ratio")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -336,8 +352,13 @@ def heat_map(rows: list[dict[str, Any]], path: Path) -> None:
 
 
 def measured_here(args: argparse.Namespace) -> dict[str, Any]:
-    return {"date": str(datetime.date.today()), "machine": platform.processor() or platform.machine(), "cores": args.cores,
-            "python": platform.python_version()}
+    where = {"date": str(datetime.date.today()), "machine": platform.processor() or platform.machine(), "cores": args.cores,
+             "python": platform.python_version()}
+    if args.device != "cpu":
+        import torch
+
+        where["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU seen"
+    return where
 
 
 def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out: Path, png: Path, seconds: float) -> str:
@@ -351,12 +372,12 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
         heat_map(rows, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     where = raw.get("measured") or measured_here(args)  # the measuring run's machine and date (--from-json keeps them)
-    command = " ".join(["python bench/grid.py", *raw.get("argv", args.argv)])  # the measuring run's (--from-json keeps it)
+    command = commands_of(raw, args)
     versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
     lines = [BEGIN, f"## The speed grid{quick}", "",
-             f"`{command}` on {where['date']}, {where['machine']}, {where['cores']} cores, "
+             f"{command} on {where['date']}, {where['machine']}, {where['cores']} cores, "
              f"Python {where['python']}; {args.steps:,} env steps per run ({1000:,} of them random warm-up), "
-             f"{args.repeats} repeat(s), {args.eval_episodes} greedy evaluation episodes per run; {seconds / 60:.0f} min "
+             f"{runs_said(raw)}; {seconds / 60:.0f} min "
              f"in all. Versions: {', '.join(versions)}.", "",
              f"fp32 matmul peak (torch.mm, best of sizes {', '.join(map(str, MATMUL_SIZES))}, measured in this run; the "
              f"highest of {1 + len(raw.get('matmul_earlier', []))} measurement(s) where the grid was resumed): "
@@ -390,6 +411,92 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
     return "\n".join(lines) + "\n"
 
 
+def report_gpu(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out: Path, png: Path,
+               seconds: float) -> str:
+    """The GPU column: the same cells with every library's networks on the GPU, at default threads."""
+    peak = max(max(m[str(DEFAULT)]["gflops"].values()) for m in [raw["matmul"], *raw.get("matmul_earlier", [])])
+    rows = [r for r in (cell_rows(c, raw["results"], peak, peak, args.libs) for c in cells) if r]
+    if rows:
+        heat_map(rows, png, "hetrl ÷ the fastest peer, every library's networks on the GPU (env steps/s, default threads)")
+    peers = [lib for lib in args.libs if lib != "hetrl"]
+    quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
+    where = raw.get("measured") or measured_here(args)
+    command = commands_of(raw, args)
+    versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
+    lines = [GPU_BEGIN, f"## The speed grid on a GPU{quick}", "",
+             f"{command} on {where['date']}, {where.get('gpu', '?')} beside {where['machine']} ({where['cores']} "
+             f"cores), Python {where['python']}; {args.steps:,} env steps per run ({1000:,} of them random warm-up), "
+             f"{runs_said(raw)}; {seconds / 60:.0f} min "
+             f"in all. Versions: {', '.join(versions)}.", "",
+             f"Every library at its default threads with its networks on the GPU: hetrl on the fixed rule "
+             f"(`plan=rule`: Learn/cudagraph on the GPU, replay and acting on the host), SB3 with `device=\"cuda\"`, "
+             f"the CleanRL-style scripts as CleanRL's `--cuda` runs them. The GPU's fp32 matmul peak (TF32 off, "
+             f"torch.mm of sizes {', '.join(map(str, MATMUL_SIZES))}, measured in this run): **{peak:,.0f} GFLOP/s**. "
+             "Learn share and µs per update are from hetrl's Learn timer, which on a GPU times the host's side of an "
+             "update (a graph launch does not wait for the GPU; the loop waits where it reads the results), and the "
+             "first update's graph capture, which weighs on these short runs' few hundred to 1,500 updates "
+             "(bench/cudagraph_update.py times an update in steady state).", "",
+             f"![hetrl ÷ fastest peer, networks on the GPU]({os.path.relpath(png, out.parent)})", "",
+             "| cell | hetrl | " + " | ".join(LIB_NAMES[p] for p in peers) + " | hetrl ÷ fastest peer | hetrl's learner | "
+             "Learn share | Learn µs per update, capture included | learner GFLOP/s (of the fp32 peak) | eval: hetrl | peers | parity |",
+             "|---|" + "---:|" * (len(peers) + 1) + "---:|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        rate_of = {lib: (f"{r['best'][lib][1]:,.0f}" if lib in r["best"] else "–") for lib in args.libs}
+        updates = statistics.median(x["updates"] for x in raw["results"] if x["cell"] == r["cell"].key and x["lib"] == "hetrl")
+        env_steps = statistics.median(x["env_steps"] for x in raw["results"] if x["cell"] == r["cell"].key and x["lib"] == "hetrl")
+        learn_us = r["learn_us"] * env_steps / max(updates, 1)
+        peer_evals = "; ".join(f"{statistics.fmean(r['evals'][p]):.0f}" for p in peers if p in r["evals"])
+        lines.append(f"| {r['cell'].title} | {rate_of['hetrl']} | " + " | ".join(rate_of[p] for p in peers)
+                     + f" | **{r['ratio']:.2f}×** vs {LIB_NAMES[r['fastest']]} | {r['backend']} | {r['share']:.0%} | "
+                     f"{learn_us:,.0f} | {r['gflops']:,.0f} ({r['gflops'] / peak:.1%}) | "
+                     f"{statistics.fmean(r['evals']['hetrl']):.0f} | {peer_evals} | {'yes' if r['parity'] else '**no**'} |")
+    lines += ["", f"Cells measured: {len(rows)} of {len(cells)}; parity in {sum(r['parity'] for r in rows)}.", ""]
+    if raw["failures"]:
+        lines += ["**Not measured:**", ""] + [f"- {LIB_NAMES[f['lib']]} {f['cell']}, seed {f['seed']}: {f['reason']}"
+                                               for f in raw["failures"]] + [""]
+    lines.append(GPU_END)
+    return "\n".join(lines) + "\n"
+
+
+def merged(raws: list[dict[str, Any]]) -> dict[str, Any]:
+    """One raw JSON from several runs' (the first's machine, date and matmul peak, the others' peaks
+    kept as earlier sessions'; every run kept once, by library, cell, threads and seed; the cells in
+    order of first appearance; the times summed; every command kept)."""
+    if len(raws) == 1:
+        return raws[0]
+    first = raws[0]
+    out = {**first, "results": [], "failures": [], "cells": [], "seconds": sum(r.get("seconds", 0.0) for r in raws),
+           "matmul_earlier": [*first.get("matmul_earlier", []), *(r["matmul"] for r in raws[1:])],
+           "commands": [c for r in raws for c in r.get("commands", [r.get("argv", [])])]}
+    seen: set[tuple[str, str, int, int]] = set()
+    for r in raws:
+        for result in r["results"]:
+            key = (result["lib"], result["cell"], result["threads"], result["seed"])
+            if key not in seen:
+                seen.add(key)
+                out["results"].append(result)
+        out["failures"] += r["failures"]
+        out["cells"] += [c for c in r["cells"] if c not in out["cells"]]
+    return out
+
+
+def runs_said(raw: dict[str, Any]) -> str:
+    """How many seeds and evaluation episodes the runs of ``raw`` had (from the runs, so a report
+    written later from the JSON says what was run, not what its own command line defaults to)."""
+    seeds = {}
+    for r in raw["results"]:
+        seeds.setdefault((r["cell"], r["lib"]), set()).add(r["seed"])
+    counts = sorted({len(v) for v in seeds.values()}) or [0]
+    episodes = sorted({len(r["eval_returns"]) for r in raw["results"]}) or [0]
+    span = lambda xs: str(xs[0]) if len(xs) == 1 else f"{xs[0]}-{xs[-1]}"  # noqa: E731
+    return f"{span(counts)} seed(s) per cell and library, {span(episodes)} greedy evaluation episodes per run"
+
+
+def commands_of(raw: dict[str, Any], args: argparse.Namespace) -> str:
+    """The measuring run's command (--from-json keeps it), or each merged run's."""
+    return "; ".join(f"`{' '.join(['python bench/grid.py', *argv])}`" for argv in raw.get("commands", [raw.get("argv", args.argv)]))
+
+
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--libs", nargs="+", default=list(LIBS), choices=LIBS)
@@ -403,9 +510,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1, help="the most threads tried (default: every core)")
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                        help="where every library's networks go (cuda: the GPU column, its own section)")
     parser.add_argument("--quick", action="store_true", help="4 cells, 2500 env steps, 2 evaluation episodes: under 10 minutes")
     parser.add_argument("--resume", action="store_true", help="keep the runs already in the raw JSON and run only the rest")
-    parser.add_argument("--from-json", type=Path, help="write the report from this raw JSON (of an earlier run) without running")
+    parser.add_argument("--from-json", type=Path, nargs="+",
+                        help="write the report from this raw JSON (of an earlier run) without running; several: "
+                             "their runs merged (e.g. the calls of one GPU lease), each command named in the report")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
                         help="markdown file for the section (default docs/benchmarks.md); heat map <stem>_grid.png and raw "
                              "runs <stem>_grid.json beside it (rewritten after every run)")
@@ -438,14 +549,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     out = args.out.resolve()
-    png, raw_path = out.with_name(f"{out.stem}_grid.png"), out.with_name(f"{out.stem}_grid.json")
+    tag = "_grid" if args.device == "cpu" else "_grid_gpu"
+    png, raw_path = out.with_name(f"{out.stem}{tag}.png"), out.with_name(f"{out.stem}{tag}.json")
+    write = report if args.device == "cpu" else report_gpu
+    markers = (BEGIN, END) if args.device == "cpu" else (GPU_BEGIN, GPU_END)
     raw: dict[str, Any] = {"results": [], "failures": [], "matmul": {}, "measured": measured_here(args)}
     if args.from_json:
-        raw = json.loads(args.from_json.read_text())
+        raw = merged([json.loads(path.read_text()) for path in args.from_json])
         cells = [Cell(**c) for c in raw["cells"]]
         args.steps = raw.get("steps", args.steps)
-        section = report(raw, cells, args, out, png, raw.get("seconds", 0.0))
-        write_section(out, section, BEGIN, END)
+        section = write(raw, cells, args, out, png, raw.get("seconds", 0.0))
+        write_section(out, section, *markers)
         raw_path.write_text(json.dumps(raw, indent=1) + "\n")
         print(section)
         return 0
@@ -467,13 +581,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw["steps"], raw["seconds"], raw["argv"] = args.steps, earlier_s + time.perf_counter() - started, args.argv
         raw_path.write_text(json.dumps(raw, indent=1) + "\n")
 
-    for threads in sorted({1, args.cores}):
+    for threads in sorted({1, args.cores}) if args.device == "cpu" else [DEFAULT]:
         raw["matmul"][str(threads)] = run_job(["matmul"], threads, args)
-        print(f"fp32 matmul peak, {threads} thread(s): {max(raw['matmul'][str(threads)]['gflops'].values()):,.0f} GFLOP/s", flush=True)
+        print(f"fp32 matmul peak on {args.device}, {_threads(threads)} thread(s): {max(raw['matmul'][str(threads)]['gflops'].values()):,.0f} GFLOP/s", flush=True)
     save()
     run_all(cells, args, raw, save)
-    section = report(raw, cells, args, out, png, earlier_s + time.perf_counter() - started)
-    write_section(out, section, BEGIN, END)
+    section = write(raw, cells, args, out, png, earlier_s + time.perf_counter() - started)
+    write_section(out, section, *markers)
     print(f"\nwrote {out}, {png} and {raw_path}\n")
     print(section)
     return 0

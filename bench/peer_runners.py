@@ -303,8 +303,10 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
 
 
 # --- hetrl -----------------------------------------------------------------------------------
-def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, executor: str = "inline") -> Trained:
+def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, executor: str = "inline",
+              plan: str = "auto") -> Trained:
     """hetrl's own session (what ``hetrl.train`` runs), built first and then timed in ``train``.
+    ``plan``: auto (from this machine's profile, the fixed rule where none can be made) or rule.
 
     ``executor="inline"`` pins the learner to ``device``, as the peers are pinned; ``"auto"`` lets
     the plan choose the executor and, on a machine with a GPU, the learner's device too.
@@ -345,10 +347,11 @@ def run_hetrl(w: Workload, steps: int, seed: int, threads: int, device: str, exe
                       target_noise=0.2 if td3 else 0.0, target_noise_clip=0.5, policy_delay=2 if td3 else 1)
     overrides = [f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in common.items()]
     with tempfile.TemporaryDirectory(prefix="hetrl_peers_") as tmp:
-        plan = "auto"
         try:
-            session = Session.create(make_config(w.algo, s.env_id, None, overrides), f"{tmp}/run")
+            session = Session.create(make_config(w.algo, s.env_id, None, [*overrides, f"plan={plan}"]), f"{tmp}/run")
         except HetrlError as exc:  # e.g. no profile of this thread count: fall back to the fixed rule
+            if plan == "rule":
+                raise
             plan = f"rule ({exc})"
             session = Session.create(make_config(w.algo, s.env_id, None, [*overrides, "plan=rule"]), f"{tmp}/run2")
         if threads:  # the plan may pick its own count; the benchmark holds it equal (0: the plan's own, bench/grid.py)

@@ -57,3 +57,27 @@ def test_an_overhead_bound_miss_names_the_fixed_end_of_run_cost_when_the_loop_al
     assert row["regime"] == "overhead" and not row["aim"]
     assert (row["learn_us"], row["outside_us"], row["fixed_us"]) == pytest.approx((10.0, 40.0, 40.0))
     assert "the loop alone is within the 67 µs per env step that 3× allows" in grid.why_missed(row, 200.0)
+
+
+def _raw(seed: int, argv: list[str], gflops: float) -> dict:
+    runs = [{**_run(lib, seconds, loop_seconds=seconds * 0.9, learn_seconds=seconds * 0.4, flops_per_update=1e6),
+             "seed": seed, "version": "v", "learn_backend": "cudagraph"} for lib, seconds in (("hetrl", 1.0), ("sb3", 4.0))]
+    return {"results": runs, "failures": [], "matmul": {"0": {"gflops": {"1024": gflops}}}, "argv": argv, "seconds": 60.0,
+            "cells": [{"algo": "ddpg", "env_id": "Pendulum-v1", "hidden": "64,64", "batch": 64, "ratio": "1"}],
+            "measured": {"date": "d", "machine": "m", "cores": 16, "python": "3.12", "gpu": "G"}}
+
+
+def test_the_runs_of_several_calls_merge_into_one_gpu_report(tmp_path):
+    """A GPU lease runs the grid in several calls: --from-json with several raw files keeps each run
+    once, every command, the highest matmul peak, and a table whose delimiter row matches its header."""
+    first, second = _raw(0, ["--device", "cuda", "--quick"], 40_000.0), _raw(1, ["--device", "cuda", "--seed", "1"], 48_000.0)
+    merged = grid.merged([first, second, first])  # the first again: its runs are not counted twice
+    assert len(merged["results"]) == 4 and merged["seconds"] == 180.0 and len(merged["commands"]) == 3
+    assert grid.runs_said(merged) == "2 seed(s) per cell and library, 2 greedy evaluation episodes per run"
+    args = grid.parse(["--device", "cuda"])
+    out = tmp_path / "bench.md"
+    text = grid.report_gpu(merged, [grid.Cell(**c) for c in merged["cells"]], args, out, tmp_path / "g.png", 180.0)
+    assert "`python bench/grid.py --device cuda --seed 1`" in text and "**48,000 GFLOP/s**" in text
+    header, delimiter, row = [line for line in text.splitlines() if line.startswith("|")]
+    assert header.count("|") == delimiter.count("|") == row.count("|")
+    assert "**4.00×** vs SB3" in row and (tmp_path / "g.png").exists()
