@@ -9,6 +9,10 @@ Nature CNN DQN at batch 32): the update's wall time per call in steady state, th
 then the kernels of one synced update from ``torch.profiler``: count, summed GPU time, the largest,
 and the host-side work between the graph launches (everything that is not ``cudaGraphLaunch``).
 
+``--adam foreach`` measures each learner with Adam's multi-tensor form instead of its fused kernel
+(which gives each 65,536-element chunk of a tensor one block, so a 256x256 weight runs on one
+multiprocessor); under torch.compile Inductor then writes Adam's kernels itself.
+
 Before the timing, each backend's first update is timed alone (capture, and compilation where it
 compiles), and its losses over 10 updates are compared with Learn/torch's on the same GPU and batches.
 
@@ -47,7 +51,16 @@ def host_batch(algo: Any, batch: int, rng: np.random.Generator) -> dict[str, np.
     return {**synthetic_transitions(algo, batch, rng), "weights": np.ones(batch, np.float32)}
 
 
-def measure(case: str, calls: int, backend: str) -> dict[str, Any]:
+def use_adam(learner: Any, kind: str) -> None:
+    """Switch every Adam of ``learner`` (a Learn/cudagraph*) to ``kind`` before its first update:
+    fused (as hetrl builds it: torch's one fused kernel, which a compiled update calls as it is) or
+    foreach (the multi-tensor form, which torch.compile traces, so Inductor writes the kernels)."""
+    for optimizer in learner.learner.inner.optimizers():
+        for group in optimizer.param_groups:
+            group["fused"], group["foreach"] = kind == "fused", kind == "foreach"
+
+
+def measure(case: str, calls: int, backend: str, adam: str = "fused") -> dict[str, Any]:
     from hetrl.algos import algorithm_class, make_algorithm
     from hetrl.envs import env_spec
     from hetrl.primitives import get
@@ -59,6 +72,7 @@ def measure(case: str, calls: int, backend: str) -> dict[str, Any]:
     batches = [host_batch(algo, settings["batch_size"], rng) for _ in range(8)]
     # agreement with the eager torch learner, update by update, on the same batches and seed
     learner, plain = get("Learn", backend).cls(algo, "cuda", seed=0), LearnTorch(algo, "cuda", seed=0)
+    use_adam(learner, adam)
     start = time.perf_counter()
     learner.learn(**batches[0])
     torch.cuda.synchronize()
@@ -106,7 +120,8 @@ def measure(case: str, calls: int, backend: str) -> dict[str, Any]:
             host.setdefault(e.name, []).append(e.cpu_time_total)
     per_update = {k: sum(v) / 20 for k, v in kernels.items()}
     host_per_update = {k: sum(v) / 20 for k, v in host.items()}
-    return {"case": case, "backend": backend, "first_update_s": first_s, "loss_rel_diff_vs_torch": worst, "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
+    return {"case": case, "backend": backend, "adam": adam, "first_update_s": first_s, "loss_rel_diff_vs_torch": worst,
+            "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
             "kernels_per_update": sum(len(v) for v in kernels.values()) / 20, "gpu_us_per_update": sum(per_update.values()),
             "top_kernels": sorted(per_update.items(), key=lambda kv: -kv[1])[:8],
             "host_ops": sorted(host_per_update.items(), key=lambda kv: -kv[1])[:8]}
@@ -116,6 +131,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--backends", nargs="+", default=["cudagraph", "cudagraph-compiled"])
+    parser.add_argument("--adam", nargs="+", default=["fused"], choices=("fused", "foreach"),
+                        help="Adam's form in the measured learner (default: fused, as hetrl builds it)")
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -125,16 +142,16 @@ def main() -> int:
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = []
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; median us per update over {args.calls} calls")
-    for case, backend in [(c, b) for c in args.cases for b in args.backends]:
+    for case, backend, adam in [(c, b, a) for c in args.cases for b in args.backends for a in args.adam]:
         try:
-            r = measure(case, args.calls, backend)
+            r = measure(case, args.calls, backend, adam)
         except Exception as exc:  # one backend failing (a compile error) does not hide the others
-            print(f"{case} {backend}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+            print(f"{case} {backend} adam={adam}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
             traceback.print_exc(limit=-12)
-            rows.append({"case": case, "backend": backend, "failed": f"{type(exc).__name__}: {exc}"[:2000]})
+            rows.append({"case": case, "backend": backend, "adam": adam, "failed": f"{type(exc).__name__}: {exc}"[:2000]})
             continue
         rows.append(r)
-        print(f"{case} {backend}: first update {r['first_update_s']:.1f} s, loss vs torch {r['loss_rel_diff_vs_torch']:.1e}; "
+        print(f"{case} {backend} adam={adam}: first update {r['first_update_s']:.1f} s, loss vs torch {r['loss_rel_diff_vs_torch']:.1e}; "
               f"launch {r['launch_us']:.0f} us, synced {r['synced_us']:.0f} us, pipelined {r['pipelined_us']:.0f} us; "
               f"{r['kernels_per_update']:.0f} kernels, {r['gpu_us_per_update']:.0f} us of GPU time per update", flush=True)
         for name, us in r["top_kernels"]:
