@@ -372,13 +372,8 @@ def report(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace, out
         heat_map(rows, png)
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     where = raw.get("measured") or measured_here(args)  # the measuring run's machine and date (--from-json keeps them)
-    command = commands_of(raw, args)
-    versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
     lines = [BEGIN, f"## The speed grid{quick}", "",
-             f"{command} on {where['date']}, {where['machine']}, {where['cores']} cores, "
-             f"Python {where['python']}; {args.steps:,} env steps per run ({1000:,} of them random warm-up), "
-             f"{runs_said(raw)}; {seconds / 60:.0f} min "
-             f"in all. Versions: {', '.join(versions)}.", "",
+             how_measured(raw, args, seconds, f"{where['machine']}, {where['cores']} cores"), "",
              f"fp32 matmul peak (torch.mm, best of sizes {', '.join(map(str, MATMUL_SIZES))}, measured in this run; the "
              f"highest of {1 + len(raw.get('matmul_earlier', []))} measurement(s) where the grid was resumed): "
              f"**{peak1:,.0f} GFLOP/s on 1 core, {peak_all:,.0f} on {args.cores}**.", "",
@@ -421,13 +416,8 @@ def report_gpu(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace,
     peers = [lib for lib in args.libs if lib != "hetrl"]
     quick = " (--quick: a smoke test, not a measurement)" if args.quick else ""
     where = raw.get("measured") or measured_here(args)
-    command = commands_of(raw, args)
-    versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
     lines = [GPU_BEGIN, f"## The speed grid on a GPU{quick}", "",
-             f"{command} on {where['date']}, {where.get('gpu', '?')} beside {where['machine']} ({where['cores']} "
-             f"cores), Python {where['python']}; {args.steps:,} env steps per run ({1000:,} of them random warm-up), "
-             f"{runs_said(raw)}; {seconds / 60:.0f} min "
-             f"in all. Versions: {', '.join(versions)}.", "",
+             how_measured(raw, args, seconds, f"{where.get('gpu', '?')} beside {where['machine']} ({where['cores']} cores)"), "",
              f"Every library at its default threads with its networks on the GPU: hetrl on the fixed rule "
              f"(`plan=rule`: Learn/cudagraph on the GPU, replay and acting on the host), SB3 with `device=\"cuda\"`, "
              f"the CleanRL-style scripts as CleanRL's `--cuda` runs them. The GPU's fp32 matmul peak (TF32 off, "
@@ -490,6 +480,15 @@ def runs_said(raw: dict[str, Any]) -> str:
     episodes = sorted({len(r["eval_returns"]) for r in raw["results"]}) or [0]
     span = lambda xs: str(xs[0]) if len(xs) == 1 else f"{xs[0]}-{xs[-1]}"  # noqa: E731
     return f"{span(counts)} seed(s) per cell and library, {span(episodes)} greedy evaluation episodes per run"
+
+
+def how_measured(raw: dict[str, Any], args: argparse.Namespace, seconds: float, machine: str) -> str:
+    """The report's first line: the commands, date, ``machine``, runs and versions."""
+    where = raw.get("measured") or measured_here(args)
+    versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
+    return (f"{commands_of(raw, args)} on {where['date']}, {machine}, Python {where['python']}; {args.steps:,} env steps "
+            f"per run ({1000:,} of them random warm-up), {runs_said(raw)}; {seconds / 60:.0f} min in all. "
+            f"Versions: {', '.join(versions)}.")
 
 
 def commands_of(raw: dict[str, Any], args: argparse.Namespace) -> str:
