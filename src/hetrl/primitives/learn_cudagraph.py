@@ -29,8 +29,9 @@ Results equal Learn/torch's on the same device up to float rounding (tests/test_
 update by update).
 
 ``compiled=True`` (Learn/cudagraph-compiled) captures ``torch.compile``'s version of ``step``
-instead of the eager one: Inductor fuses the update's elementwise work (loss, gradient clipping,
-Adam) into a few generated kernels, so the graph replays fewer, larger kernels. The compiled code is
+instead of the eager one: Inductor fuses the update's elementwise work (targets, loss, gradient
+clipping) into a few generated kernels, so the graph replays fewer of them (torch's fused Adam it
+calls as it is). The compiled code is
 tied to the learner it was traced on, so the warm-up runs the real learner, on its own state, and
 then puts every tensor of that state back as it was (:func:`restored`).
 """
@@ -163,7 +164,6 @@ class GraphedLearner(Learner):
                     warm.step(self._static)
                     warm.periodic(self._static)
             main.wait_stream(side)
-        if not self.compiled:
             for mine, theirs in zip(self.inner.optimizers(), warm.optimizers()):
                 for param, twin in zip(_params(mine), _params(theirs)):
                     if not mine.state[param]:

@@ -4,7 +4,7 @@ A captured graph removes the host's launch cost, but each of its kernels still c
 microseconds on the GPU, and an eager DQN update is some 70 of them, most of them small
 elementwise ones (docs/results.md, the H100 lease of 2026-11-27). Inductor fuses those into a few
 generated Triton kernels; the graph then replays the compiled update. The first update pays the
-compilation (tens of seconds), so the profiler and planner weigh it like any other backend.
+compilation (seconds), so the profiler and planner weigh it like any other backend.
 """
 
 from __future__ import annotations
