@@ -1,8 +1,9 @@
 """One Learn/cudagraph update on a GPU: its time, and where the time goes (issue 22's < 100 us aim).
 
 Each backend named (default: Learn/cudagraph, which captures the eager update, and
-Learn/cudagraph-compiled, which captures torch.compile's) is measured on each network. For each network (DQN 64x64 and 256x256 at batch 64, DDPG 400x300 at batch 256, the MinAtar and
-Nature CNN DQN at batch 32): the update's wall time per call in steady state, three ways,
+Learn/cudagraph-compiled, which captures torch.compile's) is measured on each network (DQN 64x64
+and 256x256 at batch 64, DDPG 400x300 at batch 256, the MinAtar and Nature CNN DQN at batch 32):
+the update's wall time per call in steady state, three ways,
 - ``launch``: host time of ``learn()`` alone (inputs packed, one pinned copy, graph launched),
 - ``synced``: ``learn()`` then ``torch.cuda.synchronize()`` each call (what the profiler measures),
 - ``pipelined``: N calls back to back and one synchronize (the rate a loop that never waits gets),
@@ -11,7 +12,9 @@ and the host-side work between the graph launches (everything that is not ``cuda
 
 ``--adam foreach`` measures each learner with Adam's multi-tensor form instead of its fused kernel
 (which gives each 65,536-element chunk of a tensor one block, so a 256x256 weight runs on one
-multiprocessor); under torch.compile Inductor then writes Adam's kernels itself.
+multiprocessor); under torch.compile Inductor then writes Adam's kernels itself. ``--blas
+cublaslt`` has torch's GEMMs go through cuBLASLt instead of cuBLAS (whose split-K kernels take the
+skinny products of the backward pass).
 
 Before the timing, each backend's first update is timed alone (capture, and compilation where it
 compiles), and its losses over 10 updates are compared with Learn/torch's on the same GPU and batches.
@@ -133,6 +136,9 @@ def main() -> int:
     parser.add_argument("--backends", nargs="+", default=["cudagraph", "cudagraph-compiled"])
     parser.add_argument("--adam", nargs="+", default=["fused"], choices=("fused", "foreach"),
                         help="Adam's form in the measured learner (default: fused, as hetrl builds it)")
+    parser.add_argument("--blas", choices=("cublas", "cublaslt"),
+                        help="torch's BLAS library for the GEMMs (torch.backends.cuda.preferred_blas_library; default: "
+                             "torch's own choice), to see whether the other one's kernels serve these skinny products better")
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -140,11 +146,14 @@ def main() -> int:
         print("cudagraph_update.py: needs CUDA, and torch.cuda.is_available() is False here", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
+    if args.blas:
+        torch.backends.cuda.preferred_blas_library(args.blas)
     rows = []
-    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}; median us per update over {args.calls} calls")
+    print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, BLAS {torch.backends.cuda.preferred_blas_library()}; "
+          f"median us per update over {args.calls} calls")
     for case, backend, adam in [(c, b, a) for c in args.cases for b in args.backends for a in args.adam]:
         try:
-            r = measure(case, args.calls, backend, adam)
+            r = measure(case, args.calls, backend, adam) | {"blas": str(torch.backends.cuda.preferred_blas_library())}
         except Exception as exc:  # one backend failing (a compile error) does not hide the others
             print(f"{case} {backend} adam={adam}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
             traceback.print_exc(limit=-12)
