@@ -432,9 +432,8 @@ def report_gpu(raw: dict[str, Any], cells: list[Cell], args: argparse.Namespace,
              "|---|" + "---:|" * (len(peers) + 1) + "---:|---|---:|---:|---:|---:|---|---|"]
     for r in rows:
         rate_of = {lib: (f"{r['best'][lib][1]:,.0f}" if lib in r["best"] else "–") for lib in args.libs}
-        updates = statistics.median(x["updates"] for x in raw["results"] if x["cell"] == r["cell"].key and x["lib"] == "hetrl")
-        env_steps = statistics.median(x["env_steps"] for x in raw["results"] if x["cell"] == r["cell"].key and x["lib"] == "hetrl")
-        learn_us = r["learn_us"] * env_steps / max(updates, 1)
+        learn_us = statistics.median(x["learn_seconds"] / max(x["updates"], 1) * 1e6 for x in raw["results"]
+                                     if x["cell"] == r["cell"].key and x["lib"] == "hetrl")
         peer_evals = "; ".join(f"{statistics.fmean(r['evals'][p]):.0f}" for p in peers if p in r["evals"])
         lines.append(f"| {r['cell'].title} | {rate_of['hetrl']} | " + " | ".join(rate_of[p] for p in peers)
                      + f" | **{r['ratio']:.2f}×** vs {LIB_NAMES[r['fastest']]} | {r['backend']} | {r['share']:.0%} | "
@@ -473,13 +472,16 @@ def merged(raws: list[dict[str, Any]]) -> dict[str, Any]:
 def runs_said(raw: dict[str, Any]) -> str:
     """How many seeds and evaluation episodes the runs of ``raw`` had (from the runs, so a report
     written later from the JSON says what was run, not what its own command line defaults to)."""
-    seeds = {}
+    seeds: dict[tuple[str, str], set[int]] = {}
     for r in raw["results"]:
         seeds.setdefault((r["cell"], r["lib"]), set()).add(r["seed"])
-    counts = sorted({len(v) for v in seeds.values()}) or [0]
-    episodes = sorted({len(r["eval_returns"]) for r in raw["results"]}) or [0]
-    span = lambda xs: str(xs[0]) if len(xs) == 1 else f"{xs[0]}-{xs[-1]}"  # noqa: E731
-    return f"{span(counts)} seed(s) per cell and library, {span(episodes)} greedy evaluation episodes per run"
+
+    def span(values: set[int]) -> str:
+        low, high = min(values, default=0), max(values, default=0)
+        return str(low) if low == high else f"{low}-{high}"
+
+    return (f"{span({len(v) for v in seeds.values()})} seed(s) per cell and library, "
+            f"{span({len(r['eval_returns']) for r in raw['results']})} greedy evaluation episodes per run")
 
 
 def how_measured(raw: dict[str, Any], args: argparse.Namespace, seconds: float, machine: str) -> str:
@@ -518,7 +520,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                              "their runs merged (e.g. the calls of one GPU lease), each command named in the report")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
                         help="markdown file for the section (default docs/benchmarks.md); heat map <stem>_grid.png and raw "
-                             "runs <stem>_grid.json beside it (rewritten after every run)")
+                             "runs <stem>_grid.json beside it (rewritten after every run; _grid_gpu with --device cuda)")
     parser.add_argument("--worker", nargs="+", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=DEFAULT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
