@@ -48,7 +48,7 @@ def _learner_states_close(a, b):
         torch.testing.assert_close(a["log_alpha"].cpu(), b["log_alpha"].cpu(), rtol=1e-4, atol=1e-6, msg="log_alpha")
 
 
-# the compiled backend on fewer cases: each compiles its update (seconds to tens of seconds)
+# the compiled backend on fewer cases: each compiles its update (seconds)
 COMPILED_CASES = ("dqn double, clipped, hard target", "td3 (noise drawn outside the graph, delayed actor)",
                   "sac (two noise draws, tuned temperature, its own Adam)")
 

@@ -162,6 +162,7 @@ def test_the_compiled_step_equals_the_eager_step_on_the_host():
 
 def test_the_compiled_backend_says_why_it_does_not_run():
     from hetrl.algos import algorithm_class
+    from hetrl.errors import HetrlError
     from hetrl.primitives import get
     from hetrl.primitives.learn_cudagraph_compiled import LearnCudagraphCompiled
 
@@ -169,5 +170,5 @@ def test_the_compiled_backend_says_why_it_does_not_run():
     assert impl.cls is LearnCudagraphCompiled and impl.runs_on("cuda:0") and not impl.runs_on("cpu")
     exit_dqn = make_algorithm("exit-dqn", env_spec("CartPole-v1"), algorithm_class("exit-dqn").Config())
     assert "cudagraph-compiled learner" in impl.unsupported(exit_dqn)
-    with pytest.raises(Exception, match="CUDA devices"):
+    with pytest.raises(HetrlError, match="CUDA devices"):
         LearnCudagraphCompiled(dqn(), "cpu", seed=0)
