@@ -172,3 +172,41 @@ def test_the_compiled_backend_says_why_it_does_not_run():
     assert "cudagraph-compiled learner" in impl.unsupported(exit_dqn)
     with pytest.raises(HetrlError, match="CUDA devices"):
         LearnCudagraphCompiled(dqn(), "cpu", seed=0)
+
+
+class FakeStream:
+    """Stands in for a torch.cuda.Stream: records the waits (torch.cuda.stream(obj) is a no-op
+    context without CUDA)."""
+
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def wait_stream(self, other):
+        self.log.append(f"{self.name} waits for {other.name}")
+
+
+def test_a_compilation_that_fails_is_one_clear_error_and_the_learner_state_is_put_back():
+    """torch.compile fails where the toolchain does (no C compiler, Triton, Inductor: RuntimeErrors):
+    the compiled learner's warm-up says so in one HetrlError naming the fix, waits for the side
+    stream, and leaves the learner's state as it was."""
+    from hetrl.errors import HetrlError
+
+    learner = GraphedLearner(dqn(), CPU, seed=0, compiled=True)
+    rng = np.random.default_rng(0)
+    learner._static = batch(dqn(), rng)
+    calls = []
+
+    def failing_step(static):
+        calls.append(1)
+        if len(calls) == 2:  # the recompile once Adam has state, say
+            raise RuntimeError("InductorError: CppCompileError: C++ compile error\nmore lines")
+        return learner.inner.step(static)
+
+    learner._step = failing_step
+    before = [t.detach().clone() for t in learner.inner.q.parameters()]
+    log = []
+    with pytest.raises(HetrlError, match=r"torch.compile could not compile the dqn update \(RuntimeError: "
+                                         r"InductorError: CppCompileError: C\+\+ compile error\); use the cudagraph learner"):
+        learner._warm_compiled(FakeStream(log, "side"), FakeStream(log, "main"))
+    assert log == ["side waits for main", "main waits for side"]
+    assert all(torch.equal(a, b) for a, b in zip(before, learner.inner.q.parameters()))

@@ -143,20 +143,34 @@ class GraphedLearner(Learner):
         self._staged = torch.cuda.Event()  # recorded after each copy out of the staging buffer
         self._input_keys = set(batch)
 
+    def _warm_compiled(self, side: torch.cuda.Stream, main: torch.cuda.Stream) -> None:
+        """Compile (and warm) the real learner's step on ``side``, then undo what the warm-up changed.
+        A compilation that fails (no C compiler, a Triton or Inductor error: RuntimeErrors all) is a
+        HetrlError that names the fix."""
+        with restored(self.inner):  # its copies of the state are taken, and put back, on the main stream
+            side.wait_stream(main)
+            try:
+                with torch.cuda.stream(side):
+                    for _ in range(WARMUP_UPDATES):
+                        try:
+                            self._step(self._static)
+                        except RuntimeError as exc:
+                            reason = (str(exc).strip().splitlines() or [""])[0][:300]
+                            raise HetrlError(f"torch.compile could not compile the {self.algorithm.name} update "
+                                             f"({type(exc).__name__}: {reason}); use the cudagraph learner (backend "
+                                             "cudagraph for learn in a plan.json)") from exc
+                        self.inner.periodic(self._static)
+            finally:
+                main.wait_stream(side)  # before the state is put back, also after a failure
+
     def _capture(self, batch: dict[str, Any]) -> None:
         warm = self.algorithm.build_learner(self.device, self.seed)
         if set(batch) != self._input_keys:
             self._layout(batch, warm)
         self._fill(batch)
         side, main = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
-        if self.compiled:  # compile (and warm) the real learner's step, then undo what the warm-up changed
-            with restored(self.inner):  # its copies of the state are taken, and put back, on the main stream
-                side.wait_stream(main)
-                with torch.cuda.stream(side):
-                    for _ in range(WARMUP_UPDATES):
-                        self._step(self._static)
-                        self.inner.periodic(self._static)
-                main.wait_stream(side)
+        if self.compiled:
+            self._warm_compiled(side, main)
         else:
             side.wait_stream(main)
             with torch.cuda.stream(side):
