@@ -1,5 +1,6 @@
 """The profiler measures every registered implementation, and its JSON round-trips."""
 
+import copy
 import json
 
 import pytest
@@ -399,3 +400,59 @@ def test_the_loop_job_runs_a_host_learner_at_each_thread_count():
     alone = {t.backend: t.median_s for t in profile.timings if (t.primitive, t.device, t.threads) == ("Learn", "cpu", 2)}
     assert learn_in_run[2].backend == f"Learn:{min(alone, key=alone.__getitem__)}"
     assert learn_in_run[2].calls >= 100 and learn_in_run[2].median_s > 0
+
+
+@pytest.mark.parametrize("compiles", [True, False])
+def test_a_learner_that_cannot_compile_here_is_left_out_with_a_note(monkeypatch, compiles):
+    """Learn/cudagraph-compiled compiles at its first update, which fails where the toolchain does
+    (no C compiler, Triton): the profile leaves that backend out with a note, so the plan takes
+    another. Any other learner's error still stops the profile."""
+    from hetrl.primitives.learn_torch import LearnTorch
+    from hetrl.protocol.registry import Implementation
+
+    class LearnUncompilable(LearnTorch):
+        backend = "uncompilable"
+        compiled = compiles
+
+        def learn(self, **batch):
+            raise HetrlError("torch.compile could not compile the dqn update (RuntimeError: no C compiler); use ...")
+
+    fake = Implementation("Learn", "uncompilable", LearnUncompilable, "learn")
+    real_build = profile_module.build
+    monkeypatch.setattr(profile_module, "implementations",
+                        lambda primitive: {"uncompilable": fake} if primitive == "Learn" else implementations(primitive))
+    monkeypatch.setattr(profile_module, "build", lambda primitive, slot, algo, seed, **kw: (
+        LearnUncompilable(algo, slot.device, seed) if slot.backend == "uncompilable" else real_build(primitive, slot, algo, seed, **kw)))
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8,)))
+    notes, unmeasured = [], []
+    (learn_job,) = [job for label, job in _jobs(algo, ["cpu"], [1], notes=notes, unmeasured=unmeasured)
+                    if label.startswith("Learn")]
+    if not compiles:
+        with pytest.raises(HetrlError, match="could not compile"):
+            learn_job()
+        return
+    assert learn_job() == [] and unmeasured == ["Learn/uncompilable"]
+    assert notes == ["Learn/uncompilable on cpu not measured: torch.compile could not compile the dqn update "
+                     "(RuntimeError: no C compiler); use ..."]
+
+
+def test_a_profile_keeps_what_could_not_run_here_and_counts_as_complete_without_it(dqn_profile, tmp_path, monkeypatch):
+    """A cached profile is measured again when it lacks a registered implementation's rows, except
+    one the profile tried and found unable to run on this machine (``unmeasured``): else every run
+    there would profile again, and fail the same way."""
+    from hetrl.planner import choice
+    from hetrl.protocol.registry import Implementation
+
+    profile = copy.deepcopy(dqn_profile)  # the module's fixture stays as it was
+    algo = make_algorithm("dqn", env_spec("CartPole-v1"), DQNConfig(hidden=(8, 8), batch_size=16, buffer_size=2_000,
+                                                                     prioritized=True))
+    assert choice._covers_the_registry(profile, algo)
+    learn = implementations("Learn")
+    torch_impl = learn["torch"]
+    extra = Implementation("Learn", "never-ran", torch_impl.cls, "learn")
+    monkeypatch.setattr(choice, "implementations", lambda p: {**learn, "never-ran": extra} if p == "Learn" else implementations(p))
+    assert not choice._covers_the_registry(profile, algo)
+    profile.unmeasured.append("Learn/never-ran")
+    path = profile.save(tmp_path / "p.json")
+    again = Profile.load(path)
+    assert again.unmeasured == ["Learn/never-ran"] and choice._covers_the_registry(again, algo)

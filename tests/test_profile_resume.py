@@ -19,7 +19,7 @@ class Cut(Exception):
 
 def fake_jobs(measured, cut_at=None):
     """Five cheap jobs in place of the real ones; job ``cut_at`` raises, as a kill would stop it."""
-    def jobs(algorithm, devices, threads, meters=None, machine=None, notes=None):
+    def jobs(algorithm, devices, threads, meters=None, machine=None, notes=None, unmeasured=None):
         for i, label in enumerate(LABELS):
             def job(i=i, label=label):
                 if i == cut_at:

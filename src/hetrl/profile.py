@@ -104,6 +104,9 @@ class Profile:
     notes: list[str] = field(default_factory=list)  # what was measured otherwise than a run would do it
     # False: the meters were not read (a profile made for a throughput plan, which needs no energy)
     energy_profiled: bool = True
+    # "Learn/cudagraph-compiled": registered and tried, but unable to run here (a note says why); the
+    # profile counts as complete without its rows, and no plan places it
+    unmeasured: list[str] = field(default_factory=list)
 
     @property
     def fingerprint(self) -> str:
@@ -132,7 +135,7 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         return {"format": PROFILE_FORMAT, "algo": self.algo, "env": self.env, "agent": self.agent,
                 "machine": self.machine, "created": self.created, "timings": [asdict(t) for t in self.timings], "notes": self.notes,
-                "energy_profiled": self.energy_profiled}
+                "energy_profiled": self.energy_profiled, "unmeasured": self.unmeasured}
 
     def save(self, path: str | Path) -> Path:
         return write_json(path, self.to_dict(), indent=1)
@@ -145,7 +148,8 @@ class Profile:
                 raise ValueError(f"format is {data.get('format')!r}, expected {PROFILE_FORMAT}")
             timings = [Timing(**t) for t in data["timings"]]
             return cls(data["algo"], data["env"], data["agent"], data["machine"], data["created"], timings,
-                       list(data.get("notes", [])), bool(data.get("energy_profiled", True)))
+                       list(data.get("notes", [])), bool(data.get("energy_profiled", True)),
+                       [str(key) for key in data.get("unmeasured", [])])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise HetrlError(f"profile {path} is not a valid hetrl profile ({exc}); delete it and profile again") from None
 
@@ -368,10 +372,12 @@ def torch_threads(n: int | None) -> Iterator[None]:
 
 
 def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any = None,
-          machine: Machine | None = None, notes: list[str] | None = None) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
+          machine: Machine | None = None, notes: list[str] | None = None,
+          unmeasured: list[str] | None = None) -> Iterator[tuple[str, Callable[[], list[Timing]]]]:
     """(label, measure) pairs, one per thing to time; building happens inside measure. ``machine``:
     where ActorStart is kept (:func:`actor_start_path`; None: measured every time); ``notes``: where
-    a job says what it did not measure now."""
+    a job says what it did not measure now; ``unmeasured``: where it names an implementation that
+    cannot run here (``primitive/backend``)."""
     cfg, spec = algo.config, algo.spec
     rng = np.random.default_rng(0)
     B = cfg.batch_size
@@ -450,6 +456,24 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
 
     host_batch = {**synthetic_transitions(algo, B, rng), "weights": np.ones(B, np.float32)}
     host_learners: dict[int, dict[str, float]] = defaultdict(dict)  # threads -> backend -> median s alone (the loop job reads it)
+
+    def learn_rows(impl: Any, device: str, backend: str, counts: list[int | None]) -> list[Timing]:
+        """Learn/``backend`` on ``device``: one learner per thread count, timed in turn."""
+        calls, within = [], [lambda n=n: torch_threads(n) for n in counts]
+        for n, context in zip(counts, within):
+            with context():
+                learner = build("Learn", Slot(backend, device, n), algo, 0)
+                # as a run feeds it from a host replay: its own arrays, or tensors on its device
+                batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
+                calls.append(lambda learner=learner, batch=batch: learner.learn(**batch))
+        rows = []
+        for n, fn, context, timed in zip(counts, calls, within, time_in_turn(calls, sync_for(device), within=within)):
+            with context():  # the energy window too
+                rows.append(timing("Learn", backend, device, B, fn, threads=n, timed=timed))
+            if device == "cpu" and n:
+                host_learners[n][backend] = rows[-1].median_s
+        return rows
+
     for backend, impl in implementations("Learn").items():
         if impl.unsupported(algo):  # e.g. the fused numba learner for DDPG: nothing to measure
             continue
@@ -457,21 +481,20 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
             counts = impl.host_threads(threads) if device == "cpu" else [None]
 
             def learn(impl=impl, device=device, backend=backend, counts=counts):
-                """One learner per thread count, timed in turn (a plan picks the count by these rows)."""
-                calls, within = [], [lambda n=n: torch_threads(n) for n in counts]
-                for n, context in zip(counts, within):
-                    with context():
-                        learner = build("Learn", Slot(backend, device, n), algo, 0)
-                        # as a run feeds it from a host replay: its own arrays, or tensors on its device
-                        batch = host_batch if impl.takes_host_arrays else to_device(host_batch, torch.device(device))
-                        calls.append(lambda learner=learner, batch=batch: learner.learn(**batch))
-                rows = []
-                for n, fn, context, timed in zip(counts, calls, within, time_in_turn(calls, sync_for(device), within=within)):
-                    with context():  # the energy window too
-                        rows.append(timing("Learn", backend, device, B, fn, threads=n, timed=timed))
-                    if device == "cpu" and n:
-                        host_learners[n][backend] = rows[-1].median_s
-                return rows
+                """One learner per thread count, timed in turn (a plan picks the count by these rows).
+                A learner that compiles at its first update (Learn/cudagraph-compiled) and cannot
+                here is left out with a note, so the plan takes another."""
+                try:
+                    return learn_rows(impl, device, backend, counts)
+                except HetrlError as exc:
+                    if not getattr(impl.cls, "compiled", False):
+                        raise
+                    if notes is not None:
+                        notes.append(f"Learn/{backend} on {device} not measured: {exc}")
+                    if unmeasured is not None:
+                        unmeasured.append(f"Learn/{backend}")
+                    return []
+
             yield _learn_label(backend, device), learn
 
     for source in ["numpy", *devices]:
@@ -656,6 +679,7 @@ def _resumed(resume: Path, result: Profile, labels: list[str]) -> int:
         return 0
     result.timings.extend(timings)
     result.notes.extend(saved.get("notes", []))
+    result.unmeasured.extend(saved.get("unmeasured", []))
     result.notes.append(f"{done} of {len(labels)} measurements were resumed from a profile cut short "
                         f"(saved {time.strftime('%Y-%m-%dT%H:%M:%S%z', time.localtime(resume.stat().st_mtime))})")
     return done
@@ -693,7 +717,7 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     result = Profile(algorithm.name, algorithm.spec.env_id, agent_json, machine.to_dict(), time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                      energy_profiled=energy)
     result.notes.extend(profile_notes(algorithm) + ([] if energy else [ENERGY_NOT_PROFILED]))
-    jobs = list(_jobs(algorithm, devices, threads, meters, machine, result.notes))
+    jobs = list(_jobs(algorithm, devices, threads, meters, machine, result.notes, result.unmeasured))
     labels = [label for label, _ in jobs]
     done = _resumed(resume, result, labels) if resume is not None else 0
     with one_blas_thread():  # as a run acts (runtime/host_blas.py)

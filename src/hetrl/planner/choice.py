@@ -36,6 +36,7 @@ def _covers_the_registry(profile: Profile, algorithm: Algorithm) -> bool:
     that can serve ``algorithm``), and the actors' start-up where actor processes can make the envs."""
     needed = {"EnvStep", "Act", "ReplayAdd", "ReplaySample", "Learn", "WeightSync"}
     have = {(t.primitive, t.backend) for t in profile.timings}
+    have |= {tuple(key.split("/", 1)) for key in profile.unmeasured}  # tried, and unable to run here
     devices = {t.device for t in profile.timings}
     return (("ActorStart", "local") in have or bool(in_process(algorithm))) and all((p, b) in have for p in needed for b, impl in implementations(p).items()
                if not impl.unsupported(algorithm) and any(impl.runs_on(d) for d in devices))
