@@ -402,20 +402,21 @@ def test_the_loop_job_runs_a_host_learner_at_each_thread_count():
     assert learn_in_run[2].calls >= 100 and learn_in_run[2].median_s > 0
 
 
-@pytest.mark.parametrize("compiles", [True, False])
-def test_a_learner_that_cannot_compile_here_is_left_out_with_a_note(monkeypatch, compiles):
+@pytest.mark.parametrize("cannot_run_here", [True, False])
+def test_a_learner_that_cannot_compile_here_is_left_out_with_a_note(monkeypatch, cannot_run_here):
     """Learn/cudagraph-compiled compiles at its first update, which fails where the toolchain does
-    (no C compiler, Triton): the profile leaves that backend out with a note, so the plan takes
-    another. Any other learner's error still stops the profile."""
+    (no C compiler, Triton), as a CannotRunHere: the profile leaves that backend out with a note, so
+    the plan takes another. Any other error of a learner still stops the profile."""
+    from hetrl.errors import CannotRunHere
     from hetrl.primitives.learn_torch import LearnTorch
     from hetrl.protocol.registry import Implementation
 
     class LearnUncompilable(LearnTorch):
         backend = "uncompilable"
-        compiled = compiles
 
         def learn(self, **batch):
-            raise HetrlError("torch.compile could not compile the dqn update (RuntimeError: no C compiler); use ...")
+            error = CannotRunHere if cannot_run_here else HetrlError
+            raise error("torch.compile could not compile the dqn update (RuntimeError: no C compiler); use ...")
 
     fake = Implementation("Learn", "uncompilable", LearnUncompilable, "learn")
     real_build = profile_module.build
@@ -427,7 +428,7 @@ def test_a_learner_that_cannot_compile_here_is_left_out_with_a_note(monkeypatch,
     notes, unmeasured = [], []
     (learn_job,) = [job for label, job in _jobs(algo, ["cpu"], [1], notes=notes, unmeasured=unmeasured)
                     if label.startswith("Learn")]
-    if not compiles:
+    if not cannot_run_here:
         with pytest.raises(HetrlError, match="could not compile"):
             learn_job()
         return

@@ -140,6 +140,12 @@ class LearnerLost(HetrlError):
     be saved; the session keeps the newest checkpoint and says which."""
 
 
+class CannotRunHere(HetrlError):
+    """An implementation found at its first call that this machine cannot run it (torch.compile
+    without a C compiler or a working Triton): the profiler leaves it out with a note, and the plan
+    takes another; a run that asked for it by name stops with the message."""
+
+
 class StopRequested(KeyboardInterrupt):
     """A run stopped at once by a signal, without its checkpoint: the third Ctrl-C (or SIGTERM) of
     a run that was already stopping, or one while nothing had started (connecting to a Ray

@@ -35,7 +35,7 @@ from hetrl.algos import AgentConfig, Algorithm, make_algorithm
 from hetrl.devices import available_devices
 from hetrl.energy.measurement import MIN_WINDOW_S
 from hetrl.envs import EnvSource, env_spec
-from hetrl.errors import HetrlError
+from hetrl.errors import CannotRunHere, HetrlError
 from hetrl.files import file_part, read_json, write_json
 from hetrl.hardware import Machine, describe_machine, usable_cores
 from hetrl.planner.rule import default_placement, frame_replay_wanted
@@ -482,13 +482,12 @@ def _jobs(algo: Algorithm, devices: list[str], threads: list[int], meters: Any =
 
             def learn(impl=impl, device=device, backend=backend, counts=counts):
                 """One learner per thread count, timed in turn (a plan picks the count by these rows).
-                A learner that compiles at its first update (Learn/cudagraph-compiled) and cannot
-                here is left out with a note, so the plan takes another."""
+                A learner that finds at its first update that it cannot run here (CannotRunHere:
+                Learn/cudagraph-compiled without a compiler) is left out with a note, so the plan
+                takes another."""
                 try:
                     return learn_rows(impl, device, backend, counts)
-                except HetrlError as exc:
-                    if not getattr(impl.cls, "compiled", False):
-                        raise
+                except CannotRunHere as exc:
                     if notes is not None:
                         notes.append(f"Learn/{backend} on {device} not measured: {exc}")
                     if unmeasured is not None:

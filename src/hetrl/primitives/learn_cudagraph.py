@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from hetrl.algos.base import Algorithm, Learner, TorchLearner
-from hetrl.errors import HetrlError
+from hetrl.errors import CannotRunHere, HetrlError
 from hetrl.protocol import Learn, Slot, implements
 
 WARMUP_UPDATES = 3
@@ -146,7 +146,7 @@ class GraphedLearner(Learner):
     def _warm_compiled(self, side: torch.cuda.Stream, main: torch.cuda.Stream) -> None:
         """Compile (and warm) the real learner's step on ``side``, then undo what the warm-up changed.
         A compilation that fails (no C compiler, a Triton or Inductor error: RuntimeErrors all) is a
-        HetrlError that names the fix."""
+        :class:`CannotRunHere` that names the fix."""
         with restored(self.inner):  # its copies of the state are taken, and put back, on the main stream
             side.wait_stream(main)
             try:
@@ -156,9 +156,9 @@ class GraphedLearner(Learner):
                             self._step(self._static)
                         except RuntimeError as exc:
                             reason = (str(exc).strip().splitlines() or [""])[0][:300]
-                            raise HetrlError(f"torch.compile could not compile the {self.algorithm.name} update "
-                                             f"({type(exc).__name__}: {reason}); use the cudagraph learner (backend "
-                                             "cudagraph for learn in a plan.json)") from exc
+                            raise CannotRunHere(f"torch.compile could not compile the {self.algorithm.name} update "
+                                                f"({type(exc).__name__}: {reason}); use the cudagraph learner (backend "
+                                                "cudagraph for learn in a plan.json)") from exc
                         self.inner.periodic(self._static)
             finally:
                 main.wait_stream(side)  # before the state is put back, also after a failure
