@@ -10,9 +10,14 @@ the update's wall time per call in steady state, three ways,
 then the kernels of one synced update from ``torch.profiler``: count, summed GPU time, the largest,
 and the host-side work between the graph launches (everything that is not ``cudaGraphLaunch``).
 
-``--adam foreach`` measures each learner with Adam's multi-tensor form instead of its fused kernel
-(which gives each 65,536-element chunk of a tensor one block, so a 256x256 weight runs on one
-multiprocessor); under torch.compile Inductor then writes Adam's kernels itself. ``--blas
+``--adam`` sets Adam's form in each learner before its first update: ``as-built`` (default: as
+hetrl builds it, torch's fused kernel for Learn/cudagraph and the traced multi-tensor form for
+Learn/cudagraph-compiled), ``fused`` (torch's one fused kernel, which gives each 65,536-element
+chunk of a tensor one block, so a 256x256 weight runs on one multiprocessor; a compiled update
+calls it as it is) or ``foreach`` (the multi-tensor form, which torch.compile traces, so Inductor
+writes Adam's kernels). ``--compile-mode max-autotune-no-cudagraphs`` compiles with Inductor's
+autotuning (each GEMM timed as cuBLAS and as Triton templates, which can fuse the bias and the
+activation), without Inductor's own CUDA graphs (the learner captures its own). ``--blas
 cublaslt`` has torch's GEMMs go through cuBLASLt instead of cuBLAS (whose split-K kernels take the
 skinny products of the backward pass).
 
@@ -55,15 +60,16 @@ def host_batch(algo: Any, batch: int, rng: np.random.Generator) -> dict[str, np.
 
 
 def use_adam(learner: Any, kind: str) -> None:
-    """Switch every Adam of ``learner`` (a Learn/cudagraph*) to ``kind`` before its first update:
-    fused (as hetrl builds it: torch's one fused kernel, which a compiled update calls as it is) or
-    foreach (the multi-tensor form, which torch.compile traces, so Inductor writes the kernels)."""
+    """Switch every Adam of ``learner`` (a Learn/cudagraph*) to ``kind`` (fused or foreach) before
+    its first update; ``as-built`` leaves them as hetrl built them."""
+    if kind == "as-built":
+        return
     for optimizer in learner.learner.inner.optimizers():
         for group in optimizer.param_groups:
             group["fused"], group["foreach"] = kind == "fused", kind == "foreach"
 
 
-def measure(case: str, calls: int, backend: str, adam: str = "fused") -> dict[str, Any]:
+def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: str = "default") -> dict[str, Any]:
     from hetrl.algos import algorithm_class, make_algorithm
     from hetrl.envs import env_spec
     from hetrl.primitives import get
@@ -76,8 +82,13 @@ def measure(case: str, calls: int, backend: str, adam: str = "fused") -> dict[st
     # agreement with the eager torch learner, update by update, on the same batches and seed
     learner, plain = get("Learn", backend).cls(algo, "cuda", seed=0), LearnTorch(algo, "cuda", seed=0)
     use_adam(learner, adam)
+    adam_form = sorted({"fused" if g.get("fused") else "foreach" if g.get("foreach") else "for-loop"
+                        for o in learner.learner.inner.optimizers() for g in o.param_groups})
+    from torch._inductor import config as inductor_config, list_mode_options
+
     start = time.perf_counter()
-    learner.learn(**batches[0])
+    with inductor_config.patch(list_mode_options(mode)):  # read while the first update compiles
+        learner.learn(**batches[0])
     torch.cuda.synchronize()
     first_s = time.perf_counter() - start
     plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batches[0].items()})
@@ -123,7 +134,7 @@ def measure(case: str, calls: int, backend: str, adam: str = "fused") -> dict[st
             host.setdefault(e.name, []).append(e.cpu_time_total)
     per_update = {k: sum(v) / 20 for k, v in kernels.items()}
     host_per_update = {k: sum(v) / 20 for k, v in host.items()}
-    return {"case": case, "backend": backend, "adam": adam, "first_update_s": first_s, "loss_rel_diff_vs_torch": worst,
+    return {"case": case, "backend": backend, "adam": adam, "adam_form": adam_form, "compile_mode": mode, "first_update_s": first_s, "loss_rel_diff_vs_torch": worst,
             "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
             "kernels_per_update": sum(len(v) for v in kernels.values()) / 20, "gpu_us_per_update": sum(per_update.values()),
             "top_kernels": sorted(per_update.items(), key=lambda kv: -kv[1])[:8],
@@ -134,8 +145,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--backends", nargs="+", default=["cudagraph", "cudagraph-compiled"])
-    parser.add_argument("--adam", nargs="+", default=["fused"], choices=("fused", "foreach"),
-                        help="Adam's form in the measured learner (default: fused, as hetrl builds it)")
+    parser.add_argument("--adam", nargs="+", default=["as-built"], choices=("as-built", "fused", "foreach"),
+                        help="Adam's form in the measured learner (default: as hetrl builds it)")
+    parser.add_argument("--compile-mode", nargs="+", default=["default"], choices=("default", "max-autotune-no-cudagraphs"),
+                        help="torch.compile's mode for the compiled backends (the eager one is measured in the default alone)")
     parser.add_argument("--blas", choices=("cublas", "cublaslt"),
                         help="torch's BLAS library for the GEMMs (torch.backends.cuda.preferred_blas_library; default: "
                              "torch's own choice), to see whether the other one's kernels serve these skinny products better")
@@ -151,16 +164,20 @@ def main() -> int:
     rows = []
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, BLAS {torch.backends.cuda.preferred_blas_library()}; "
           f"median us per update over {args.calls} calls")
-    for case, backend, adam in [(c, b, a) for c in args.cases for b in args.backends for a in args.adam]:
+    runs = [(c, b, a, m) for c in args.cases for b in args.backends for a in args.adam for m in args.compile_mode
+            if m == "default" or "compiled" in b]
+    for case, backend, adam, mode in runs:
+        said = f"{case} {backend} adam={adam}" + ("" if mode == "default" else f" mode={mode}")
         try:
-            r = measure(case, args.calls, backend, adam) | {"blas": str(torch.backends.cuda.preferred_blas_library())}
+            r = measure(case, args.calls, backend, adam, mode) | {"blas": str(torch.backends.cuda.preferred_blas_library())}
         except Exception as exc:  # one backend failing (a compile error) does not hide the others
-            print(f"{case} {backend} adam={adam}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
+            print(f"{said}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
             traceback.print_exc(limit=-12)
-            rows.append({"case": case, "backend": backend, "adam": adam, "failed": f"{type(exc).__name__}: {exc}"[:2000]})
+            rows.append({"case": case, "backend": backend, "adam": adam, "compile_mode": mode,
+                         "failed": f"{type(exc).__name__}: {exc}"[:2000]})
             continue
         rows.append(r)
-        print(f"{case} {backend} adam={adam}: first update {r['first_update_s']:.1f} s, loss vs torch {r['loss_rel_diff_vs_torch']:.1e}; "
+        print(f"{said} ({'+'.join(r['adam_form'])} Adam): first update {r['first_update_s']:.1f} s, loss vs torch {r['loss_rel_diff_vs_torch']:.1e}; "
               f"launch {r['launch_us']:.0f} us, synced {r['synced_us']:.0f} us, pipelined {r['pipelined_us']:.0f} us; "
               f"{r['kernels_per_update']:.0f} kernels, {r['gpu_us_per_update']:.0f} us of GPU time per update", flush=True)
         for name, us in r["top_kernels"]:

@@ -143,21 +143,29 @@ def test_restored_puts_the_whole_state_back_in_the_same_tensors(make):
         assert any(t is learner.log_alpha for t in state_tensors(learner))
 
 
-def test_the_compiled_step_equals_the_eager_step_on_the_host():
-    """What Learn/cudagraph-compiled captures is ``torch.compile(step)``: on the host (Inductor's C++
-    code) it gives the eager step's losses and weights, update by update, with gradient clipping
-    and double Q-learning on."""
-    algo = dqn(double=True, max_grad_norm=0.5)
-    eager, compiled = algo.build_learner(CPU, seed=0), algo.build_learner(CPU, seed=0)
-    step = torch.compile(compiled.step)
+def test_the_compiled_update_equals_the_eager_update_on_the_host():
+    """What Learn/cudagraph-compiled captures is ``torch.compile`` of ``step`` and ``periodic``, with
+    Adam in its traced (foreach) form: on the host (Inductor's C++ code) it gives the eager update's
+    losses and weights, update by update, with gradient clipping, double Q-learning and Polyak
+    targets on; its checkpoints keep the form the algorithm built, and a load puts the traced form back."""
+    algo = dqn(double=True, max_grad_norm=0.5, tau=0.1)
+    eager, graphed = algo.build_learner(CPU, seed=0), GraphedLearner(algo, CPU, seed=0, compiled=True)
+    built = [(g["fused"], g["foreach"]) for g in eager.optimizer.param_groups]
+    assert [(g["fused"], g["foreach"]) for g in graphed.inner.optimizer.param_groups] == [(False, True)]
     rng = np.random.default_rng(2)
     for _ in range(4):
         b = batch(algo, rng, 16)
-        a, c = eager.step(b), step(b)
+        a, c = eager.step(b), graphed._step(b)
+        eager.periodic(b), graphed._periodic(b)
         torch.testing.assert_close(c["loss"], a["loss"], rtol=1e-5, atol=1e-6)
         torch.testing.assert_close(c["td_errors"], a["td_errors"], rtol=1e-5, atol=1e-6)
-    for p, q in zip(eager.q.parameters(), compiled.q.parameters()):
+    for p, q in zip([*eager.q.parameters(), *eager.q_target.parameters()],
+                    [*graphed.inner.q.parameters(), *graphed.inner.q_target.parameters()]):
         torch.testing.assert_close(q, p, rtol=1e-5, atol=1e-6)
+    state = graphed.state_dict()
+    assert [(g["fused"], g["foreach"], g["capturable"]) for g in state["optimizer"]["param_groups"]] == [(*built[0], False)]
+    graphed.load_state_dict(state)
+    assert [(g["foreach"], g["capturable"]) for g in graphed.inner.optimizer.param_groups] == [(True, True)]
 
 
 def test_the_compiled_backend_says_why_it_does_not_run():
@@ -192,6 +200,7 @@ def test_a_compilation_that_fails_is_one_clear_error_and_the_learner_state_is_pu
     from hetrl.errors import CannotRunHere, HetrlError
 
     learner = GraphedLearner(dqn(), CPU, seed=0, compiled=True)
+    learner._capturable(False)  # the eager foreach Adam below runs capturable on CUDA devices only
     rng = np.random.default_rng(0)
     learner._static = batch(dqn(), rng)
     calls = []

@@ -28,12 +28,15 @@ and ``periodic`` when due):
 Results equal Learn/torch's on the same device up to float rounding (tests/test_cuda.py checks it
 update by update).
 
-``compiled=True`` (Learn/cudagraph-compiled) captures ``torch.compile``'s version of ``step``
-instead of the eager one: Inductor fuses the update's elementwise work (targets, loss, gradient
-clipping) into a few generated kernels, so the graph replays fewer of them (torch's fused Adam it
-calls as it is). The compiled code is
-tied to the learner it was traced on, so the warm-up runs the real learner, on its own state, and
-then puts every tensor of that state back as it was (:func:`restored`).
+``compiled=True`` (Learn/cudagraph-compiled) captures ``torch.compile``'s versions of ``step`` and
+``periodic`` instead of the eager ones: Inductor fuses the update's elementwise work (targets,
+loss, gradient clipping, Polyak averaging) into a few generated kernels, so the graph replays
+fewer of them. Its optimizers run Adam's multi-tensor (foreach) form, which Dynamo traces, so
+Inductor writes Adam's kernels too: torch's fused Adam kernel, which a compiled update can only
+call as it is, gives each 65,536 elements of a tensor one thread block, so a 256x256 weight's
+update runs on one multiprocessor. The compiled code is tied to the learner it was traced on, so
+the warm-up runs the real learner, on its own state, and then puts every tensor of that state back
+as it was (:func:`restored`).
 """
 
 from __future__ import annotations
@@ -66,7 +69,12 @@ class GraphedLearner(Learner):
             dynamo = torch._dynamo.config
             limit = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"  # torch < 2.7
             setattr(dynamo, limit, max(getattr(dynamo, limit), 64))
+        # each optimizer's form as the algorithm built it (by the optimizer's id): what a checkpoint records
+        self._built_forms = {id(o): [(g.get("fused"), g.get("foreach")) for g in o.param_groups] for o in self.inner.optimizers()}
+        if compiled:
+            self._adam_form(fused=False, foreach=True)  # traced, so Inductor writes Adam's kernels (module docstring)
         self._step = torch.compile(self.inner.step, dynamic=False) if compiled else self.inner.step
+        self._periodic = torch.compile(self.inner.periodic, dynamic=False) if compiled else self.inner.periodic
         self.compiled = compiled
         self._graphs: tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph] | None = None
         self._input_keys: set[str] = set()
@@ -98,15 +106,22 @@ class GraphedLearner(Learner):
 
     def state_dict(self) -> dict[str, Any]:
         state = self.inner.state_dict()
-        for key, value in state.items():  # torch's format: a learner without graphs can load it
+        # torch's format, with the forms the algorithm built: a learner without graphs loads it as its own.
+        # A learner's checkpoint keeps each optimizer under its attribute's name (DQNCheckpoint and the others)
+        for key, value in state.items():
             if isinstance(value, dict) and "param_groups" in value:
+                forms = self._built_forms.get(id(getattr(self.inner, key, None)), [])
+                for group, (fused, foreach) in zip(value["param_groups"], forms):
+                    group["fused"], group["foreach"] = fused, foreach
                 for group in value["param_groups"]:
                     group["capturable"] = False
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.inner.load_state_dict(state)
+        self.inner.load_state_dict(state)  # takes the saved groups' settings, so they are set again
         self._capturable(True)
+        if self.compiled:
+            self._adam_form(fused=False, foreach=True)
         self._graphs = None  # the loaded optimizer state is in new tensors: capture again
 
     # -----------------------------------------------------------------------------------------
@@ -115,6 +130,11 @@ class GraphedLearner(Learner):
         for optimizer in self.inner.optimizers():
             for group in optimizer.param_groups:
                 group["capturable"] = on
+
+    def _adam_form(self, fused: bool, foreach: bool) -> None:
+        for optimizer in self.inner.optimizers():
+            for group in optimizer.param_groups:
+                group["fused"], group["foreach"] = fused, foreach
 
     def _fill(self, batch: dict[str, Any]) -> None:
         """Copy ``batch`` and this update's random draws into the static inputs."""
@@ -159,7 +179,7 @@ class GraphedLearner(Learner):
                             raise CannotRunHere(f"torch.compile could not compile the {self.algorithm.name} update "
                                                 f"({type(exc).__name__}: {reason}); use the cudagraph learner (backend "
                                                 "cudagraph for learn in a plan.json)") from exc
-                        self.inner.periodic(self._static)
+                        self._periodic(self._static)
             finally:
                 main.wait_stream(side)  # before the state is put back, also after a failure
 
@@ -190,7 +210,7 @@ class GraphedLearner(Learner):
             with torch.cuda.graph(step, capture_error_mode="thread_local"):
                 self._out = self._step(self._static)
             with torch.cuda.graph(periodic, pool=step.pool(), capture_error_mode="thread_local"):
-                self._periodic_out = self.inner.periodic(self._static) or {}
+                self._periodic_out = self._periodic(self._static) or {}
         except RuntimeError as exc:
             raise HetrlError(f"the {self.algorithm.name} update could not be captured as a CUDA graph ({exc}); "
                              "use the torch learner (backend torch for learn)") from exc

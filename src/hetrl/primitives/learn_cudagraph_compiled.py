@@ -3,8 +3,9 @@
 A captured graph removes the host's launch cost, but each of its kernels still costs a few
 microseconds on the GPU, and an eager DQN update is some 70 of them, most of them small
 elementwise ones (docs/results.md, the H100 lease of 2026-11-27). Inductor fuses those into a few
-generated Triton kernels; the graph then replays the compiled update. The first update pays the
-compilation (seconds), so the profiler and planner weigh it like any other backend.
+generated Triton kernels, Adam's included (the optimizers run Adam's traced foreach form: see
+:mod:`hetrl.primitives.learn_cudagraph`); the graph then replays the compiled update. The first
+update pays the compilation (seconds), so the profiler and planner weigh it like any other backend.
 """
 
 from __future__ import annotations
