@@ -17,7 +17,10 @@ chunk of a tensor one block, so a 256x256 weight runs on one multiprocessor; a c
 calls it as it is) or ``foreach`` (the multi-tensor form, which torch.compile traces, so Inductor
 writes Adam's kernels). ``--compile-mode max-autotune-no-cudagraphs`` compiles with Inductor's
 autotuning (each GEMM timed as cuBLAS and as Triton templates, which can fuse the bias and the
-activation), without Inductor's own CUDA graphs (the learner captures its own). ``--blas
+activation), without Inductor's own CUDA graphs (the learner captures its own). ``--narrow-pass on
+off`` measures the compiled backend with and without its graph pass that adds an output layer's
+bias outside its product (hetrl.primitives.narrow_products); the first update then compiles with
+Inductor's caches off, so both compile cold and neither reads the other's cached code. ``--blas
 cublaslt`` has torch's GEMMs go through cuBLASLt instead of cuBLAS (whose split-K kernels take the
 skinny products of the backward pass).
 
@@ -36,6 +39,8 @@ import statistics
 import sys
 import time
 import traceback
+from contextlib import nullcontext
+from unittest import mock
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +74,9 @@ def use_adam(learner: Any, kind: str) -> None:
             group["fused"], group["foreach"] = kind == "fused", kind == "foreach"
 
 
-def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: str = "default") -> dict[str, Any]:
+def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: str = "default",
+            narrow: str = "on", cold: bool = False) -> dict[str, Any]:
+    """One backend on one case; ``cold``: the first update compiles with Inductor's caches off."""
     from hetrl.algos import algorithm_class, make_algorithm
     from hetrl.envs import env_spec
     from hetrl.primitives import get
@@ -86,8 +93,12 @@ def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: s
                         for o in learner.learner.inner.optimizers() for g in o.param_groups})
     from torch._inductor import config as inductor_config, list_mode_options
 
+    from hetrl.primitives.narrow_products import BiasOutsideNarrowProducts
+
+    compiling = list_mode_options(mode) | ({"force_disable_caches": True} if cold else {})
+    skip = mock.patch.object(BiasOutsideNarrowProducts, "__call__", lambda self, graph: None) if narrow == "off" else nullcontext()
     start = time.perf_counter()
-    with inductor_config.patch(list_mode_options(mode)):  # read while the first update compiles
+    with inductor_config.patch(compiling), skip:  # read while the first update compiles
         learner.learn(**batches[0])
     torch.cuda.synchronize()
     first_s = time.perf_counter() - start
@@ -134,7 +145,8 @@ def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: s
             host.setdefault(e.name, []).append(e.cpu_time_total)
     per_update = {k: sum(v) / 20 for k, v in kernels.items()}
     host_per_update = {k: sum(v) / 20 for k, v in host.items()}
-    return {"case": case, "backend": backend, "adam": adam, "adam_form": adam_form, "compile_mode": mode, "first_update_s": first_s, "loss_rel_diff_vs_torch": worst,
+    return {"case": case, "backend": backend, "adam": adam, "adam_form": adam_form, "compile_mode": mode,
+            "narrow_pass": narrow if learner.compiled else "-", "first_update_s": first_s, "loss_rel_diff_vs_torch": worst,
             "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
             "kernels_per_update": sum(len(v) for v in kernels.values()) / 20, "gpu_us_per_update": sum(per_update.values()),
             "top_kernels": sorted(per_update.items(), key=lambda kv: -kv[1])[:8],
@@ -149,6 +161,9 @@ def main() -> int:
                         help="Adam's form in the measured learner (default: as hetrl builds it)")
     parser.add_argument("--compile-mode", nargs="+", default=["default"], choices=("default", "max-autotune-no-cudagraphs"),
                         help="torch.compile's mode for the compiled backends (the eager one is measured in the default alone)")
+    parser.add_argument("--narrow-pass", nargs="+", default=["on"], choices=("on", "off"),
+                        help="the compiled backends with (as built) or without the pass that adds an output layer's bias "
+                             "outside its product")
     parser.add_argument("--blas", choices=("cublas", "cublaslt"),
                         help="torch's BLAS library for the GEMMs (torch.backends.cuda.preferred_blas_library; default: "
                              "torch's own choice), to see whether the other one's kernels serve these skinny products better")
@@ -164,16 +179,17 @@ def main() -> int:
     rows = []
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, BLAS {torch.backends.cuda.preferred_blas_library()}; "
           f"median us per update over {args.calls} calls")
-    runs = [(c, b, a, m) for c in args.cases for b in args.backends for a in args.adam for m in args.compile_mode
-            if m == "default" or "compiled" in b]
-    for case, backend, adam, mode in runs:
-        said = f"{case} {backend} adam={adam}" + ("" if mode == "default" else f" mode={mode}")
+    runs = [(c, b, a, m, n) for c in args.cases for b in args.backends for a in args.adam for m in args.compile_mode
+            for n in args.narrow_pass if "compiled" in b or (m == "default" and n == "on")]
+    for case, backend, adam, mode, narrow in runs:
+        said = (f"{case} {backend} adam={adam}" + ("" if mode == "default" else f" mode={mode}")
+                + ("" if narrow == "on" else " narrow-pass=off"))
         try:
-            r = measure(case, args.calls, backend, adam, mode) | {"blas": str(torch.backends.cuda.preferred_blas_library())}
+            r = measure(case, args.calls, backend, adam, mode, narrow, cold=len(args.narrow_pass) > 1) | {"blas": str(torch.backends.cuda.preferred_blas_library())}
         except Exception as exc:  # one backend failing (a compile error) does not hide the others
             print(f"{said}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
             traceback.print_exc(limit=-12)
-            rows.append({"case": case, "backend": backend, "adam": adam, "compile_mode": mode,
+            rows.append({"case": case, "backend": backend, "adam": adam, "compile_mode": mode, "narrow_pass": narrow,
                          "failed": f"{type(exc).__name__}: {exc}"[:2000]})
             continue
         rows.append(r)

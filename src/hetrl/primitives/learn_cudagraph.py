@@ -31,7 +31,8 @@ update by update).
 ``compiled=True`` (Learn/cudagraph-compiled) captures ``torch.compile``'s versions of ``step`` and
 ``periodic`` instead of the eager ones: Inductor fuses the update's elementwise work (targets,
 loss, gradient clipping, Polyak averaging) into a few generated kernels, so the graph replays
-fewer of them. Its optimizers run Adam's multi-tensor (foreach) form, which Dynamo traces, so
+fewer of them, and an output layer's bias is added outside its product
+(:mod:`hetrl.primitives.narrow_products`). Its optimizers run Adam's multi-tensor (foreach) form, which Dynamo traces, so
 Inductor writes Adam's kernels too: torch's fused Adam kernel, which a compiled update can only
 call as it is, gives each 65,536 elements of a tensor one thread block, so a 256x256 weight's
 update runs on one multiprocessor. The compiled code is tied to the learner it was traced on, so
@@ -73,8 +74,14 @@ class GraphedLearner(Learner):
         self._built_forms = {id(o): [(g.get("fused"), g.get("foreach")) for g in o.param_groups] for o in self.inner.optimizers()}
         if compiled:
             self._adam_form(fused=False, foreach=True)  # traced, so Inductor writes Adam's kernels (module docstring)
-        self._step = torch.compile(self.inner.step, dynamic=False) if compiled else self.inner.step
-        self._periodic = torch.compile(self.inner.periodic, dynamic=False) if compiled else self.inner.periodic
+        self._step, self._periodic = self.inner.step, self.inner.periodic
+        if compiled:
+            from hetrl.primitives.narrow_products import BiasOutsideNarrowProducts  # imports Inductor: only here
+
+            self.narrow_pass = BiasOutsideNarrowProducts()
+            options = {"post_grad_custom_pre_pass": self.narrow_pass}
+            self._step = torch.compile(self.inner.step, dynamic=False, options=options)
+            self._periodic = torch.compile(self.inner.periodic, dynamic=False, options=options)
         self.compiled = compiled
         self._graphs: tuple[torch.cuda.CUDAGraph, torch.cuda.CUDAGraph] | None = None
         self._input_keys: set[str] = set()
