@@ -4,9 +4,12 @@
 #   bash bench/gpu_pixels.sh OUT_DIR
 #   STEPS="tests cudagraph sweep" bash bench/gpu_pixels.sh OUT_DIR    # some of the steps
 #
-# Steps (STEPS, in this order by default: tests cudagraph sweep pixels scale), each writing into OUT_DIR:
+# Steps (STEPS, in this order by default: tests cudagraph gemms sweep pixels scale), each writing into OUT_DIR:
 # - tests: devices.txt and gpu_tests.txt (every test marked gpu);
-# - cudagraph: cudagraph_update.txt/.json (one Learn/cudagraph update per network: time, kernels);
+# - cudagraph: cudagraph_update.txt/.json (one update per network on Learn/cudagraph and
+#   Learn/cudagraph-compiled, the latter with and without its narrow-products pass: time, kernels);
+# - gemms: update_gemms.txt (each product of a DQN 256x256 update alone in a CUDA graph, at 2, 6
+#   and 18 actions: Q-heads of CartPole, MinAtar and Atari);
 # - sweep: sweep.txt and sweep/sweep.json, sweep.png (`hetrl sweep` on Atari Breakout over
 #   SWEEP_ACTORS, NVML energy and the GPU's busy share; plan SWEEP_PLAN, the fixed rule by default,
 #   which needs no profile);
@@ -38,13 +41,15 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output
     [ $rc -eq 0 ] || failed=$((failed + 1))
 }
 
-want() { [[ " ${STEPS:-tests cudagraph sweep pixels scale} " == *" $1 "* ]]; }
+want() { [[ " ${STEPS:-tests cudagraph gemms sweep pixels scale} " == *" $1 "* ]]; }
 
 if want tests; then
     step devices 30 $py -m hetrl devices
     step gpu_tests ${TESTS_S:-150} $py -m pytest -q -m gpu -p no:cacheprovider --continue-on-collection-errors tests
 fi
-want cudagraph && step cudagraph_update ${CUDAGRAPH_S:-40} $py bench/cudagraph_update.py --calls 300 --out "$out/cudagraph_update.json"
+want cudagraph && step cudagraph_update ${CUDAGRAPH_S:-240} $py bench/cudagraph_update.py --calls 300 --narrow-pass on off \
+    --out "$out/cudagraph_update.json"
+want gemms && step update_gemms ${GEMMS_S:-60} bash -c "for a in 2 6 18; do $py bench/update_gemms.py --actions \$a || exit; done"
 want sweep && step sweep ${SWEEP_S:-120} $py -m hetrl sweep dqn ALE/Breakout-v5 --actors "$SWEEP_ACTORS" --steps 6000 \
     --set learning_starts=1000 --set num_envs=4 --set device=cuda --set plan=${SWEEP_PLAN:-rule} --out "$out/sweep"
 want pixels && step pixels ${PIXELS_S:-420} $py bench/pixels.py --device cuda --seeds 0 --workloads minatar-breakout atari-breakout \
