@@ -32,10 +32,10 @@ update by update).
 ``periodic`` instead of the eager ones: Inductor fuses the update's elementwise work (targets,
 loss, gradient clipping, Polyak averaging) into a few generated kernels, so the graph replays
 fewer of them, and an output layer's bias is added outside its product
-(:mod:`hetrl.primitives.narrow_products`). Its optimizers run Adam's multi-tensor (foreach) form, which Dynamo traces, so
-Inductor writes Adam's kernels too: torch's fused Adam kernel, which a compiled update can only
-call as it is, gives each 65,536 elements of a tensor one thread block, so a 256x256 weight's
-update runs on one multiprocessor. The compiled code is tied to the learner it was traced on, so
+(:mod:`hetrl.primitives.narrow_products`). Its optimizers run Adam's multi-tensor (foreach) form,
+which Dynamo traces, so Inductor writes Adam's kernels too: torch's fused Adam kernel, which a
+compiled update can only call as it is, gives each 65,536 elements of a tensor one thread block,
+so a 256x256 weight's update runs on one multiprocessor. The compiled code is tied to the learner it was traced on, so
 the warm-up runs the real learner, on its own state, and then puts every tensor of that state back
 as it was (:func:`restored`).
 """
@@ -75,6 +75,7 @@ class GraphedLearner(Learner):
         if compiled:
             self._adam_form(fused=False, foreach=True)  # traced, so Inductor writes Adam's kernels (module docstring)
         self._step, self._periodic = self.inner.step, self.inner.periodic
+        self.narrow_pass: Any = None  # the compiled update's graph pass (it counts its rewrites)
         if compiled:
             from hetrl.primitives.narrow_products import BiasOutsideNarrowProducts  # imports Inductor: only here
 
