@@ -21,7 +21,7 @@ run: install
 	$(VENV)/bin/hetrl train dqn CartPole-v1 --steps 100000 --stop-at-return 475
 
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 clean:
 	rm -rf $(VENV) runs

@@ -96,3 +96,16 @@ def private_checkpoint_key(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
         yield
+
+
+# `make test` runs the tests on two xdist workers. Two local Ray clusters started at once on one
+# machine trip over each other, so every module that starts one runs on the same worker, one
+# module after another (xdist's loadgroup; the other worker takes the rest meanwhile).
+RAY_MODULES = {"test_calibration.py", "test_fuzz_settings.py", "test_metrics.py", "test_ray.py", "test_ray_cluster.py",
+               "test_signals.py", "test_uint8.py", "test_agreement.py", "test_tabular_backends.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in RAY_MODULES:
+            item.add_marker(pytest.mark.xdist_group("ray"))
