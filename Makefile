@@ -21,7 +21,8 @@ run: install
 	$(VENV)/bin/hetrl train dqn CartPole-v1 --steps 100000 --stop-at-return 475
 
 test: install
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "not serial"  # both cores (tests/conftest.py: SERIAL_MODULES)
+	$(PY) -m pytest -q -m serial
 
 clean:
 	rm -rf $(VENV) runs

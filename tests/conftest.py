@@ -98,14 +98,16 @@ def private_checkpoint_key(tmp_path_factory):
         yield
 
 
-# `make test` runs the tests on two xdist workers. Two local Ray clusters started at once on one
-# machine trip over each other, so every module that starts one runs on the same worker, one
-# module after another (xdist's loadgroup; the other worker takes the rest meanwhile).
-RAY_MODULES = {"test_calibration.py", "test_fuzz_settings.py", "test_metrics.py", "test_ray.py", "test_ray_cluster.py",
-               "test_signals.py", "test_uint8.py", "test_agreement.py", "test_tabular_backends.py"}
+
+# `make test` runs the tests in two passes: every module not listed here on two xdist workers, then
+# these, one after another, with nothing beside them. Two local Ray clusters started at once on
+# one machine trip over each other, and test_signals checks that the next hetrl start sweeps what a
+# killed run left in /dev/shm, which any other hetrl start (another worker's test) would sweep first.
+SERIAL_MODULES = {"test_calibration.py", "test_fuzz_settings.py", "test_metrics.py", "test_ray.py", "test_ray_cluster.py",
+                  "test_signals.py", "test_uint8.py", "test_agreement.py", "test_tabular_backends.py"}
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if item.path.name in RAY_MODULES:
-            item.add_marker(pytest.mark.xdist_group("ray"))
+        if item.path.name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
