@@ -98,7 +98,6 @@ def private_checkpoint_key(tmp_path_factory):
         yield
 
 
-
 # `make test` runs the tests in two passes: every module not listed here on two xdist workers, then
 # these, one after another, with nothing beside them. Two local Ray clusters started at once on
 # one machine trip over each other, and test_signals checks that the next hetrl start sweeps what a
