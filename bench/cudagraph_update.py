@@ -21,8 +21,7 @@ activation), without Inductor's own CUDA graphs (the learner captures its own). 
 off`` measures the compiled backend with and without its graph pass that adds an output layer's
 bias outside its product (hetrl.primitives.narrow_products); the first update then compiles with
 Inductor's caches off, so both compile cold and neither reads the other's cached code. ``--blas
-cublaslt`` has torch's GEMMs go through cuBLASLt instead of cuBLAS (whose split-K kernels take the
-skinny products of the backward pass).
+cublaslt`` has torch's GEMMs go through cuBLASLt instead of cuBLAS.
 
 Before the timing, each backend's first update is timed alone (capture, and compilation where it
 compiles), and its losses over 10 updates are compared with Learn/torch's on the same GPU and batches.
@@ -67,11 +66,8 @@ def host_batch(algo: Any, batch: int, rng: np.random.Generator) -> dict[str, np.
 def use_adam(learner: Any, kind: str) -> None:
     """Switch every Adam of ``learner`` (a Learn/cudagraph*) to ``kind`` (fused or foreach) before
     its first update; ``as-built`` leaves them as hetrl built them."""
-    if kind == "as-built":
-        return
-    for optimizer in learner.learner.inner.optimizers():
-        for group in optimizer.param_groups:
-            group["fused"], group["foreach"] = kind == "fused", kind == "foreach"
+    if kind != "as-built":
+        learner.learner.adam_form(fused=kind == "fused", foreach=kind == "foreach")
 
 
 def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: str = "default",
@@ -166,7 +162,7 @@ def main() -> int:
                              "outside its product")
     parser.add_argument("--blas", choices=("cublas", "cublaslt"),
                         help="torch's BLAS library for the GEMMs (torch.backends.cuda.preferred_blas_library; default: "
-                             "torch's own choice), to see whether the other one's kernels serve these skinny products better")
+                             "torch's own choice), to see whether the other one's kernels serve these small products better")
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()

@@ -224,3 +224,23 @@ def test_a_compilation_that_fails_is_one_clear_error_and_the_learner_state_is_pu
     assert isinstance(caught.value, HetrlError)
     assert log == ["side waits for main", "main waits for side"]
     assert all(torch.equal(a, b) for a, b in zip(before, learner.inner.q.parameters()))
+
+
+def test_a_periodic_step_that_cannot_compile_is_the_same_clear_error():
+    """periodic (Polyak averaging, a hard copy) compiles at its first call too: its failure is the
+    same CannotRunHere, so the profiler leaves the backend out rather than stopping."""
+    from hetrl.errors import CannotRunHere
+
+    learner = GraphedLearner(dqn(tau=0.1), CPU, seed=0, compiled=True)
+    learner._capturable(False)  # the eager foreach Adam below runs capturable on CUDA devices only
+    learner._static = batch(dqn(), np.random.default_rng(0))
+    learner._step = learner.inner.step
+
+    def failing_periodic(static):
+        raise RuntimeError("BackendCompilerFailed: backend='inductor' raised: no working C compiler")
+
+    learner._periodic = failing_periodic
+    log = []
+    with pytest.raises(CannotRunHere, match=r"could not compile the dqn update \(RuntimeError: BackendCompilerFailed"):
+        learner._warm_compiled(FakeStream(log, "side"), FakeStream(log, "main"))
+    assert log == ["side waits for main", "main waits for side"]

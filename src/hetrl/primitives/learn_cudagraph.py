@@ -35,9 +35,9 @@ fewer of them, and an output layer's bias is added outside its product
 (:mod:`hetrl.primitives.narrow_products`). Its optimizers run Adam's multi-tensor (foreach) form,
 which Dynamo traces, so Inductor writes Adam's kernels too: torch's fused Adam kernel, which a
 compiled update can only call as it is, gives each 65,536 elements of a tensor one thread block,
-so a 256x256 weight's update runs on one multiprocessor. The compiled code is tied to the learner it was traced on, so
-the warm-up runs the real learner, on its own state, and then puts every tensor of that state back
-as it was (:func:`restored`).
+so a 256x256 weight's update runs on one multiprocessor. The compiled code is tied to the learner
+it was traced on, so the warm-up runs the real learner, on its own state, and then puts every
+tensor of that state back as it was (:func:`restored`).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class GraphedLearner(Learner):
         # each optimizer's form as the algorithm built it (by the optimizer's id): what a checkpoint records
         self._built_forms = {id(o): [(g.get("fused"), g.get("foreach")) for g in o.param_groups] for o in self.inner.optimizers()}
         if compiled:
-            self._adam_form(fused=False, foreach=True)  # traced, so Inductor writes Adam's kernels (module docstring)
+            self.adam_form(fused=False, foreach=True)  # traced, so Inductor writes Adam's kernels (module docstring)
         self._step, self._periodic = self.inner.step, self.inner.periodic
         self.narrow_pass: Any = None  # the compiled update's graph pass (it counts its rewrites)
         if compiled:
@@ -129,7 +129,7 @@ class GraphedLearner(Learner):
         self.inner.load_state_dict(state)  # takes the saved groups' settings, so they are set again
         self._capturable(True)
         if self.compiled:
-            self._adam_form(fused=False, foreach=True)
+            self.adam_form(fused=False, foreach=True)
         self._graphs = None  # the loaded optimizer state is in new tensors: capture again
 
     # -----------------------------------------------------------------------------------------
@@ -139,7 +139,9 @@ class GraphedLearner(Learner):
             for group in optimizer.param_groups:
                 group["capturable"] = on
 
-    def _adam_form(self, fused: bool, foreach: bool) -> None:
+    def adam_form(self, fused: bool, foreach: bool) -> None:
+        """Run every Adam of the learner in torch's fused kernel or its foreach form (set before the
+        first update: the graphs capture the form they find)."""
         for optimizer in self.inner.optimizers():
             for group in optimizer.param_groups:
                 group["fused"], group["foreach"] = fused, foreach
@@ -180,14 +182,14 @@ class GraphedLearner(Learner):
             try:
                 with torch.cuda.stream(side):
                     for _ in range(WARMUP_UPDATES):
-                        try:
+                        try:  # both compile at their first calls
                             self._step(self._static)
+                            self._periodic(self._static)
                         except RuntimeError as exc:
                             reason = (str(exc).strip().splitlines() or [""])[0][:300]
                             raise CannotRunHere(f"torch.compile could not compile the {self.algorithm.name} update "
                                                 f"({type(exc).__name__}: {reason}); use the cudagraph learner (backend "
                                                 "cudagraph for learn in a plan.json)") from exc
-                        self._periodic(self._static)
             finally:
                 main.wait_stream(side)  # before the state is put back, also after a failure
 
