@@ -53,22 +53,30 @@ class Work:
     def __init__(self, net, monkeypatch):
         self.names = {id(p): name.removesuffix(".weight") for name, p in net.named_parameters() if name.endswith("weight")}
         self.rows = {name: [] for name in self.names.values()}
+        self.outputs = []  # (layer, outputs computed) per call, in order
         self.macs = 0
         monkeypatch.setattr(exits_module, "F", self)
 
+    def name(self, weight):
+        """The layer a weight (or a slice of it: a share of a block's outputs) belongs to."""
+        return self.names.get(id(weight)) or self.names[id(weight._base)]
+
     def linear(self, x, weight, bias=None):
-        self.rows[self.names[id(weight)]].append(len(x))
+        self.rows[self.name(weight)].append(len(x))
+        self.outputs.append((self.name(weight), weight.shape[0]))
         self.macs += len(x) * weight.shape[0] * weight.shape[1]
         return torch.nn.functional.linear(x, weight, bias)
 
     def conv2d(self, x, weight, bias=None, stride=1):
         out = torch.nn.functional.conv2d(x, weight, bias, stride)
-        self.rows[self.names[id(weight)]].append(len(x))
+        self.rows[self.name(weight)].append(len(x))
+        self.outputs.append((self.name(weight), weight.shape[0]))
         self.macs += out.numel() * weight[0].numel()  # positions x filters x patch, per row
         return out
 
     def clear(self):
         self.rows = {name: [] for name in self.rows}
+        self.outputs = []
         self.macs = 0
 
     def __getattr__(self, name):
@@ -233,6 +241,77 @@ def test_operation_counts_equal_what_the_pass_ran(monkeypatch):
             _, got = net.act_forward(obs, threshold=0.5)
         assert got.tolist() == [exit_index]
         assert work.macs == net.macs(exit_index)
+
+
+def test_a_branch_on_a_share_of_its_block_runs_before_the_rest_of_it(monkeypatch):
+    """Branches that read half their block's outputs (conv 1: 2 of 3 filters, conv 2: 2 of 4): a
+    decision computes that share, then the branch, and the rest of the block only if it goes on;
+    operations counted by hand equal what the pass ran, and every pass acts as the heads say."""
+    net = ExitQNetwork((2, 6, 6), 3, ((3, 3, 1), (4, 2, 2)), (5,), exits=(0, 1), branch_hidden=0, branch_share=0.5)
+    assert net.branch_shares == [2 / 3, 0.5] and [b.in_features for b in net.branches] == [2 * 16, 2 * 4]
+    assert net.exit_names() == ["after block 0 (2 of 3 filters)", "after block 1 (2 of 4 filters)", "final head"]
+    conv1, conv2, fc, head = 864, 192, 80, 15
+    conv1_part, conv2_part = 4 * 4 * 2 * 18, 2 * 2 * 2 * 12  # the filters before each exit
+    assert net.macs(0) == conv1_part + 32 + 32 * 3 == 704
+    assert net.macs(1) == conv1 + conv2_part + 32 + 8 + 8 * 3 == 1024
+    assert net.macs(2) == conv1 + conv2 + fc + head + 32 + 8 == 1191
+    obs = torch.randint(0, 3, (12, 2, 6, 6), dtype=torch.uint8)
+    work = Work(net, monkeypatch)
+    for exit_index in range(3):  # batch 1: the filters each exit computes, in order
+        with torch.no_grad():
+            for j, branch in enumerate(net.branches):
+                branch.confidence.weight.zero_()
+                branch.confidence.bias.fill_(10.0 if j == exit_index else -10.0)
+            work.clear()
+            _, got = net.act_forward(obs[:1], threshold=0.5)
+        assert got.tolist() == [exit_index] and work.macs == net.macs(exit_index)
+        convs = [(name, n) for name, n in work.outputs if name.startswith("blocks")]
+        assert convs == [[("blocks.0.0", 2)],
+                         [("blocks.0.0", 2), ("blocks.0.0", 1), ("blocks.1.0", 2)],
+                         [("blocks.0.0", 2), ("blocks.0.0", 1), ("blocks.1.0", 2), ("blocks.1.0", 2), ("blocks.2.0", 5)]][exit_index]
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # input-dependent confidences: a batch leaves at every exit
+        for branch in net.branches:
+            branch.confidence.weight.copy_(torch.randn(branch.confidence.weight.shape, generator=g))
+            branch.confidence.bias.zero_()
+        final, branch_q, logits = net.heads(obs)
+        want_exit = torch.where(logits[0] > 0, 0, torch.where(logits[1] > 0, 1, 2))
+        want_q = torch.where((want_exit == 0)[:, None], branch_q[0], torch.where((want_exit == 1)[:, None], branch_q[1], final))
+        work.clear()
+        q, exit_index = net.act_forward(obs, threshold=0.5)
+    counts = np.bincount(exit_index.numpy(), minlength=3)
+    assert (counts > 0).all(), counts
+    assert torch.equal(exit_index, want_exit) and work.macs == sum(c * net.macs(j) for j, c in enumerate(counts))
+    assert work.rows["blocks.0.0"] == [12, 12 - counts[0]] and work.rows["head"] == [counts[2]]
+    torch.testing.assert_close(q, want_q)
+    q_np, exit_np = net.act_numpy(numpy_params(net), obs.numpy(), threshold=0.5)
+    np.testing.assert_array_equal(exit_np, exit_index.numpy())
+    np.testing.assert_allclose(q_np, q.numpy(), rtol=1e-5, atol=1e-5)
+    for row in range(12):
+        q1, e1 = net.act_forward(obs[row:row + 1], threshold=0.5)
+        q1_np, e1_np = net.act_numpy(numpy_params(net), obs[row:row + 1].numpy(), threshold=0.5)
+        assert e1.item() == e1_np[0] == exit_index[row].item()
+        np.testing.assert_allclose(q1.detach().numpy(), q[row:row + 1].numpy(), rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(q1_np, q[row:row + 1].numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_branch_share_travels_with_its_weights():
+    """A state whose branch reads another share of its block takes that share on load; a share
+    that is no whole number of the block's outputs is refused, naming the branch."""
+    source = ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (32,), exits=(0,), branch_hidden=12, branch_share=0.25)
+    made = ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (32,), exits=(0,), branch_hidden=16)
+    made.load_state_dict(source.state_dict())
+    assert made.branch_shares == [0.25] and made.branch_widths == [12] and made.macs(0) == source.macs(0)
+    obs = torch.randint(0, 2, (8, 4, 10, 10), dtype=torch.uint8)
+    torch.testing.assert_close(made.act_forward(obs, 0.0)[0], source.act_forward(obs, 0.0)[0])
+    bad = dict(source.state_dict())
+    bad["branches.0.trunk.0.weight"] = torch.zeros(12, 100)  # 100 features: not a number of 8x8 maps
+    with pytest.raises(ValueError, match="branch 0's stored input of 100 features"):
+        made.load_state_dict(bad)
+    with pytest.raises(ValueError, match=r"share of its block's outputs must be in \(0, 1\]"):
+        ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (32,), branch_share=0.0)
+    on_input = ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (32,), exits=(INPUT, 0), branch_share=0.5)
+    assert [b.in_features for b in on_input.branches] == [400, 8 * 64]  # the input branch reads it all
 
 
 def test_the_minatar_backbone_is_dqns_network():

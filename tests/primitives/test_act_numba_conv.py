@@ -73,8 +73,14 @@ def networks():
     yield "minatar-exit-9-unit-branch", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,), branch_hidden=9), obs
     yield "minatar-exit-on-the-input", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (64,), exits=(INPUT, 0), branch_hidden=16,
                                                     scale=255.0), obs * np.uint8(200)
+    # branches on a share of their block's filters or units: the block's rest runs for the rows that go on
+    yield "minatar-exit-half-the-filters", ExitQNetwork((4, 10, 10), 3, MINATAR_CONVS, (128,), branch_hidden=24,
+                                                        branch_share=0.5), obs
+    yield "two-convs-exits-on-shares", ExitQNetwork((4, 10, 10), 3, ((6, 3, 1), (8, 2, 2)), (16, 16), exits=(0, 1, 2),
+                                                    branch_hidden=5, branch_share=0.3, scale=255.0), obs * np.uint8(200)
     vectors = np.random.default_rng(2).standard_normal((64, 6)).astype(np.float32)
     yield "mlp-exit", ExitQNetwork((6,), 4, (), (16, 16, 16)), vectors
+    yield "mlp-exit-on-a-share-of-the-units", ExitQNetwork((6,), 4, (), (16, 16, 16), branch_share=0.25), vectors
     yield "mlp-exit-on-the-input", ExitQNetwork((6,), 4, (), (16, 16), exits=(INPUT, 0)), vectors
 
 

@@ -57,7 +57,7 @@ from hetrl.nets.exits import (
     NATURE_CONVS,
     NEVER,
     ExitQNetwork,
-    stored_branch_widths,
+    stored_branch_shapes,
 )
 
 SCHEDULES = ("staged", "joint")
@@ -68,6 +68,7 @@ TARGETS = ("policy", "both", "td", "distill")
 class ExitDQNConfig(DQNConfig):
     exits: tuple[int, ...] | None = None  # blocks (0-based: convs, then hidden layers) a branch follows, -1 the input itself; none: every block but the last
     exit_hidden: int = 16  # a hidden layer in each branch (units; ReLU) that both heads read; 0: linear heads on the block's features
+    exit_share: float = 1.0  # of its block's outputs (filters or units) a branch reads: computed first, the rest only for decisions that go on; a branch on the input reads it all
     exit_schedule: str = "staged"  # staged (branches on detached features, the final head is plain DQN) or joint
     exit_stage_start: int = 0  # staged: updates before the branches start learning
     exit_target: str = "policy"  # what a branch's Q head learns: policy (the final head's greedy policy, KL), td (the TD targets), distill (the final head's Q, Huber), both (td and distill)
@@ -101,6 +102,8 @@ class ExitDQNConfig(DQNConfig):
             problems.append(f"exit_distill_temperature must be > 0 (got {self.exit_distill_temperature})")
         if self.exit_hidden < 0:
             problems.append(f"exit_hidden must be >= 0 (got {self.exit_hidden})")
+        if not 0 < self.exit_share <= 1:
+            problems.append(f"exit_share must be in (0, 1]: the share of its block's outputs a branch reads (got {self.exit_share})")
         if self.exit_stage_start < 0:
             problems.append(f"exit_stage_start must be >= 0 (got {self.exit_stage_start})")
         if self.exit_loss_weight < 0:
@@ -132,14 +135,18 @@ class ExitDQNLearner(DQNLearner):
                              else [list(self.q.parameters())])
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """DQN's, refusing branches of another width than this learner's: its optimizer and
-        gradient-clip groups hold the parameters it was built with (the acting copies too), so a
-        width ``hetrl exits sweep`` chose is resumed by building the run at that width (the
-        ValueError becomes the checkpoint-misfit error naming ``exit_hidden``)."""
-        stored = stored_branch_widths(state["q"], len(self.q.exits))
-        if stored != self.q.branch_widths:
-            raise ValueError(f"the checkpoint's branches have {stored} hidden units, this run's {self.q.branch_widths} "
-                             "(exit_hidden)")
+        """DQN's, refusing branches of another width or share than this learner's: its optimizer
+        and gradient-clip groups hold the parameters it was built with (the acting copies too), so
+        branches ``hetrl exits sweep`` chose are resumed by building the run with them (the
+        ValueError becomes the checkpoint-misfit error naming ``exit_hidden`` or ``exit_share``)."""
+        stored = stored_branch_shapes(state["q"], len(self.q.exits))
+        if [s[0] if s else None for s in stored] != self.q.branch_widths:
+            raise ValueError(f"the checkpoint's branches have {[s[0] if s else None for s in stored]} hidden units, "
+                             f"this run's {self.q.branch_widths} (exit_hidden)")
+        features = [branch.in_features for branch in self.q.branches]
+        if [s[1] if s else None for s in stored] != features:
+            raise ValueError(f"the checkpoint's branches read {[s[1] if s else None for s in stored]} features, this "
+                             f"run's {features} (exit_share {self.cfg.exit_share:g})")
         super().load_state_dict(state)
 
     def branches_learn(self) -> bool:
@@ -257,7 +264,7 @@ class ExitDQN(DQN):
             scale = spec.pixel_scale
         try:
             net = ExitQNetwork(spec.obs_shape, spec.n_actions, convs, hidden, scale, cfg.exits, cfg.exit_hidden,
-                               self.acting_threshold())
+                               self.acting_threshold(), cfg.exit_share)
         except ValueError as exc:
             raise HetrlError(f"exit-dqn's {kind} network on {spec.env_id}: {exc}") from None
         return {"q": net}

@@ -12,7 +12,12 @@ after), so for one seed the backbone and head start from the same weights as ``d
 
 A branch reads its block's output (flattened): an optional hidden layer (``branch_hidden`` units,
 ReLU), then a Q head (one value per action) and a confidence head (one logit; the confidence is
-its sigmoid). A fresh confidence head's bias is ``CONFIDENCE_BIAS`` (sigmoid 0.018): an untrained
+its sigmoid). With ``branch_share`` below 1 it reads only the first share of the block's outputs
+(its first filters, or units): acting computes those first, the branch on them, and the rest of
+the block only for the samples that go on. On the MinAtar network the single convolution is 0.30x
+of a decision's operations, so a branch after the whole of it cannot cost much less; one after
+half its filters leaves room for a wider branch at the same operations (docs/results.md). Training
+runs the whole block and the branch reads the prefix of its output: the same values. A fresh confidence head's bias is ``CONFIDENCE_BIAS`` (sigmoid 0.018): an untrained
 branch is not confident, so a network acting with exits runs whole until its branches learn.
 
 Passes:
@@ -56,16 +61,32 @@ MINATAR_CONVS = ((16, 3, 1),)
 NATURE_CONVS = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
 
 
+def stored_branch_shapes(state: Mapping[str, object], n_branches: int) -> list[tuple[int, int] | None]:
+    """Each branch's (hidden units, input features) in an exit network's state dict (None: the
+    branch is not in it)."""
+    shapes: list[tuple[int, int] | None] = []
+    for j in range(n_branches):
+        trunk, q = state.get(f"branches.{j}.trunk.0.weight"), state.get(f"branches.{j}.q.weight")
+        if trunk is not None:
+            shapes.append((int(trunk.shape[0]), int(trunk.shape[1])))  # type: ignore[attr-defined]
+        elif q is not None:
+            shapes.append((0, int(q.shape[1])))  # type: ignore[attr-defined]
+        else:
+            shapes.append(None)
+    return shapes
+
+
 def stored_branch_widths(state: Mapping[str, object], n_branches: int) -> list[int | None]:
     """Each branch's hidden units in an exit network's state dict (None: the branch is not in it)."""
-    widths: list[int | None] = []
-    for j in range(n_branches):
-        trunk = state.get(f"branches.{j}.trunk.0.weight")
-        if trunk is not None:
-            widths.append(int(trunk.shape[0]))  # type: ignore[attr-defined]
-        else:
-            widths.append(0 if f"branches.{j}.q.weight" in state else None)
-    return widths
+    return [shape[0] if shape else None for shape in stored_branch_shapes(state, n_branches)]
+
+
+def share_outputs(share: float, outputs: int) -> int:
+    """How many of a block's ``outputs`` (filters or units) a branch of ``share`` reads: the
+    nearest whole number, at least one."""
+    if not 0.0 < share <= 1.0:
+        raise ValueError(f"a branch's share of its block's outputs must be in (0, 1] (got {share})")
+    return max(1, min(outputs, round(share * outputs)))
 
 
 def threshold_logit(threshold: float) -> float:
@@ -107,13 +128,14 @@ class ExitQNetwork(nn.Module):
 
     def __init__(self, obs_shape: Sequence[int], n_actions: int, convs: Sequence[tuple[int, int, int]],
                  hidden: Sequence[int], scale: float = 1.0, exits: Sequence[int] | None = None,
-                 branch_hidden: int = 0, threshold: float = NEVER) -> None:
+                 branch_hidden: int = 0, threshold: float = NEVER, branch_share: float = 1.0) -> None:
         super().__init__()
         self.obs_shape, self.n_actions = tuple(int(d) for d in obs_shape), int(n_actions)
         self.scale = float(scale)
         self.geometry: list[ConvShape] = []
         blocks: list[nn.Module] = []
         widths: list[int] = []  # each block's output, flattened
+        self.block_outputs: list[int] = []  # each block's filters or units
         if convs:
             if len(self.obs_shape) != 3:
                 raise ValueError(f"a conv network needs image observations (C, H, W), not shape {self.obs_shape}")
@@ -127,12 +149,14 @@ class ExitQNetwork(nn.Module):
                 blocks.append(nn.Sequential(nn.Conv2d(channels, filters, kernel, stride), nn.ReLU()))
                 channels, height, width = filters, shape.out_height, shape.out_width
                 widths.append(channels * height * width)
+                self.block_outputs.append(filters)
             features = widths[-1]
         else:
             features = int(np.prod(self.obs_shape))
         for units in hidden:
             blocks.append(nn.Sequential(nn.Linear(features, units), nn.ReLU()))
             widths.append(units)
+            self.block_outputs.append(units)
             features = units
         self.blocks = nn.ModuleList(blocks)
         self.head = nn.Linear(features, self.n_actions)
@@ -150,7 +174,7 @@ class ExitQNetwork(nn.Module):
                              f"(the network has {n} blocks: {self.n_convs} conv, {len(hidden)} linear; "
                              "after the last comes the final head)")
         self.widths = widths
-        self.branches = nn.ModuleList(Branch(self.input_width if e == INPUT else widths[e], self.n_actions, branch_hidden)
+        self.branches = nn.ModuleList(Branch(self.branch_input(e, branch_share), self.n_actions, branch_hidden)
                                       for e in self.exits)
         self._branch_at = {e: j for j, e in enumerate(self.exits)}
         # plain lists of the same modules (not registered twice): indexing a ModuleList or a
@@ -174,7 +198,37 @@ class ExitQNetwork(nn.Module):
             self.exit_threshold.fill_(float(threshold))
 
     def exit_names(self) -> list[str]:
-        return [("on the input" if e == INPUT else f"after block {e}") for e in self.exits] + ["final head"]
+        names = []
+        for j, e in enumerate(self.exits):
+            read, outputs = self.branch_outputs(j), self.block_outputs[e] if e != INPUT else 0
+            part = f" ({read} of {outputs} {'filters' if e < self.n_convs else 'units'})" if e != INPUT and read < outputs else ""
+            names.append("on the input" if e == INPUT else f"after block {e}{part}")
+        return names + ["final head"]
+
+    # --- what a branch reads --------------------------------------------------------------------
+    def branch_input(self, exit_at: int, share: float = 1.0) -> int:
+        """The input features of a branch after block ``exit_at`` that reads ``share`` of its
+        outputs (on the input, whatever the share: the whole observation)."""
+        if exit_at == INPUT:
+            return self.input_width
+        return share_outputs(share, self.block_outputs[exit_at]) * self.widths[exit_at] // self.block_outputs[exit_at]
+
+    def branch_outputs(self, j: int) -> int:
+        """How many of its block's outputs (filters or units) branch ``j`` reads; on the input, its
+        features."""
+        e, features = self.exits[j], self._branch_list[j].in_features
+        return features if e == INPUT else features * self.block_outputs[e] // self.widths[e]
+
+    def split_at(self, k: int) -> int:
+        """The outputs of block ``k`` that acting computes before the exit after it (all where its
+        branch reads all of them, or no branch follows it)."""
+        j = self._branch_at.get(k)
+        return self.block_outputs[k] if j is None else self.branch_outputs(j)
+
+    @property
+    def branch_shares(self) -> list[float]:
+        """Each branch's share of its block's outputs (1 on the input)."""
+        return [1.0 if e == INPUT else self.branch_outputs(j) / self.block_outputs[e] for j, e in enumerate(self.exits)]
 
     # --- the branches' width ------------------------------------------------------------------
     @property
@@ -182,24 +236,36 @@ class ExitQNetwork(nn.Module):
         """Each branch's hidden units (0: linear heads on the block's features)."""
         return [branch.hidden for branch in self._branch_list]
 
-    def set_branch_width(self, hidden: int, j: int | None = None) -> None:
+    def set_branch_width(self, hidden: int, j: int | None = None, share: float | None = None) -> None:
         """Fresh branches (all, or branch ``j``) of ``hidden`` units, from torch's global generator,
-        on the device and dtype of the rest: the backbone and final head are untouched."""
+        on the device and dtype of the rest: the backbone and final head are untouched. ``share``:
+        of their block's outputs they read (default: as the old ones)."""
         if hidden < 0:
             raise ValueError(f"a branch's hidden units must be >= 0 (got {hidden})")
         like = self.head.weight
         for k in range(len(self.exits)) if j is None else (j,):
-            old = self._branch_list[k]
-            self.branches[k] = Branch(old.in_features, self.n_actions, hidden).to(like.device, like.dtype)
+            features = self._branch_list[k].in_features if share is None else self.branch_input(self.exits[k], share)
+            self.branches[k] = Branch(features, self.n_actions, hidden).to(like.device, like.dtype)
         self._branch_list = list(self.branches)
 
     def load_state_dict(self, state_dict: Mapping[str, torch.Tensor], strict: bool = True, assign: bool = False):
-        """``nn.Module.load_state_dict``, the branches first made as wide as the state's: a branch's
-        width travels with its weights, because ``hetrl exits sweep`` may choose another width than
-        the run trained with (the backbone and final head must still match)."""
-        for j, width in enumerate(stored_branch_widths(state_dict, len(self.exits))):
-            if width is not None and width != self._branch_list[j].hidden:
-                self.set_branch_width(width, j)
+        """``nn.Module.load_state_dict``, the branches first made as the state's are: a branch's
+        width and share travel with its weights, because ``hetrl exits sweep`` may choose others
+        than the run trained with (the backbone and final head must still match)."""
+        for j, shape in enumerate(stored_branch_shapes(state_dict, len(self.exits))):
+            if shape is None:
+                continue
+            hidden, features = shape
+            old = self._branch_list[j]
+            if (hidden, features) == (old.hidden, old.in_features):
+                continue
+            e = self.exits[j]
+            per_output = 1 if e == INPUT else self.widths[e] // self.block_outputs[e]
+            full = self.input_width if e == INPUT else self.widths[e]
+            if features % per_output or not 0 < features <= full or (e == INPUT and features != full):
+                raise ValueError(f"branch {j}'s stored input of {features} features is no prefix of the "
+                                 f"{full} its place ({self.exit_names()[j]}) gives")
+            self.set_branch_width(hidden, j, 1.0 if e == INPUT else features // per_output / self.block_outputs[e])
         return super().load_state_dict(state_dict, strict, assign)
 
     # --- torch passes -------------------------------------------------------------------------
@@ -212,17 +278,23 @@ class ExitQNetwork(nn.Module):
             return x / self.scale if self.scale != 1.0 else x
         return x.flatten(1) if x.dim() > 2 else x
 
-    def _block(self, k: int, x: torch.Tensor) -> torch.Tensor:
+    def _block(self, k: int, x: torch.Tensor, lo: int = 0, hi: int | None = None) -> torch.Tensor:
+        """Block ``k`` on ``x``; ``lo``/``hi``: only its outputs (filters or units) ``lo:hi``."""
         layer = self._layers[k]
+        weight, bias = layer.weight, layer.bias
+        if lo or hi is not None:
+            weight, bias = weight[lo:hi], bias[lo:hi]
         if k < self.n_convs:
-            return F.relu(F.conv2d(x, layer.weight, layer.bias, layer.stride))
+            return F.relu(F.conv2d(x, weight, bias, layer.stride))
         if k == self.n_convs and k > 0:  # the first linear block after the convolutions
             x = x.flatten(1)
-        return F.relu(F.linear(x, layer.weight, layer.bias))
+        return F.relu(F.linear(x, weight, bias))
 
     def _branch_features(self, j: int, x: torch.Tensor) -> torch.Tensor:
-        x = x.flatten(1)
         branch = self._branch_list[j]
+        x = x.flatten(1)
+        if x.shape[1] != branch.in_features:  # a branch on a share of its block's outputs: their prefix
+            x = x[:, :branch.in_features]
         if branch.hidden:
             layer = branch.trunk[0]
             x = F.relu(F.linear(x, layer.weight, layer.bias))
@@ -326,34 +398,42 @@ class ExitQNetwork(nn.Module):
             return self._linear(self.head, x), torch.full((n,), last, dtype=torch.int64, device=device)
         if n == 1:  # one sample: exit or go on, nothing to gather
             for k in range(INPUT, len(self.blocks)):
-                if k != INPUT:
-                    x = self._block(k, x)
                 j = self._branch_at.get(k)
+                split = self.split_at(k) if k != INPUT else 0
+                before = x
+                if k != INPUT:
+                    x = self._block(k, x, 0, split if j is not None and split < self.block_outputs[k] else None)
                 if j is not None:
                     f, branch = self._branch_features(j, x), self._branch_list[j]
                     if self._linear(branch.confidence, f).item() > limit:
                         return self._linear(branch.q, f), torch.full((1,), j, dtype=torch.int64, device=device)
+                    if k != INPUT and split < self.block_outputs[k]:  # the rest of the block
+                        x = torch.cat([x, self._block(k, before, split)], dim=1)
             return self._linear(self.head, x), torch.full((1,), last, dtype=torch.int64, device=device)
         out = torch.empty((n, self.n_actions), dtype=torch.float32, device=device)
         exit_index = torch.full((n,), last, dtype=torch.int64, device=device)
         rows = torch.arange(n, device=device)  # which samples are still in the pass
         for k in range(INPUT, len(self.blocks)):
-            if k != INPUT:
-                x = self._block(k, x)
             j = self._branch_at.get(k)
+            split = self.split_at(k) if k != INPUT else 0
+            partial = k != INPUT and split < self.block_outputs[k]
+            before = x
+            if k != INPUT:
+                x = self._block(k, x, 0, split if partial else None)
             if j is None:
                 continue
             f, branch = self._branch_features(j, x), self._branch_list[j]
             done = self._linear(branch.confidence, f).squeeze(1) > limit
-            if not bool(done.any()):
-                continue
-            leaving = rows[done]
-            out[leaving] = self._linear(branch.q, f[done])
-            exit_index[leaving] = j
-            keep = ~done
-            if not bool(keep.any()):
-                return out, exit_index
-            x, rows = x[keep], rows[keep]
+            if bool(done.any()):
+                leaving = rows[done]
+                out[leaving] = self._linear(branch.q, f[done])
+                exit_index[leaving] = j
+                keep = ~done
+                if not bool(keep.any()):
+                    return out, exit_index
+                x, rows, before = x[keep], rows[keep], before[keep]
+            if partial:  # the rest of the block, for the samples that go on
+                x = torch.cat([x, self._block(k, before, split)], dim=1)
         out[rows] = self._linear(self.head, x)
         return out, exit_index
 
@@ -362,25 +442,28 @@ class ExitQNetwork(nn.Module):
         return self.act_forward(obs)[0]
 
     # --- numpy passes -------------------------------------------------------------------------
-    def _block_numpy(self, params: Mapping[str, np.ndarray], k: int, x: np.ndarray) -> np.ndarray:
-        """Block ``k`` on flattened rows ``x`` (torch's (C, H, W) order for conv outputs)."""
-        w, b = params[f"blocks.{k}.0.weight"], params[f"blocks.{k}.0.bias"]
+    def _block_numpy(self, params: Mapping[str, np.ndarray], k: int, x: np.ndarray, lo: int = 0,
+                     hi: int | None = None) -> np.ndarray:
+        """Block ``k`` on flattened rows ``x`` (torch's (C, H, W) order for conv outputs); ``lo``/``hi``:
+        only its outputs (filters or units) ``lo:hi``."""
+        w, b = params[f"blocks.{k}.0.weight"][lo:hi], params[f"blocks.{k}.0.bias"][lo:hi]
         if k < self.n_convs:
             shape, n = self.geometry[k], len(x)
             # take, not x[:, index]: the same gather at a fifth of the time for one row (the acting case)
             patches = x.take(self._patch_index[k], axis=1).reshape(n * shape.positions, shape.patch).astype(np.float32, copy=False)
             if k == 0 and self.scale != 1.0:
                 patches = patches / np.float32(self.scale)
-            out = patches @ w.reshape(shape.filters, -1).T
+            out = patches @ w.reshape(len(w), -1).T
             out += b
             np.maximum(out, 0, out=out)
-            return out.reshape(n, shape.positions, shape.filters).transpose(0, 2, 1).reshape(n, -1)
+            return out.reshape(n, shape.positions, len(w)).transpose(0, 2, 1).reshape(n, -1)
         out = x @ w.T
         out += b
         np.maximum(out, 0, out=out)
         return out
 
     def _branch_numpy(self, params: Mapping[str, np.ndarray], j: int, x: np.ndarray) -> np.ndarray:
+        x = x[:, :self._branch_list[j].in_features]
         if self.exits[j] == INPUT and self.n_convs:  # the raw rows: scaled as the first conv scales its patches
             x = x.astype(np.float32)
             if self.scale != 1.0:
@@ -405,38 +488,47 @@ class ExitQNetwork(nn.Module):
             return x @ params["head.weight"].T + params["head.bias"], np.full(n, last, dtype=np.int64)
         if n == 1:
             for k in range(INPUT, len(self.blocks)):
-                if k != INPUT:
-                    x = self._block_numpy(params, k, x)
                 j = self._branch_at.get(k)
+                split = self.split_at(k) if k != INPUT else 0
+                partial = k != INPUT and split < self.block_outputs[k]
+                before = x
+                if k != INPUT:
+                    x = self._block_numpy(params, k, x, 0, split if partial else None)
                 if j is not None:
                     f = self._branch_numpy(params, j, x)
                     w, b = params[f"branches.{j}.confidence.weight"], params[f"branches.{j}.confidence.bias"]
                     if float(f[0] @ w[0]) + float(b[0]) > limit:
                         q = f @ params[f"branches.{j}.q.weight"].T + params[f"branches.{j}.q.bias"]
                         return q, np.full(1, j, dtype=np.int64)
+                    if partial:
+                        x = np.concatenate([x, self._block_numpy(params, k, before, split)], axis=1)
             return x @ params["head.weight"].T + params["head.bias"], np.full(1, last, dtype=np.int64)
         exit_index = np.full(n, last, dtype=np.int64)
         out: np.ndarray | None = None
         rows = np.arange(n)
         for k in range(INPUT, len(self.blocks)):
-            if k != INPUT:
-                x = self._block_numpy(params, k, x)
             j = self._branch_at.get(k)
+            split = self.split_at(k) if k != INPUT else 0
+            partial = k != INPUT and split < self.block_outputs[k]
+            before = x
+            if k != INPUT:
+                x = self._block_numpy(params, k, x, 0, split if partial else None)
             if j is None:
                 continue
             f = self._branch_numpy(params, j, x)
             done = (f @ params[f"branches.{j}.confidence.weight"].T + params[f"branches.{j}.confidence.bias"])[:, 0] > limit
-            if not done.any():
-                continue
-            q = f[done] @ params[f"branches.{j}.q.weight"].T + params[f"branches.{j}.q.bias"]
-            if out is None:
-                out = np.empty((n, self.n_actions), dtype=np.float32)
-            out[rows[done]] = q
-            exit_index[rows[done]] = j
-            keep = ~done
-            if not keep.any():
-                return out, exit_index
-            x, rows = x[keep], rows[keep]
+            if done.any():
+                q = f[done] @ params[f"branches.{j}.q.weight"].T + params[f"branches.{j}.q.bias"]
+                if out is None:
+                    out = np.empty((n, self.n_actions), dtype=np.float32)
+                out[rows[done]] = q
+                exit_index[rows[done]] = j
+                keep = ~done
+                if not keep.any():
+                    return out, exit_index
+                x, rows, before = x[keep], rows[keep], before[keep]
+            if partial:
+                x = np.concatenate([x, self._block_numpy(params, k, before, split)], axis=1)
         q = x @ params["head.weight"].T + params["head.bias"]
         if out is None:  # nobody exited
             return q, exit_index
@@ -485,7 +577,10 @@ class ExitQNetwork(nn.Module):
         confidences = sum(self.branch_macs(j)[0] for j in range(min(exit_index + 1, last)))
         if exit_index == last:
             return self.baseline_macs + confidences
-        return sum(blocks[:self.exits[exit_index] + 1]) + confidences + self.branch_macs(exit_index)[1]
+        e = self.exits[exit_index]
+        # the block the branch follows, as far as the branch reads it (its share of the outputs)
+        part = 0 if e == INPUT else blocks[e] * self.branch_outputs(exit_index) // self.block_outputs[e]
+        return sum(blocks[:max(e, 0)]) + part + confidences + self.branch_macs(exit_index)[1]
 
     def mean_macs(self, counts: Sequence[int], exits_on: bool = True) -> float:
         """Mean multiply-accumulates per decision of a histogram of exits (``counts`` per exit)."""

@@ -18,7 +18,10 @@ around it costs little. Here the whole pass is one numba call over preallocated 
   a block with a branch (or before block 0, for a branch on the input), each row still in the pass
   computes the branch's confidence logit; a row
   whose logit is strictly above the threshold's logit takes the branch's Q-values and leaves, the
-  rows left are compacted and go on; a threshold of 1 or more runs no branch at all.
+  rows left are compacted and go on; a threshold of 1 or more runs no branch at all. A branch that
+  reads a share of its block's outputs (its input features fewer than the block's) has the block
+  compute those first, and the rest only for the rows that go on (their block inputs compacted
+  with them).
 
 The flat vector holds every state-dict entry (the ``exit_threshold`` buffer included, so WeightSync
 moves the threshold too), then the input scale; the layout's :meth:`FusedQ.views` are per-name views
@@ -351,9 +354,9 @@ def _all_zero(line):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, fastmath=True)
-def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
+def _conv(flat, p, x, y, n_rows, work, f0, f1):  # pragma: no cover - compiled
     """Conv block record ``p`` (ReLU after where its flag says) on rows ``x`` (n_rows, C*H*W) into
-    ``y`` (n_rows, F*OH*OW).
+    ``y`` (n_rows, F*OH*OW), its filters ``f0:f1`` alone (the rest of ``y`` untouched).
 
     Computed from the inputs' side: each nonzero input adds its value times the weights of every
     (kernel offset, filter) that reads it to the outputs it reaches, so zero inputs cost nothing (a
@@ -368,6 +371,7 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
     positions, taps = oh * ow, c_in * k * k
     w_t = flat[w_off:w_off + taps * filters]  # (c, ky, kx, f)
     acc = work[:positions * filters]  # (oy, ox, f)
+    part = f1 - f0
     for i in range(n_rows):
         xi, yi = x[i], y[i]
         acc[:] = 0.0
@@ -384,10 +388,10 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
                         for ky in range(max(0, yy + pad - oh + 1), min(k, yy + pad + 1)):
                             row = (yy + pad - ky) * ow + xx + pad
                             for kx in range(max(0, xx + pad - ow + 1), min(k, xx + pad + 1)):
-                                tap = ((c * k + ky) * k + kx) * filters
-                                at = (row - kx) * filters
-                                w_row, out = w_t[tap:tap + filters], acc[at:at + filters]
-                                for f in range(filters):
+                                tap = ((c * k + ky) * k + kx) * filters + f0
+                                at = (row - kx) * filters + f0
+                                w_row, out = w_t[tap:tap + part], acc[at:at + part]
+                                for f in range(part):
                                     out[f] += v * w_row[f]
                         continue
                     for ky in range(k):
@@ -398,12 +402,12 @@ def _conv(flat, p, x, y, n_rows, work):  # pragma: no cover - compiled
                             tx = xx + pad - kx
                             if tx < 0 or tx % s != 0 or tx // s >= ow:
                                 continue
-                            tap = ((c * k + ky) * k + kx) * filters
-                            at = ((ty // s) * ow + tx // s) * filters
-                            w_row, out = w_t[tap:tap + filters], acc[at:at + filters]
-                            for f in range(filters):
+                            tap = ((c * k + ky) * k + kx) * filters + f0
+                            at = ((ty // s) * ow + tx // s) * filters + f0
+                            w_row, out = w_t[tap:tap + part], acc[at:at + part]
+                            for f in range(part):
                                 out[f] += v * w_row[f]
-        for f in range(filters):
+        for f in range(f0, f1):
             bias = flat[b_off + f]
             for t in range(positions):
                 v = acc[t * filters + f] + bias
@@ -450,10 +454,10 @@ def _depthwise(flat, p, x, y, n_rows):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, fastmath=True)
-def _linear(flat, w_off, b_off, n_in, n_out, x, y, n_rows, relu):  # pragma: no cover - compiled
-    """y[:n_rows, :n_out] = x[:n_rows, :n_in] @ W.T + b (ReLU where ``relu``); each weight row is
-    read once for all rows."""
-    for j in range(n_out):
+def _linear(flat, w_off, b_off, n_in, lo, hi, x, y, n_rows, relu):  # pragma: no cover - compiled
+    """y[:n_rows, lo:hi] = x[:n_rows, :n_in] @ W[lo:hi].T + b[lo:hi] (ReLU where ``relu``); each
+    weight row is read once for all rows."""
+    for j in range(lo, hi):
         w = flat[w_off + j * n_in:w_off + (j + 1) * n_in]
         bias = flat[b_off + j]
         for i in range(n_rows):
@@ -476,16 +480,18 @@ def _dot(flat, w_off, x, i, n):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, fastmath=True)
-def _leave(flat, program, j, x, n_x, z, n, rows, q, exit_index, limit):  # pragma: no cover - compiled
-    """Branch ``j`` on the ``n`` rows of ``x`` still in the pass (``n_x`` features each): each row
-    whose confidence logit is above ``limit`` takes the branch's Q-values and leaves; the rows left
-    are compacted to the top of ``x`` (and ``rows``). Returns how many are left."""
+def _leave(flat, program, j, x, n_x, z, n, rows, q, exit_index, limit, x2, n_x2):  # pragma: no cover - compiled
+    """Branch ``j`` on the ``n`` rows of ``x`` still in the pass (``n_x`` features each; the branch
+    reads the first of them): each row whose confidence logit is above ``limit`` takes the branch's
+    Q-values and leaves; the rows left are compacted to the top of ``x`` (and ``rows``, and of
+    ``x2``'s first ``n_x2`` features: the block inputs where the block is not done). Returns how
+    many are left."""
     n_actions, n_blocks = program[2], program[0]
     r = program[HEADER + n_blocks * BLOCK + j * BRANCH:HEADER + n_blocks * BLOCK + (j + 1) * BRANCH]
     hidden, n_in = r[0], r[1]
     f, n_f = x, n_in
     if hidden > 0:
-        _linear(flat, r[2], r[3], n_in, hidden, x, z, n, True)
+        _linear(flat, r[2], r[3], n_in, 0, hidden, x, z, n, True)
         f, n_f = z, hidden
     kept = 0
     for i in range(n):
@@ -500,6 +506,8 @@ def _leave(flat, program, j, x, n_x, z, n, rows, q, exit_index, limit):  # pragm
                 rows[kept] = rows[i]
                 for t in range(n_x):
                     x[kept, t] = x[i, t]
+                for t in range(n_x2):
+                    x2[kept, t] = x2[i, t]
             kept += 1
     return kept
 
@@ -545,22 +553,40 @@ def q_pass(flat, program, obs, work, index, batch):  # pragma: no cover - compil
                 x[i, t] = np.float32(src[i, t])
     n = batch
     if program[8] >= 0 and limit != math.inf:  # the branch on the input, before any block
-        n = _leave(flat, program, program[8], x, in_size, z, n, rows, q, exit_index, limit)
+        n = _leave(flat, program, program[8], x, in_size, z, n, rows, q, exit_index, limit, x, 0)
         if n == 0:
             return
+    branch_records = HEADER + n_blocks * BLOCK
     for k in range(n_blocks):
         p = program[HEADER + k * BLOCK:HEADER + (k + 1) * BLOCK]
-        if p[0] == CONV:
-            _conv(flat, p, x, y, n, z[0])
-        elif p[0] == DEPTHWISE:
+        if p[0] == DEPTHWISE:
             _depthwise(flat, p, x, y, n)
-        else:
-            _linear(flat, p[1], p[2], p[10], p[11], x, y, n, p[12] != 0)
-        x, y = y, x
+            x, y = y, x
+            continue
+        outputs = p[6] if p[0] == CONV else p[11]  # filters or units
+        per_output = p[11] // outputs  # features per output: a conv's positions
         j = p[13]
+        split = outputs
+        if j >= 0 and limit != math.inf:  # the outputs the branch reads, computed before its exit
+            split = program[branch_records + j * BRANCH + 1] // per_output
+        if p[0] == CONV:
+            _conv(flat, p, x, y, n, z[0], 0, split)
+        else:
+            _linear(flat, p[1], p[2], p[10], 0, split, x, y, n, p[12] != 0)
+        if split < outputs:  # the branch on the first outputs; the rest for the rows that go on
+            n = _leave(flat, program, j, y, split * per_output, z, n, rows, q, exit_index, limit, x, p[10])
+            if n == 0:
+                return
+            if p[0] == CONV:
+                _conv(flat, p, x, y, n, z[0], split, outputs)
+            else:
+                _linear(flat, p[1], p[2], p[10], split, outputs, x, y, n, p[12] != 0)
+            x, y = y, x
+            continue
+        x, y = y, x
         if j < 0 or limit == math.inf:
             continue
-        n = _leave(flat, program, j, x, p[11], z, n, rows, q, exit_index, limit)
+        n = _leave(flat, program, j, x, p[11], z, n, rows, q, exit_index, limit, x, 0)
         if n == 0:
             return
     n_in = program[HEADER + (n_blocks - 1) * BLOCK + 11] if n_blocks > 0 else in_size  # the head reads the input itself
