@@ -255,7 +255,8 @@ def test_a_branch_on_a_share_of_its_block_runs_before_the_rest_of_it(monkeypatch
     assert net.macs(0) == conv1_part + 32 + 32 * 3 == 704
     assert net.macs(1) == conv1 + conv2_part + 32 + 8 + 8 * 3 == 1024
     assert net.macs(2) == conv1 + conv2 + fc + head + 32 + 8 == 1191
-    obs = torch.randint(0, 3, (12, 2, 6, 6), dtype=torch.uint8)
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randint(0, 3, (12, 2, 6, 6), dtype=torch.uint8, generator=g)
     work = Work(net, monkeypatch)
     for exit_index in range(3):  # batch 1: the filters each exit computes, in order
         with torch.no_grad():
@@ -269,11 +270,14 @@ def test_a_branch_on_a_share_of_its_block_runs_before_the_rest_of_it(monkeypatch
         assert convs == [[("blocks.0.0", 2)],
                          [("blocks.0.0", 2), ("blocks.0.0", 1), ("blocks.1.0", 2)],
                          [("blocks.0.0", 2), ("blocks.0.0", 1), ("blocks.1.0", 2), ("blocks.1.0", 2), ("blocks.2.0", 5)]][exit_index]
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():  # input-dependent confidences: a batch leaves at every exit
+    with torch.no_grad():  # input-dependent confidences, biased so that a batch leaves at every exit
         for branch in net.branches:
             branch.confidence.weight.copy_(torch.randn(branch.confidence.weight.shape, generator=g))
             branch.confidence.bias.zero_()
+        logits = net.heads(obs)[2]
+        net.branches[0].confidence.bias.fill_(-float(torch.sort(logits[0]).values[8:10].mean()))  # 3 of 12 leave
+        rest = torch.sort(logits[1][logits[0] <= torch.sort(logits[0]).values[8]]).values
+        net.branches[1].confidence.bias.fill_(-float(rest[4:6].mean()))  # then 4 of the 9 left
         final, branch_q, logits = net.heads(obs)
         want_exit = torch.where(logits[0] > 0, 0, torch.where(logits[1] > 0, 1, 2))
         want_q = torch.where((want_exit == 0)[:, None], branch_q[0], torch.where((want_exit == 1)[:, None], branch_q[1], final))
@@ -801,7 +805,7 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
     assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0.9,0", "--out", str(out),
                  "--fit-updates", "300"]) == 0
     text = capsys.readouterr().out
-    assert "| branch units | threshold |" in text and "Chosen: " in text and "branches fit to the trained network" in text
+    assert "| branch | threshold |" in text and "Chosen: " in text and "branches fit to the trained network" in text
     assert "with 1 standard error to spare" in text
     policy = hetrl.load(run_dir)
     fitted = policy.network.state_dict()  # the fitted branches are stored with the threshold

@@ -369,6 +369,9 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--widths", help="comma-separated branch widths (hidden units; 0: linear heads) to fit and sweep, "
                                     "the cheapest at the score chosen with its threshold (default: the run's own and "
                                     "two narrower, each about 3/4 of the one before: 16,12,9 for 16)")
+    s.add_argument("--shares", help="comma-separated shares of its block's outputs a branch reads (exit_share), each "
+                                    "fit with --widths, or by default with the run's width ladder scaled by the run's "
+                                    "share over it (a branch on half the filters twice as wide); default: the run's own")
     s.add_argument("--min-score-ratio", type=float, default=0.9,
                    help="the least score ratio to the whole network the chosen threshold keeps (default 0.9)")
     s.add_argument("--margin", type=float, default=1.0,
@@ -395,6 +398,12 @@ def _exits_sweep(args: argparse.Namespace) -> int:
             widths = [int(w) for w in args.widths.split(",") if w.strip()]
         except ValueError:
             raise HetrlError(f"--widths {args.widths}: expected comma-separated hidden-unit counts, e.g. 16,12,9") from None
+    shares = None
+    if args.shares:
+        try:
+            shares = [float(x) for x in args.shares.split(",") if x.strip()]
+        except ValueError:
+            raise HetrlError(f"--shares {args.shares}: expected comma-separated numbers in (0, 1], e.g. 1,0.5") from None
     if args.out:
         check_writable(args.out, "--out", directory=True)
     console = Console(stderr=True)
@@ -402,7 +411,7 @@ def _exits_sweep(args: argparse.Namespace) -> int:
                    store=not args.no_store, timing=not args.no_timing,
                    progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
                    fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates, widths=widths,
-                   margin=args.margin)
+                   margin=args.margin, shares=shares)
     print(markdown(result))
     return 0
 

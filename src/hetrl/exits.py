@@ -251,6 +251,7 @@ class SweepPoint:
     latency_ratio_b1: float | None = None  # over the full network's
     latency_ratio_batch: float | None = None
     branch_width: int | None = None  # the branches' hidden units; None: the whole network (threshold 1), no branch
+    branch_share: float = 1.0  # of its block's outputs each branch reads (exit_share)
     score_ratio_se: float = 0.0  # standard error of score_ratio over the validation episodes (paired with the baseline's)
     returns: list[float] = field(default_factory=list)  # each validation episode's return
 
@@ -266,12 +267,14 @@ class BranchFit:
     agreement_before: list[float]
     agreement_after: list[float]
     widths: list[int] = field(default_factory=list)  # the fitted branches' hidden units
+    share: float = 1.0  # of its block's outputs each fitted branch reads
     # before: the branches as trained (as wide as the fitted ones, or not); after: the fitted ones
 
     def describe(self, names: Sequence[str]) -> str:
         moved = ", ".join(f"{name} {100 * a:.1f}% -> {100 * b:.1f}%"
                           for name, a, b in zip(names, self.agreement_before, self.agreement_after))
         units = f"{'/'.join(str(w) for w in dict.fromkeys(self.widths))}-unit " if self.widths else ""
+        units += f"{share_label(self.share)} " if self.share != 1.0 else ""
         return (f"{units}branches fit to the trained network: {self.updates:,} updates on {self.states:,} states "
                 f"({self.source}); agreement with the final head's action on held-out states, as trained -> "
                 f"fit: {moved}")
@@ -296,12 +299,16 @@ class SweepResult:
     trained_width: int = 0  # the run's branches as it trained them (its exit_hidden)
     widths: list[int] = field(default_factory=list)  # the branch widths swept
     chosen_width: int = 0  # the branch width stored with the chosen threshold
+    trained_share: float = 1.0  # the run's exit_share
+    shares: list[float] = field(default_factory=list)  # each swept width's share (beside ``widths``)
+    chosen_share: float = 1.0  # the share of the branches stored with the chosen threshold
     margin: float = 0.0  # standard errors the chosen point's score ratio had to clear min_score_ratio by
 
-    def point(self, threshold: float, width: int | None = None) -> SweepPoint:
-        """The point of ``threshold`` (and branch ``width``; the whole network's point has none)."""
+    def point(self, threshold: float, width: int | None = None, share: float | None = None) -> SweepPoint:
+        """The point of ``threshold`` (and branch ``width`` and ``share``; the whole network's point has none)."""
         return next(p for p in self.points
-                    if p.threshold == threshold and (width is None or p.branch_width is None or p.branch_width == width))
+                    if p.threshold == threshold and (p.branch_width is None or (
+                        (width is None or p.branch_width == width) and (share is None or p.branch_share == share))))
 
     @classmethod
     def load(cls, path: str | Path) -> SweepResult:
@@ -317,12 +324,38 @@ class SweepResult:
 
     @property
     def chosen_point(self) -> SweepPoint:
-        return self.point(self.chosen, self.chosen_width)
+        return self.point(self.chosen, self.chosen_width, self.chosen_share)
 
     @property
     def fit(self) -> BranchFit | None:
-        """The fit of the branches stored (the chosen width's)."""
-        return next((f for f in self.fits if f.widths and f.widths[0] == self.chosen_width), None)
+        """The fit of the branches stored (the chosen width's and share's)."""
+        return next((f for f in self.fits if f.widths and f.widths[0] == self.chosen_width
+                     and f.share == self.chosen_share), None)
+
+    @property
+    def candidates(self) -> list[tuple[int, float]]:
+        """The (width, share) of each branch candidate swept."""
+        return list(zip(self.widths, self.shares or [self.trained_share] * len(self.widths)))
+
+
+BranchKey = tuple[int, float]  # a branch candidate: hidden units, share of its block's outputs
+
+
+def branch_key(point: SweepPoint) -> BranchKey | None:
+    """A point's branch candidate; None for the whole network's point (no branch)."""
+    return None if point.branch_width is None else (point.branch_width, point.branch_share)
+
+
+def share_label(share: float) -> str:
+    return f"on {share:.3g} of the block"
+
+
+def branch_label(key: BranchKey | None) -> str:
+    """``16 units``, ``32 units on 0.5 of the block``; the whole network's point: ``-``."""
+    if key is None:
+        return "-"
+    width, share = key
+    return f"{width} units" + (f" {share_label(share)}" if share != 1.0 else "")
 
 
 def candidate_widths(trained: int, rungs: int = WIDTH_RUNGS) -> tuple[int, ...]:
@@ -334,6 +367,20 @@ def candidate_widths(trained: int, rungs: int = WIDTH_RUNGS) -> tuple[int, ...]:
     while widths[-1] > 1 and len(widths) < rungs:
         widths.append(max(1, min(widths[-1] - 1, round(widths[-1] * WIDTH_STEP))))
     return tuple(widths)
+
+
+def candidate_branches(trained_width: int, trained_share: float = 1.0, shares: Sequence[float] | None = None,
+                       widths: Sequence[int] | None = None) -> list[BranchKey]:
+    """The branches (width, share) a sweep fits: at each share of ``shares`` (default the run's
+    alone), each width of ``widths``, or by default :func:`candidate_widths` of the run's width
+    scaled by ``trained_share / share``: a branch on half the filters, twice as wide, does the same
+    branch operations on half the block's."""
+    out: list[BranchKey] = []
+    for share in (trained_share,) if shares is None else shares:
+        ladder = widths if widths is not None else candidate_widths(max(1, round(trained_width * trained_share / share))
+                                                                    if trained_width else 0)
+        out += [(int(w), float(share)) for w in ladder]
+    return list(dict.fromkeys(out))
 
 
 def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
@@ -353,22 +400,22 @@ def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
     return {p.threshold: s for p, s in zip(ordered, fitted)}
 
 
-def width_curves(points: Sequence[SweepPoint]) -> dict[int | None, list[SweepPoint]]:
-    """Each branch width's points, in sweep order, after the whole network's point (threshold 1,
-    no branch: shared by every width)."""
+def width_curves(points: Sequence[SweepPoint]) -> dict[BranchKey | None, list[SweepPoint]]:
+    """Each branch candidate's (width and share: :func:`branch_key`) points, in sweep order, after
+    the whole network's point (threshold 1, no branch: shared by every candidate)."""
     whole = [p for p in points if p.threshold >= NEVER]
-    widths = dict.fromkeys(p.branch_width for p in points if p.threshold < NEVER)
-    return {w: whole + [p for p in points if p.threshold < NEVER and p.branch_width == w] for w in widths}
+    keys = dict.fromkeys(branch_key(p) for p in points if p.threshold < NEVER)
+    return {key: whole + [p for p in points if p.threshold < NEVER and branch_key(p) == key] for key in keys}
 
 
-def monotone_by_width(points: Sequence[SweepPoint]) -> dict[tuple[int | None, float], float]:
-    """:func:`monotone_scores` for each branch width's thresholds, each with the whole network's
-    point (:func:`width_curves`): keyed by (width, threshold); the whole network's point by
-    (None, 1) at its own ratio."""
-    fitted: dict[tuple[int | None, float], float] = {(None, p.threshold): p.score_ratio for p in points
-                                                     if p.threshold >= NEVER}
-    for width, curve in width_curves(points).items():
-        fitted.update({(width, t): r for t, r in monotone_scores(curve).items() if t < NEVER})
+def monotone_by_width(points: Sequence[SweepPoint]) -> dict[tuple[BranchKey | None, float], float]:
+    """:func:`monotone_scores` for each branch candidate's thresholds, each with the whole
+    network's point (:func:`width_curves`): keyed by (:func:`branch_key`, threshold); the whole
+    network's point by (None, 1) at its own ratio."""
+    fitted: dict[tuple[BranchKey | None, float], float] = {(None, p.threshold): p.score_ratio for p in points
+                                                           if p.threshold >= NEVER}
+    for key, curve in width_curves(points).items():
+        fitted.update({(key, t): r for t, r in monotone_scores(curve).items() if t < NEVER})
     return fitted
 
 
@@ -382,8 +429,8 @@ def choose(points: Sequence[SweepPoint], min_score_ratio: float, margin: float =
     whose validation episodes went well, and falls short on others."""
     fitted = monotone_by_width(points)
     ok = [p for p in points if p.threshold >= NEVER
-          or fitted[(p.branch_width, p.threshold)] - margin * p.score_ratio_se >= min_score_ratio]
-    return min(ok, key=lambda p: (p.ops_ratio, -p.threshold, -(p.branch_width or 0)))
+          or fitted[(branch_key(p), p.threshold)] - margin * p.score_ratio_se >= min_score_ratio]
+    return min(ok, key=lambda p: (p.ops_ratio, -p.threshold, -(p.branch_width or 0), -p.branch_share))
 
 
 @torch.no_grad()
@@ -398,7 +445,8 @@ def branch_agreement(network: ExitQNetwork, obs: torch.Tensor, chunk: int = 4096
 
 
 def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = FIT_UPDATES, seed: int = 0,
-                 progress: Callable[[str], None] | None = None, width: int | None = None) -> BranchFit:
+                 progress: Callable[[str], None] | None = None, width: int | None = None,
+                 share: float | None = None) -> BranchFit:
     """Fit ``network``'s branches in place to its own final head on ``data`` (a
     :class:`hetrl.cosearch.teacher.TeacherData`: the run's replay states), the backbone and final
     head frozen: fresh branch weights (seeded), then ``updates`` Adam steps (``FIT_LR``, batches of
@@ -407,7 +455,8 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     Agreement is measured on held-out states. The fit starts afresh because a branch that learnt
     beside a moving backbone may keep hidden units that no state activates any more (dead ReLUs),
     which no further descent revives. ``width``: the fresh branches have that many hidden units
-    (default: as many as the trained ones; the same width gives the same fresh weights either way)."""
+    (default: as many as the trained ones; the same width gives the same fresh weights either way);
+    ``share``: they read that share of their block's outputs (default: as the trained ones)."""
     from hetrl.algos.exit_dqn import branch_loss
     from hetrl.profile import torch_threads
 
@@ -421,11 +470,11 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     frozen = [p for p in network.parameters() if not p.requires_grad]  # a loaded policy's are
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if width is None:
+        if width is None and share is None:
             for branch in network.branches:
                 branch.reset_parameters()
         else:
-            network.set_branch_width(width)
+            network.set_branch_width(network.branch_widths[0] if width is None else width, share=share)
     params = list(network.branches.parameters())
     for p in params:
         p.requires_grad_(True)
@@ -466,7 +515,7 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     for p in frozen + (params if frozen else []):  # fresh branches of a frozen network are frozen too
         p.requires_grad_(False)
     return BranchFit(updates, len(data), data.source, before, branch_agreement(network, held.obs),
-                     network.branch_widths)
+                     network.branch_widths, float(getattr(config, "exit_share", 1.0) if share is None else share))
 
 
 @torch.no_grad()
@@ -493,10 +542,12 @@ def _backbone_outputs(network: ExitQNetwork, data: Any, needs_td: bool,
 def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int, episodes: int,
                  thresholds: Sequence[float] = THRESHOLDS, atari: Any = None, batch: int = 1, backend: str = "torch",
                  timing: bool = True, timing_seconds: float = 0.2,
-                 progress: Callable[[str], None] | None = None, baseline: SweepPoint | None = None) -> list[SweepPoint]:
+                 progress: Callable[[str], None] | None = None, baseline: SweepPoint | None = None,
+                 share: float = 1.0) -> list[SweepPoint]:
     """Every threshold's point on the validation episodes: the full network's first, unless
-    ``baseline`` is it already (a sweep of another branch width: the full network runs no branch,
-    so its point is the same), and the ratios are to it."""
+    ``baseline`` is it already (a sweep of another branch candidate: the full network runs no
+    branch, so its point is the same), and the ratios are to it. ``share``: the branches' share of
+    their block's outputs, as the points record it."""
     values = sorted({float(t) for t in thresholds} | {NEVER}, reverse=True)
     points: list[SweepPoint] = []
     base_return = base_b1 = base_batch = None
@@ -509,7 +560,7 @@ def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int,
     width = network.branch_widths[0]
     for threshold in values:
         if progress:
-            units = f" ({width}-unit branches)" if threshold < NEVER else ""
+            units = f" (branches of {branch_label((width, share))})" if threshold < NEVER else ""
             progress(f"validation episodes at threshold {threshold:g}{units}")
         counter = ExitCounter(algo, network, threshold, keep=KEPT_OBSERVATIONS if timing else 0, seed=seed)
         returns = evaluate_policy(counter, env_id, episodes, seed, atari, seed_offset=VALIDATION_SEED_OFFSET)
@@ -519,7 +570,7 @@ def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int,
             base_return, base_returns = mean, returns
         point = SweepPoint(threshold, mean, float(returns.std()), score_ratio(mean, base_return), stats.macs_mean,
                            stats.ops_ratio, stats.fractions, branch_width=width if threshold < NEVER else None,
-                           score_ratio_se=score_ratio_se(returns, base_returns), returns=returns.tolist())
+                           branch_share=share if threshold < NEVER else 1.0, score_ratio_se=score_ratio_se(returns, base_returns), returns=returns.tolist())
         if timing:
             obs = counter.observations()
             b1, p10, p90 = decision_latency(algo, network, threshold, obs, 1, backend, timing_seconds)
@@ -599,14 +650,16 @@ def _fresh_branch_moments(optimizer: dict[str, Any], names: Sequence[str], path:
     return {**optimizer, "state": state, "param_groups": [{**groups[0], "params": list(range(len(names)))}]}
 
 
-def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None = None) -> int:
+def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None = None,
+                    share: float | None = None) -> int:
     """Write ``threshold`` into every exit network state of checkpoint ``path`` (the policy, the
     learner's networks, an acting copy): the entries named ``exit_threshold``. With ``network``
     (its branches as :func:`fit_branches` left them, of any width), its ``branches.*`` entries
     replace those of the same states too, so a threshold is never stored apart from the branches
     it was chosen for; the learner's Adam moments of the branches start afresh, and the
-    checkpoint's own config records their width (``exit_hidden``), so that resuming it under a run
-    of another width names that setting. Returns how many states were written."""
+    checkpoint's own config records their width (``exit_hidden``) and ``share`` where given
+    (``exit_share``), so that resuming it under a run of other branches names that setting.
+    Returns how many states were written."""
     state = safe_state.read(path)  # the file as saved (weights_only): arrays and signed pickles stay encoded
     found = 0
     branches = ({k: v for k, v in network.state_dict().items() if k.startswith("branches.")}
@@ -637,34 +690,40 @@ def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None =
     config = state.get("config")
     if len(widths) == 1 and isinstance(config, dict) and isinstance(config.get("agent"), dict):
         config["agent"]["exit_hidden"] = widths.pop()
+        if share is not None:
+            config["agent"]["exit_share"] = float(share)
     if found:
         write_file(path, lambda f: torch.save(state, f))
     return found
 
 
 def adopt_stored_width(config: Any, state: Mapping[str, Any]) -> None:
-    """Set ``config``'s ``exit_hidden`` (an exit-dqn run's, in place) to the branch width a swept
-    checkpoint ``state`` records (:func:`store_threshold`), so that the networks built from it take
-    the checkpoint's state: evaluation plays the branches the sweep stored. A resume does not: it
-    goes on training the run as config.json describes it."""
+    """Set ``config``'s ``exit_hidden`` and ``exit_share`` (an exit-dqn run's, in place) to the
+    branches a swept checkpoint ``state`` records (:func:`store_threshold`), so that the networks
+    built from it take the checkpoint's state: evaluation plays the branches the sweep stored. A
+    resume does not: it goes on training the run as config.json describes it."""
     saved = state.get("config")
     agent = saved.get("agent") if isinstance(saved, dict) else None
     if isinstance(agent, dict) and "exit_hidden" in agent and hasattr(config.agent, "exit_hidden"):
         config.agent.exit_hidden = int(agent["exit_hidden"])
+    if isinstance(agent, dict) and "exit_share" in agent and hasattr(config.agent, "exit_share"):
+        config.agent.exit_share = float(agent["exit_share"])
 
 
 def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: int = 20,
           thresholds: Sequence[float] = THRESHOLDS, min_score_ratio: float = MIN_SCORE_RATIO,
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
           progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES,
-          widths: Sequence[int] | None = None, margin: float = SCORE_MARGIN) -> SweepResult:
-    """``hetrl exits sweep``: for each branch width (``widths``; default :func:`candidate_widths`
-    of the trained one), the branches fit to the trained network (``fit_updates``; 0: as trained,
-    at the trained width only), then the trade-off of every threshold on the validation episodes;
-    the choice over every (width, threshold) pair (:func:`choose`), written as a table and a PNG,
-    and the chosen threshold, with the branches of the chosen width, stored in the checkpoint
-    (``store``). ``margin``: standard errors of its validation score ratio by which the chosen
-    point clears ``min_score_ratio``."""
+          widths: Sequence[int] | None = None, margin: float = SCORE_MARGIN,
+          shares: Sequence[float] | None = None) -> SweepResult:
+    """``hetrl exits sweep``: for each branch candidate (:func:`candidate_branches` of ``widths``
+    and ``shares``; by default narrower widths than the trained one, at the trained share), the
+    branches fit to the trained network (``fit_updates``; 0: as trained, their width and share
+    only), then the trade-off of every threshold on the validation episodes; the choice over every
+    (branch, threshold) pair (:func:`choose`), written as a table and a PNG, and the chosen
+    threshold, with the chosen branches, stored in the checkpoint (``store``). ``margin``:
+    standard errors of its validation score ratio by which the chosen point clears
+    ``min_score_ratio``."""
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
@@ -680,6 +739,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
         raise HetrlError(f"the margin is a count of standard errors >= 0 (got {margin}); 0: the score ratio alone")
     if widths is not None and (not widths or any(int(w) != w or w < 0 for w in widths)):
         raise HetrlError(f"branch widths must be hidden-unit counts >= 0 (got {list(widths)}); 0: linear heads")
+    if shares is not None and (not shares or any(not 0 < x <= 1 for x in shares)):
+        raise HetrlError(f"branch shares must be in (0, 1], the share of its block's outputs a branch reads (got {list(shares)})")
     run = RunDir.open(run_dir)
     cfg = run.load_config()
     policy = load(run.path, checkpoint)
@@ -687,13 +748,17 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     if not isinstance(network, ExitQNetwork):
         raise HetrlError(f"{run.path} trained {cfg.algo}, whose network has no exits; sweep an exit-dqn run")
     current = network.branch_widths[0]  # the checkpoint's branches (an earlier sweep may have chosen them)
+    current_share = float(getattr(policy.algo.config, "exit_share", 1.0))  # as the checkpoint stored them
     trained = int(getattr(cfg.agent, "exit_hidden", current))  # the width the run trained with
-    if widths is None:  # the ladder from the run's own width; without the fit, the branches as they are
-        widths = candidate_widths(trained) if fit_updates else (current,)
-    widths = list(dict.fromkeys(int(w) for w in widths))
-    if not fit_updates and widths != [current]:
-        raise HetrlError(f"branches of {', '.join(str(w) for w in widths if w != current)} units need the fit "
-                         f"(the checkpoint's have {current}); give fit updates > 0, or sweep width {current} only")
+    trained_share = float(getattr(cfg.agent, "exit_share", 1.0))
+    if fit_updates:  # the ladder from the run's own branches
+        candidates = candidate_branches(trained, trained_share, shares, widths)
+    else:  # without the fit, the branches as they are
+        candidates = [(int(w), float(x)) for w in (widths or (current,)) for x in (shares or (current_share,))]
+        others = [key for key in candidates if key != (current, current_share)]
+        if others:
+            raise HetrlError(f"branches of {', '.join(branch_label(k) for k in others)} need the fit (the checkpoint's "
+                             f"have {branch_label((current, current_share))}); give fit updates > 0, or sweep those only")
     data = None
     if fit_updates:
         teacher = Teacher(run.path, checkpoint, policy)  # the run's replay states (or, without one, its play)
@@ -701,27 +766,30 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     batch, backend = executor_batch(run)
     points: list[SweepPoint] = []
     fits: list[BranchFit] = []
-    nets: dict[int, ExitQNetwork] = {}
+    nets: dict[BranchKey, ExitQNetwork] = {}
     whole: SweepPoint | None = None
-    for width in widths:
-        net = copy.deepcopy(network) if len(widths) > 1 else network
+    for width, share in candidates:
+        net = copy.deepcopy(network) if len(candidates) > 1 else network
         if data is not None:
             if progress:
-                progress(f"fitting {width}-unit branches to the trained network ({fit_updates:,} updates)")
-            fits.append(fit_branches(net, data, policy.algo.config, fit_updates, cfg.seed, progress, width))
+                progress(f"fitting branches of {branch_label((width, share))} to the trained network "
+                         f"({fit_updates:,} updates)")
+            fits.append(fit_branches(net, data, policy.algo.config, fit_updates, cfg.seed, progress, width, share))
         mine = sweep_policy(policy.algo, net, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
-                            backend, timing, timing_seconds, progress, baseline=whole)
+                            backend, timing, timing_seconds, progress, baseline=whole, share=share)
         whole = whole or mine[0]
         points += mine
-        nets[width] = net
+        nets[(width, share)] = net
     best = choose(points, min_score_ratio, margin)
-    chosen_width = best.branch_width if best.branch_width is not None else widths[0]
+    chosen = branch_key(best) or candidates[0]
     result = SweepResult(str(run.path), str(policy.source), cfg.env, episodes, VALIDATION_SEED_OFFSET, batch, backend,
                          network.baseline_macs, network.exit_names(), min_score_ratio, best.threshold, points,
-                         fits=fits, trained_width=trained, widths=widths, chosen_width=chosen_width, margin=margin)
+                         fits=fits, trained_width=trained, widths=[w for w, _ in candidates], chosen_width=chosen[0],
+                         margin=margin, trained_share=trained_share, shares=[x for _, x in candidates],
+                         chosen_share=chosen[1])
     if store:
-        stored = nets[chosen_width] if data is not None else None  # as trained: the threshold alone
-        result.stored = store_threshold(Path(policy.source), best.threshold, stored) > 0
+        stored = nets[chosen] if data is not None else None  # as trained: the threshold alone
+        result.stored = store_threshold(Path(policy.source), best.threshold, stored, chosen[1]) > 0
     folder = Path(out) if out is not None else run.path / "exits"
     write_json(folder / "sweep.json", asdict(result))
     write_text(folder / "sweep.md", markdown(result) + "\n")
@@ -732,14 +800,14 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
 def markdown(result: SweepResult) -> str:
     """The trade-off as a markdown table (the chosen point marked)."""
     names = " | ".join(result.exit_names)
-    widths = ", ".join(str(w) for w in result.widths) or str(result.trained_width)
+    branches = "; ".join(branch_label(key) for key in result.candidates) or branch_label((result.trained_width, 1.0))
     lines = [
         (f"Exit thresholds of {result.checkpoint} on {result.episodes} validation episodes of {result.env} "
-         f"(seeds apart from the test episodes); branches of {widths} hidden units (the run trained "
-         f"{result.trained_width}); baseline {result.baseline_macs:,} MACs per decision; "
+         f"(seeds apart from the test episodes); branches of {branches} (the run trained "
+         f"{branch_label((result.trained_width, result.trained_share))}); baseline {result.baseline_macs:,} MACs per decision; "
          f"latency: Act/{result.backend} on the host, one thread, batch 1 and batch {result.batch}."),
         "",
-        (f"| branch units | threshold | return | score ratio ± s.e. | monotone fit | MACs/decision | ops ratio | {names} | "
+        (f"| branch | threshold | return | score ratio ± s.e. | monotone fit | MACs/decision | ops ratio | {names} | "
          f"us/decision b1 (p10-p90) | latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
         "|" + "---|" * (11 + len(result.exit_names)),
     ]
@@ -754,17 +822,17 @@ def markdown(result: SweepResult) -> str:
                       f"{p.latency_batch_us:.1f} | {p.latency_ratio_batch:.2f}")
         else:
             timing = "- | - | - | -"
-        units = "- (whole network)" if p.branch_width is None else str(p.branch_width)
+        units = "- (whole network)" if p.branch_width is None else branch_label(branch_key(p))
         lines.append(f"| {units} | {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | "
                      f"{p.score_ratio:.3f} ± {p.score_ratio_se:.3f} | "
-                     f"{fitted[(p.branch_width, p.threshold)]:.3f} | {p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | "
+                     f"{fitted[(branch_key(p), p.threshold)]:.3f} | {p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | "
                      f"{timing} |")
     lines += [""] + [fit.describe(result.exit_names[:-1]) + "." for fit in result.fits]
     where = f"; stored in {result.checkpoint}" if result.stored else " (not stored)"
-    units = f"{result.chosen_width}-unit branches, " if chosen.threshold < NEVER else ""
+    units = f"branches of {branch_label((result.chosen_width, result.chosen_share))}, " if chosen.threshold < NEVER else ""
     spare = f" with {result.margin:g} standard error{'s' if result.margin != 1 else ''} to spare" if result.margin else ""
     lines += ["", f"Chosen: {units}threshold {result.chosen:g}, the fewest operations at a score ratio of at least "
-                  f"{result.min_score_ratio:g}{spare} on the validation episodes, the ratios of each width fit to fall "
+                  f"{result.min_score_ratio:g}{spare} on the validation episodes, the ratios of each branch fit to fall "
                   f"with the threshold (isotonic regression){where}.",
               "", f"To plan a run that acts with these exits at this distribution: {planning_settings(result)}"]
     return "\n".join(lines)
@@ -778,6 +846,7 @@ def planning_settings(result: SweepResult) -> str:
         return "--set act_with_exits=false (the chosen point is the whole network)"
     rates = ",".join(f"{f:.4g}" for f in point.exit_fractions)
     width = f" --set exit_hidden={result.chosen_width}" if result.chosen_width != result.trained_width else ""
+    width += f" --set exit_share={result.chosen_share:g}" if result.chosen_share != result.trained_share else ""
     return f"--set act_with_exits=true --set exit_threshold={point.threshold:g} --set exit_rates={rates}{width}"
 
 
@@ -792,23 +861,24 @@ def plot(result: SweepResult, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     n_whole = sum(p.threshold >= NEVER for p in result.points)
     curves = width_curves(result.points) or {None: list(result.points)}
-    for k, (width, curve) in enumerate(curves.items()):
-        label = "operations ratio" + (f", {width}-unit branches" if width is not None else "")
+    for k, (key, curve) in enumerate(curves.items()):
+        label = "operations ratio" + (f", {branch_label(key)}" if key is not None else "")
         color = plt.get_cmap("tab10")(k if k < 1 else k + 2)  # not orange or green (latency, chosen)
         ax.plot([p.ops_ratio for p in curve], [p.score_ratio for p in curve], "o-", color=color, label=label)
         if all(p.latency_ratio_b1 is not None for p in curve):
             ax.plot([p.latency_ratio_b1 for p in curve], [p.score_ratio for p in curve], "s--", color=color, alpha=0.5,
-                    label=f"latency ratio (batch 1){f', {width} units' if width is not None else ''}")
+                    label=f"latency ratio (batch 1){f', {branch_label(key)}' if key is not None else ''}")
         for p in curve[n_whole:]:
             ax.annotate(f"{p.threshold:g}", (p.ops_ratio, p.score_ratio), textcoords="offset points", xytext=(4, 4),
                         fontsize=7)
     chosen = result.chosen_point
-    label = f"chosen ({result.chosen:g}" + (f", {result.chosen_width} units)" if chosen.threshold < NEVER else ")")
+    label = f"chosen ({result.chosen:g}" + (f", {branch_label((result.chosen_width, result.chosen_share))})"
+                                           if chosen.threshold < NEVER else ")")
     ax.plot([chosen.ops_ratio], [chosen.score_ratio], "*", color="tab:red", markersize=14, label=label)
     ax.axhline(result.min_score_ratio, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("cost ratio to the full network (operations, latency)")
     ax.set_ylabel("score ratio (validation episodes)")
-    ax.set_title(f"exit thresholds and branch widths: {result.env}")
+    ax.set_title(f"exit thresholds and branches: {result.env}")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=7)
     fig.tight_layout()
