@@ -8,7 +8,8 @@ baseline with the exit run's plan, so that under the staged schedule (the defaul
 backbone and final head are the baseline's bit for bit and the score ratio measures the exits
 alone (the report says whether they are). Then, for the exit-dqn run, ``hetrl exits sweep`` fits
 branches of each width (``--widths``; by default the run's and two narrower,
-``hetrl.exits.candidate_widths``) to the trained network (on the run's replay; the report gives the
+``hetrl.exits.candidate_widths``) and share of their block's outputs (``--shares``; by default the
+run's) to the trained network (on the run's replay; the report gives the
 chosen branches' agreement with the final head's action before and after) and chooses the width and
 threshold on validation episodes (seeded apart from the test episodes), and stores both; both final
 policies then play the same test episodes (``hetrl.evaluate``: the seeds ``hetrl eval`` uses), and
@@ -88,14 +89,14 @@ def baseline_plan(exit_dir: Path, path: Path) -> Path:
 
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
             min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0,
-            swept: bool = False) -> dict[str, Any]:
+            swept: bool = False, shares: list[float] | None = None) -> dict[str, Any]:
     """Sweep the exit run on validation episodes (``swept``: take the sweep it has), then play both
     final policies on the test episodes."""
     import torch
 
     import hetrl
     from hetrl.evaluation import evaluate_policy
-    from hetrl.exits import ExitCounter, SweepResult, score_ratio, sweep
+    from hetrl.exits import ExitCounter, SweepResult, branch_key, branch_label, score_ratio, sweep
     from hetrl.run.rundir import RunDir
     from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
@@ -106,7 +107,7 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
             raise RuntimeError(f"{exit_dir}: its sweep stored nothing in the final checkpoint {final.name}; run without --swept")
     else:
         result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False,
-                       widths=widths, margin=margin)
+                       widths=widths, margin=margin, shares=shares)
     base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
     exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
     stats = exit_eval.exits
@@ -125,9 +126,10 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
     return {
         "env": env, "seed": seed, "threshold": result.chosen, "branch_width": result.chosen_width,
+        "branch_share": result.chosen_share,
         "choice": {"validation_episodes": result.episodes, "min_score_ratio": result.min_score_ratio,
-                   "margin": result.margin, "widths": result.widths},
-        "validation": {f"{p.branch_width or 'whole'}:{p.threshold:g}": {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio}
+                   "margin": result.margin, "widths": result.widths, "shares": result.shares},
+        "validation": {f"{branch_label(branch_key(p))}:{p.threshold:g}": {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio}
                        for p in result.points},
         "base_return": base.mean, "exit_return": exit_eval.mean,
         "score_ratio": score_ratio(exit_eval.mean, base.mean),
@@ -187,7 +189,9 @@ def how_chosen(rows: list[dict[str, Any]]) -> str:
     """How the runs' sweeps chose (the same for all, or each run's own)."""
     def one(c: dict[str, Any]) -> str:
         spare = c["margin"]
-        return (f"branch width (of {', '.join(str(w) for w in c['widths'])} units) and threshold chosen on "
+        shares = c.get("shares") or [1.0] * len(c["widths"])
+        branches = ", ".join(f"{w}" + (f" on {x:.3g}" if x != 1 else "") for w, x in zip(c["widths"], shares))
+        return (f"branch (of {branches} units{' on a share of the block' if any(x != 1 for x in shares) else ''}) and threshold chosen on "
                 f"{c['validation_episodes']} validation episodes at score ratio >= {c['min_score_ratio']:g} with "
                 f"{spare:g} standard error{'s' if spare != 1 else ''} to spare")
     texts = list(dict.fromkeys(one(r["choice"]) for r in rows if "choice" in r))
@@ -207,6 +211,12 @@ def same_networks(rows: list[dict[str, Any]]) -> str:
             "baseline DQN's: their score ratio holds two trainings' spread as well as the exits'.")
 
 
+def branch(row: dict[str, Any]) -> str:
+    """A run's chosen branch: its hidden units, and its share of the block where it reads less than all."""
+    share = row.get("branch_share", 1.0)
+    return f"{row.get('branch_width', '-')}" + (f" on {share:.3g}" if share != 1.0 else "")
+
+
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         "## Early-exit DQN against DQN (bench/early_exit.py)",
@@ -219,7 +229,7 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         + same_networks(rows),
         "",
         ("| game | seeds | ops ratio | score ratio | batch-1 latency ratio (Act backend) | latency ratio to its own "
-         "whole pass | batch-1 latency ratio, Act/torch | thresholds (branch units) | aims on the mean over seeds "
+         "whole pass | batch-1 latency ratio, Act/torch | thresholds (branch units, share) | aims on the mean over seeds "
          "(ops <= 0.35, score >= 0.9, latency <= 0.5) | aims on every seed |"),
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -231,19 +241,19 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         on_mean = (statistics.mean(ops) <= AIM_OPS, statistics.mean(score) >= AIM_SCORE,
                    statistics.mean(lat) <= AIM_LATENCY)
         on_every = (max(ops) <= AIM_OPS, min(score) >= AIM_SCORE, max(lat) <= AIM_LATENCY)
-        thresholds = ", ".join(f"{r['threshold']:g} ({r.get('branch_width', '-')})" for r in mine)
+        thresholds = ", ".join(f"{r['threshold']:g} ({branch(r)})" for r in mine)
         aims = " | ".join(" / ".join("met" if m else "not met" for m in met) for met in (on_mean, on_every))
         lines.append(f"| {game} | {len(mine)} | {spread(ops)} | {spread(score)} | {spread(lat)} ({backends}) | "
                      f"{spread(own)} | {spread(lat_torch)} | {thresholds} | {aims} |")
     lines += ["", "Per run (mean over seeds [min-max] above):", "",
-              ("| game | seed | threshold | branch units | DQN return | exit-dqn return | score ratio | MACs/decision (exit / DQN) | "
+              ("| game | seed | threshold | branch units (share) | DQN return | exit-dqn return | score ratio | MACs/decision (exit / DQN) | "
                "ops ratio | exits | Act backend | us/decision b1 (exit / DQN, p10-p90) | latency ratio | "
                "us/decision b1, Act/torch (exit / DQN) | latency ratio, Act/torch | branch agreement, as trained -> fit |"),
               "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         exits = ", ".join(f"{n} {100 * f:.0f}%" for n, f in zip(r["exit_names"], r["exit_fractions"]))
         le, lb = r["latency_b1_spread_exit"], r["latency_b1_spread_base"]
-        lines.append(f"| {r['env']} | {r['seed']} | {r['threshold']:g} | {r.get('branch_width', '-')} | {r['base_return']:.2f} | {r['exit_return']:.2f} | "
+        lines.append(f"| {r['env']} | {r['seed']} | {r['threshold']:g} | {branch(r)} | {r['base_return']:.2f} | {r['exit_return']:.2f} | "
                      f"{r['score_ratio']:.3f} | {r['macs_exit']:,.0f} / {r['macs_base']:,} | {r['ops_ratio']:.3f} | {exits} | "
                      f"{r['latency_backend']} | {r['latency_b1_us_exit']:.1f} ({le[0]:.1f}-{le[1]:.1f}) / "
                      f"{r['latency_b1_us_base']:.1f} ({lb[0]:.1f}-{lb[1]:.1f}) | {r['latency_ratio_b1']:.2f} | "
@@ -272,6 +282,8 @@ def main() -> int:
                         "final checkpoint it stored), without sweeping again: the test episodes and latencies alone")
     p.add_argument("--widths", type=int, nargs="+",
                    help="branch widths the sweep fits and chooses from (default: the run's and two narrower)")
+    p.add_argument("--shares", type=float, nargs="+",
+                   help="shares of their block's outputs the sweep's branches read (default: the run's exit_share)")
     p.add_argument("--jobs", type=int, default=1, help="(game, seed) pairs trained side by side (each --threads threads)")
     p.add_argument("--workdir", help="where the runs go (default: a temporary folder, removed at the end)")
     p.add_argument("--out", help="a markdown file to write (default: print only)")
@@ -303,7 +315,7 @@ def main() -> int:
             trained = list(pool.map(train_pair, runs))
         for env, seed, base_dir, exit_dir in trained:
             rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
-                                args.min_score_ratio, args.widths, args.margin, args.swept))
+                                args.min_score_ratio, args.widths, args.margin, args.swept, args.shares))
             if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
                 Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = report(rows, args)

@@ -49,3 +49,12 @@ def test_the_report_says_whether_the_baseline_is_the_exit_runs_own_network():
     assert "On 1 of 2 runs the exit run's backbone and final head differ" in mixed and "On all" not in mixed
     # rows measured before the check say nothing either way
     assert "baseline DQN's" not in early_exit.report([row(0, 0.274, 0.96, 9)], args())
+
+
+def test_the_report_names_a_branch_on_a_share_of_its_block():
+    half = {**row(0, 0.236, 0.95, 32), "branch_share": 0.5,
+            "choice": {"validation_episodes": 100, "min_score_ratio": 0.9, "margin": 1.0, "widths": [16, 32],
+                       "shares": [1.0, 0.5]}}
+    text = early_exit.report([half], args(seeds=1))
+    assert "0.2 (32 on 0.5)" in text and "(of 16, 32 on 0.5 units on a share of the block)" in text
+    assert any(line.startswith("| MinAtar/Breakout-v1 | 0 | 0.2 | 32 on 0.5 |") for line in text.splitlines())

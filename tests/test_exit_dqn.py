@@ -747,6 +747,96 @@ def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
         session.executor.close()
 
 
+def test_a_checkpoint_takes_branches_on_another_share(run_dir, tmp_path):
+    """Branches on half of block 0's units stored in a checkpoint trained with branches on all of
+    them: the policy and evaluation play them, the checkpoint's config says exit_share=0.5, and a
+    resume under the run's share names that setting, while the run at that share resumes it."""
+    from hetrl.run.rundir import RunDir
+    from hetrl.training import Session
+
+    final = max((run_dir / "checkpoints").glob("step_*.pt"))
+    copy = tmp_path / final.name
+    copy.write_bytes(final.read_bytes())
+    net = hetrl.load(run_dir, copy).network
+    torch.manual_seed(4)
+    net.set_branch_width(16, share=0.5)
+    assert net.branch_shares == [0.5] and net.branches[0].in_features == 32
+    assert store_threshold(copy, 0.3, net, 0.5) >= 3
+    assert torch.load(copy, weights_only=False)["config"]["agent"]["exit_share"] == 0.5
+    loaded = hetrl.load(run_dir, copy).network
+    assert loaded.branch_shares == [0.5] and loaded.exit_names()[0] == "after block 0 (32 of 64 units)"
+    result = hetrl.evaluate(run_dir, 2, checkpoint=copy)
+    assert result.exits.macs_mean == pytest.approx(loaded.mean_macs(result.exits.counts))
+    run = RunDir.open(run_dir)
+    cfg = run.load_config()
+    cfg.plan = "rule"
+    session = Session.open(run, cfg, keep_plan=False)
+    try:
+        with pytest.raises(HetrlError, match="exit_share: 0.5 -> 1"):
+            session.restore(copy, replay=False)
+    finally:
+        session.executor.close()
+    cfg.agent.exit_share = 0.5
+    session = Session.open(run, cfg, keep_plan=False)
+    try:
+        session.restore(copy, replay=False)
+        assert session.executor.policy_network.branch_shares == [0.5]
+        assert session.executor.learner.q.branches[0].in_features == 32
+    finally:
+        session.executor.close()
+
+
+def test_candidate_branches_scale_the_width_ladder_with_the_share():
+    from hetrl.exits import candidate_branches
+
+    assert candidate_branches(16) == [(16, 1.0), (12, 1.0), (9, 1.0)]
+    assert candidate_branches(16, 1.0, (1.0, 0.5)) == [(16, 1.0), (12, 1.0), (9, 1.0), (32, 0.5), (24, 0.5), (18, 0.5)]
+    assert candidate_branches(16, 0.5, (0.5, 0.25), [9, 64]) == [(9, 0.5), (64, 0.5), (9, 0.25), (64, 0.25)]
+    assert candidate_branches(0, 1.0, (1.0, 0.5)) == [(0, 1.0), (0, 0.5)]
+
+
+def test_choose_keeps_each_share_apart():
+    """Two candidates of one width on other shares are fit monotone apart: the pooled curve of one
+    does not lift the other's."""
+    def point(threshold, score, ops, width, share):
+        return SweepPoint(threshold, 0.0, 0.0, score, 0.0, ops, [], branch_width=width, branch_share=share)
+
+    whole = SweepPoint(1.0, 0.0, 0.0, 1.0, 0.0, 1.0, [])
+    full = [point(0.5, 0.98, 0.5, 16, 1.0), point(0.0, 0.95, 0.38, 16, 1.0)]
+    half = [point(0.5, 0.86, 0.3, 16, 0.5), point(0.0, 0.93, 0.22, 16, 0.5)]  # pooled: 0.895
+    chosen = choose([whole, *full, *half], 0.9)
+    assert (chosen.threshold, chosen.branch_width, chosen.branch_share) == (0.0, 16, 1.0)
+    good = [point(0.5, 0.96, 0.3, 16, 0.5), point(0.0, 0.92, 0.22, 16, 0.5)]
+    chosen = choose([whole, *full, *good], 0.9)
+    assert (chosen.threshold, chosen.branch_share) == (0.0, 0.5)
+
+
+def test_cli_sweep_fits_and_stores_branches_on_a_share(run_dir, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    final = max((run_dir / "checkpoints").glob("step_*.pt"))
+    copy = tmp_path / final.name
+    copy.write_bytes(final.read_bytes())
+    assert main(["exits", "sweep", str(run_dir), "--checkpoint", str(copy), "--episodes", "2", "--thresholds", "0",
+                 "--widths", "9", "--shares", "1,0.5", "--fit-updates", "200", "--no-timing", "--out", str(out),
+                 "--min-score-ratio", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "| 9 units on 0.5 of the block | 0 " in text and "branches of 9 units; 9 units on 0.5 of the block" in text
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["widths"] == [9, 9] and data["shares"] == [1.0, 0.5] and [f["share"] for f in data["fits"]] == [1.0, 0.5]
+    zeros = [p for p in data["points"] if p["threshold"] == 0.0]
+    assert [(p["branch_width"], p["branch_share"]) for p in zeros] == [(9, 1.0), (9, 0.5)]
+    assert zeros[1]["ops_ratio"] < zeros[0]["ops_ratio"]  # half the block before the exit
+    # with no score to hold, the cheapest: the branch on half the block, stored with its threshold
+    assert (data["chosen"], data["chosen_width"], data["chosen_share"]) == (0.0, 9, 0.5)
+    loaded = SweepResult.load(out / "sweep.json")
+    assert loaded.fit is not None and loaded.fit.share == 0.5 and loaded.chosen_point.branch_share == 0.5
+    policy = hetrl.load(run_dir, copy)
+    assert policy.network.branch_shares == [0.5] and policy.network.branch_widths == [9]
+    assert "--set exit_hidden=9 --set exit_share=0.5" in text
+    assert main(["exits", "sweep", str(run_dir), "--checkpoint", str(copy), "--shares", "0", "--no-timing"]) != 0
+    assert "branch shares must be in (0, 1]" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("target", ["policy", "both"])
 def test_the_branch_fit_on_the_backbones_kept_outputs_is_the_fit_per_batch(monkeypatch, target):
     """The fit keeps the frozen backbone's outputs on its states (computed once) where they fit in
