@@ -2,6 +2,7 @@
 schedules, the threshold chosen on validation episodes only, checkpoints, and acting under every
 executor of one process and of the local executor alike."""
 
+import contextlib
 import json
 import math
 from dataclasses import replace
@@ -693,14 +694,31 @@ def test_the_choice_keeps_a_margin_of_standard_errors():
     assert choose([whole, safe, edge], 0.9, margin=3.0) is whole
 
 
+@contextlib.contextmanager
+def resumed_session(run_dir, checkpoint, **agent):
+    """A training session of ``run_dir`` (its config, with ``agent`` settings changed) resumed
+    from ``checkpoint``, closed on the way out."""
+    from hetrl.run.rundir import RunDir
+    from hetrl.training import Session
+
+    run = RunDir.open(run_dir)
+    cfg = run.load_config()
+    cfg.plan = "rule"
+    for key, value in agent.items():
+        setattr(cfg.agent, key, value)
+    session = Session.open(run, cfg, keep_plan=False)
+    try:
+        session.restore(checkpoint, replay=False)
+        yield session
+    finally:
+        session.executor.close()
+
+
 def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
     """store_threshold with 5-unit branches on a checkpoint trained with 16: every exit network
     state holds them (the policy loads them, the learner's Adam moments of the branches start
     afresh), the checkpoint's config says exit_hidden=5, and resuming it under the run's 16 names
     that setting, while the run at 5 resumes it."""
-    from hetrl.run.rundir import RunDir
-    from hetrl.training import Session
-
     final = max((run_dir / "checkpoints").glob("step_*.pt"))
     copy = tmp_path / final.name
     copy.write_bytes(final.read_bytes())
@@ -723,19 +741,9 @@ def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
     result = hetrl.evaluate(run_dir, 2, checkpoint=copy)  # evaluation plays the stored branches
     assert result.exits is not None and result.exits.threshold == pytest.approx(0.4)
     assert result.exits.macs_mean == pytest.approx(loaded.mean_macs(result.exits.counts))
-    run = RunDir.open(run_dir)
-    cfg = run.load_config()
-    cfg.plan = "rule"
-    session = Session.open(run, cfg, keep_plan=False)
-    try:
-        with pytest.raises(HetrlError, match="exit_hidden: 5 -> 16"):
-            session.restore(copy, replay=False)
-    finally:
-        session.executor.close()
-    cfg.agent.exit_hidden = 5
-    session = Session.open(run, cfg, keep_plan=False)
-    try:
-        session.restore(copy, replay=False)
+    with pytest.raises(HetrlError, match="exit_hidden: 5 -> 16"), resumed_session(run_dir, copy):
+        pass
+    with resumed_session(run_dir, copy, exit_hidden=5) as session:
         resumed = session.executor.policy_network
         assert resumed.branch_widths == [5]
         for name, value in loaded.state_dict().items():
@@ -743,17 +751,12 @@ def test_a_checkpoint_takes_branches_of_another_width(run_dir, tmp_path):
         learner = session.executor.learner  # its optimizer holds the 5-unit branches it trains
         held = {id(q) for group in learner.optimizer.param_groups for q in group["params"]}
         assert {id(q) for q in learner.q.parameters()} == held
-    finally:
-        session.executor.close()
 
 
 def test_a_checkpoint_takes_branches_on_another_share(run_dir, tmp_path):
     """Branches on half of block 0's units stored in a checkpoint trained with branches on all of
     them: the policy and evaluation play them, the checkpoint's config says exit_share=0.5, and a
     resume under the run's share names that setting, while the run at that share resumes it."""
-    from hetrl.run.rundir import RunDir
-    from hetrl.training import Session
-
     final = max((run_dir / "checkpoints").glob("step_*.pt"))
     copy = tmp_path / final.name
     copy.write_bytes(final.read_bytes())
@@ -767,23 +770,11 @@ def test_a_checkpoint_takes_branches_on_another_share(run_dir, tmp_path):
     assert loaded.branch_shares == [0.5] and loaded.exit_names()[0] == "after block 0 (32 of 64 units)"
     result = hetrl.evaluate(run_dir, 2, checkpoint=copy)
     assert result.exits.macs_mean == pytest.approx(loaded.mean_macs(result.exits.counts))
-    run = RunDir.open(run_dir)
-    cfg = run.load_config()
-    cfg.plan = "rule"
-    session = Session.open(run, cfg, keep_plan=False)
-    try:
-        with pytest.raises(HetrlError, match="exit_share: 0.5 -> 1"):
-            session.restore(copy, replay=False)
-    finally:
-        session.executor.close()
-    cfg.agent.exit_share = 0.5
-    session = Session.open(run, cfg, keep_plan=False)
-    try:
-        session.restore(copy, replay=False)
+    with pytest.raises(HetrlError, match="exit_share: 0.5 -> 1"), resumed_session(run_dir, copy):
+        pass
+    with resumed_session(run_dir, copy, exit_share=0.5) as session:
         assert session.executor.policy_network.branch_shares == [0.5]
         assert session.executor.learner.q.branches[0].in_features == 32
-    finally:
-        session.executor.close()
 
 
 def test_candidate_branches_scale_the_width_ladder_with_the_share():
