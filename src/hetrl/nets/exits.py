@@ -17,8 +17,10 @@ its sigmoid). With ``branch_share`` below 1 it reads only the first share of the
 the block only for the samples that go on. On the MinAtar network the single convolution is 0.30x
 of a decision's operations, so a branch after the whole of it cannot cost much less; one after
 half its filters leaves room for a wider branch at the same operations (docs/results.md). Training
-runs the whole block and the branch reads the prefix of its output: the same values. A fresh confidence head's bias is ``CONFIDENCE_BIAS`` (sigmoid 0.018): an untrained
-branch is not confident, so a network acting with exits runs whole until its branches learn.
+runs the whole block and the branch reads the prefix of its output: the values acting computes,
+up to the order of the sums. A fresh confidence head's bias is ``CONFIDENCE_BIAS`` (sigmoid
+0.018): an untrained branch is not confident, so a network acting with exits runs whole until its
+branches learn.
 
 Passes:
 
