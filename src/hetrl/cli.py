@@ -8,7 +8,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -383,27 +383,24 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(func=_exits_sweep)
 
 
+def _comma_list(value: str | None, kind: type, flag: str, expected: str) -> list[Any] | None:
+    """The values of a comma-separated option (None where it was not given); one clear error naming
+    ``flag`` where one does not parse as ``kind``."""
+    if not value:
+        return None
+    try:
+        return [kind(v) for v in value.split(",") if v.strip()]
+    except ValueError:
+        raise HetrlError(f"{flag} {value}: expected {expected}") from None
+
+
 def _exits_sweep(args: argparse.Namespace) -> int:
     from hetrl.exits import FIT_UPDATES, THRESHOLDS, markdown, sweep
 
-    thresholds = THRESHOLDS
-    if args.thresholds:
-        try:
-            thresholds = tuple(float(t) for t in args.thresholds.split(",") if t.strip())
-        except ValueError:
-            raise HetrlError(f"--thresholds {args.thresholds}: expected comma-separated numbers in [0, 1]") from None
-    widths = None
-    if args.widths:
-        try:
-            widths = [int(w) for w in args.widths.split(",") if w.strip()]
-        except ValueError:
-            raise HetrlError(f"--widths {args.widths}: expected comma-separated hidden-unit counts, e.g. 16,12,9") from None
-    shares = None
-    if args.shares:
-        try:
-            shares = [float(x) for x in args.shares.split(",") if x.strip()]
-        except ValueError:
-            raise HetrlError(f"--shares {args.shares}: expected comma-separated numbers in (0, 1], e.g. 1,0.5") from None
+    listed = _comma_list(args.thresholds, float, "--thresholds", "comma-separated numbers in [0, 1]")
+    thresholds = tuple(listed) if listed is not None else THRESHOLDS
+    widths = _comma_list(args.widths, int, "--widths", "comma-separated hidden-unit counts, e.g. 16,12,9")
+    shares = _comma_list(args.shares, float, "--shares", "comma-separated numbers in (0, 1], e.g. 1,0.5")
     if args.out:
         check_writable(args.out, "--out", directory=True)
     console = Console(stderr=True)

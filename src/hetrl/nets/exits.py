@@ -221,11 +221,15 @@ class ExitQNetwork(nn.Module):
         e, features = self.exits[j], self._branch_list[j].in_features
         return features if e == INPUT else features * self.block_outputs[e] // self.widths[e]
 
-    def split_at(self, k: int) -> int:
-        """The outputs of block ``k`` that acting computes before the exit after it (all where its
-        branch reads all of them, or no branch follows it)."""
+    def split_at(self, k: int) -> int | None:
+        """The outputs of block ``k`` that acting computes before the exit after it, where its
+        branch reads fewer than all of them; None where the block runs whole (no branch follows it,
+        its branch reads it all, or ``k`` is the input)."""
         j = self._branch_at.get(k)
-        return self.block_outputs[k] if j is None else self.branch_outputs(j)
+        if j is None or k == INPUT:
+            return None
+        read = self.branch_outputs(j)
+        return read if read < self.block_outputs[k] else None
 
     @property
     def branch_shares(self) -> list[float]:
@@ -263,7 +267,7 @@ class ExitQNetwork(nn.Module):
                 continue
             e = self.exits[j]
             per_output = 1 if e == INPUT else self.widths[e] // self.block_outputs[e]
-            full = self.input_width if e == INPUT else self.widths[e]
+            full = self.branch_input(e)
             if features % per_output or not 0 < features <= full or (e == INPUT and features != full):
                 raise ValueError(f"branch {j}'s stored input of {features} features is no prefix of the "
                                  f"{full} its place ({self.exit_names()[j]}) gives")
@@ -400,28 +404,25 @@ class ExitQNetwork(nn.Module):
             return self._linear(self.head, x), torch.full((n,), last, dtype=torch.int64, device=device)
         if n == 1:  # one sample: exit or go on, nothing to gather
             for k in range(INPUT, len(self.blocks)):
-                j = self._branch_at.get(k)
-                split = self.split_at(k) if k != INPUT else 0
+                j, split = self._branch_at.get(k), self.split_at(k)
                 before = x
                 if k != INPUT:
-                    x = self._block(k, x, 0, split if j is not None and split < self.block_outputs[k] else None)
+                    x = self._block(k, x, 0, split)
                 if j is not None:
                     f, branch = self._branch_features(j, x), self._branch_list[j]
                     if self._linear(branch.confidence, f).item() > limit:
                         return self._linear(branch.q, f), torch.full((1,), j, dtype=torch.int64, device=device)
-                    if k != INPUT and split < self.block_outputs[k]:  # the rest of the block
+                    if split is not None:  # the rest of the block
                         x = torch.cat([x, self._block(k, before, split)], dim=1)
             return self._linear(self.head, x), torch.full((1,), last, dtype=torch.int64, device=device)
         out = torch.empty((n, self.n_actions), dtype=torch.float32, device=device)
         exit_index = torch.full((n,), last, dtype=torch.int64, device=device)
         rows = torch.arange(n, device=device)  # which samples are still in the pass
         for k in range(INPUT, len(self.blocks)):
-            j = self._branch_at.get(k)
-            split = self.split_at(k) if k != INPUT else 0
-            partial = k != INPUT and split < self.block_outputs[k]
+            j, split = self._branch_at.get(k), self.split_at(k)
             before = x
             if k != INPUT:
-                x = self._block(k, x, 0, split if partial else None)
+                x = self._block(k, x, 0, split)
             if j is None:
                 continue
             f, branch = self._branch_features(j, x), self._branch_list[j]
@@ -434,7 +435,7 @@ class ExitQNetwork(nn.Module):
                 if not bool(keep.any()):
                     return out, exit_index
                 x, rows, before = x[keep], rows[keep], before[keep]
-            if partial:  # the rest of the block, for the samples that go on
+            if split is not None:  # the rest of the block, for the samples that go on
                 x = torch.cat([x, self._block(k, before, split)], dim=1)
         out[rows] = self._linear(self.head, x)
         return out, exit_index
@@ -490,31 +491,27 @@ class ExitQNetwork(nn.Module):
             return x @ params["head.weight"].T + params["head.bias"], np.full(n, last, dtype=np.int64)
         if n == 1:
             for k in range(INPUT, len(self.blocks)):
-                j = self._branch_at.get(k)
-                split = self.split_at(k) if k != INPUT else 0
-                partial = k != INPUT and split < self.block_outputs[k]
+                j, split = self._branch_at.get(k), self.split_at(k)
                 before = x
                 if k != INPUT:
-                    x = self._block_numpy(params, k, x, 0, split if partial else None)
+                    x = self._block_numpy(params, k, x, 0, split)
                 if j is not None:
                     f = self._branch_numpy(params, j, x)
                     w, b = params[f"branches.{j}.confidence.weight"], params[f"branches.{j}.confidence.bias"]
                     if float(f[0] @ w[0]) + float(b[0]) > limit:
                         q = f @ params[f"branches.{j}.q.weight"].T + params[f"branches.{j}.q.bias"]
                         return q, np.full(1, j, dtype=np.int64)
-                    if partial:
+                    if split is not None:
                         x = np.concatenate([x, self._block_numpy(params, k, before, split)], axis=1)
             return x @ params["head.weight"].T + params["head.bias"], np.full(1, last, dtype=np.int64)
         exit_index = np.full(n, last, dtype=np.int64)
         out: np.ndarray | None = None
         rows = np.arange(n)
         for k in range(INPUT, len(self.blocks)):
-            j = self._branch_at.get(k)
-            split = self.split_at(k) if k != INPUT else 0
-            partial = k != INPUT and split < self.block_outputs[k]
+            j, split = self._branch_at.get(k), self.split_at(k)
             before = x
             if k != INPUT:
-                x = self._block_numpy(params, k, x, 0, split if partial else None)
+                x = self._block_numpy(params, k, x, 0, split)
             if j is None:
                 continue
             f = self._branch_numpy(params, j, x)
@@ -529,7 +526,7 @@ class ExitQNetwork(nn.Module):
                 if not keep.any():
                     return out, exit_index
                 x, rows, before = x[keep], rows[keep], before[keep]
-            if partial:
+            if split is not None:
                 x = np.concatenate([x, self._block_numpy(params, k, before, split)], axis=1)
         q = x @ params["head.weight"].T + params["head.bias"]
         if out is None:  # nobody exited
