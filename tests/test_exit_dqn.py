@@ -828,6 +828,24 @@ def test_cli_sweep_fits_and_stores_branches_on_a_share(run_dir, tmp_path, capsys
     assert "branch shares must be in (0, 1]" in capsys.readouterr().err
 
 
+def test_cli_sweep_fits_on_the_branchs_own_play(run_dir, tmp_path, capsys, monkeypatch):
+    from hetrl import exits
+
+    monkeypatch.setattr(exits, "FIT_PLAY_EPISODES", 2)
+    monkeypatch.setattr(exits, "FIT_ROUND_UPDATES", 30)
+    out = tmp_path / "sweep"
+    assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0", "--widths", "9",
+                 "--fit-updates", "60", "--fit-rounds", "1", "--no-timing", "--no-store", "--out", str(out)]) == 0
+    assert "of their own play's (1 round)" in capsys.readouterr().out
+    fit = SweepResult.load(out / "sweep.json").fits[0]
+    assert fit.rounds == 1 and fit.play_states > 0 and fit.updates == 90
+    assert main(["exits", "sweep", str(run_dir), "--fit-rounds", "-1", "--no-timing", "--no-store"]) != 0
+    assert "fit rounds must be >= 0" in capsys.readouterr().err
+    assert main(["exits", "sweep", str(run_dir), "--fit-rounds", "1", "--fit-updates", "0", "--no-timing",
+                 "--no-store"]) != 0
+    assert "need the fit: give fit updates > 0" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("target", ["policy", "both"])
 def test_the_branch_fit_on_the_backbones_kept_outputs_is_the_fit_per_batch(monkeypatch, target):
     """The fit keeps the frozen backbone's outputs on its states (computed once) where they fit in
@@ -878,6 +896,75 @@ def test_the_branch_fit_teaches_a_fresh_branch_the_final_heads_actions():
         if name in backbone:
             assert torch.equal(value, backbone[name]), name
     assert "after block 0" in fit.describe(net.exit_names()[:-1])
+
+
+def test_the_fit_on_own_play_adds_the_branchs_states_on_their_own_seeds(run_dir, monkeypatch):
+    """fit_on_own_play (DAgger): each round the branch alone plays episodes on seeds apart from the
+    validation and test episodes, the states it met join the training states (not the held-out
+    ones, so agreement stays comparable), and the fit goes on from the branch's weights; the backbone
+    and final head stay frozen."""
+    from hetrl import evaluation, exits
+    from hetrl.cosearch.teacher import Teacher
+
+    monkeypatch.setattr(exits, "FIT_PLAY_EPISODES", 2)
+    monkeypatch.setattr(exits, "FIT_ROUND_UPDATES", 40)
+    played, fits = [], []
+    evaluate = exits.evaluate_policy
+
+    def spying_evaluate(policy, env, episodes, seed, atari=None, seed_offset=evaluation.EVAL_SEED_OFFSET, **kw):
+        played.append((episodes, seed + seed_offset, getattr(policy, "threshold", None)))
+        return evaluate(policy, env, episodes, seed, atari, seed_offset, **kw)
+
+    fit_branches = exits.fit_branches
+
+    def spying_fit(network, data, config, updates, seed, *args, **kwargs):
+        fits.append((updates, None if kwargs.get("play") is None else len(kwargs["play"]), kwargs.get("fresh", True)))
+        return fit_branches(network, data, config, updates, seed, *args, **kwargs)
+
+    monkeypatch.setattr(exits, "evaluate_policy", spying_evaluate)
+    monkeypatch.setattr(exits, "fit_branches", spying_fit)
+    teacher = Teacher(run_dir)
+    policy, data = teacher.policy, teacher.data(2_000, "auto", 2)
+    net = policy.network
+    backbone = {k: v.clone() for k, v in net.state_dict().items() if not k.startswith("branches.")}
+    plain = fit_branches(hetrl.load(run_dir).network, data, policy.algo.config, 50, 2, width=9)
+    fit = exits.fit_on_own_play(policy.algo, net, data, "CartPole-v1", 2, rounds=2, updates=50, width=9)
+    assert [p[0] for p in played] == [2, 2] and all(p[2] == 0.0 for p in played)  # the branch takes every decision
+    starts = [p[1] for p in played]
+    assert starts == [2 + exits.FIT_PLAY_SEED_OFFSET, 2 + exits.FIT_PLAY_SEED_OFFSET + 2]  # rounds apart
+    tests = range(2 + EVAL_SEED_OFFSET, 2 + EVAL_SEED_OFFSET + 10_000)
+    validation = range(2 + VALIDATION_SEED_OFFSET, 2 + VALIDATION_SEED_OFFSET + 10_000)
+    assert not any(s + i in tests or s + i in validation for s in starts for i in range(2))
+    assert len(fits) == 3 and fits[0][:2] == (50, None)  # the fit on the replay first
+    assert [f[0] for f in fits[1:]] == [40, 40] and all(f[2] is False for f in fits[1:])  # then on from its weights
+    assert 0 < fits[1][1] < fits[2][1] == fit.play_states  # each round's states join the earlier ones'
+    assert fit.rounds == 2 and fit.updates == 130 and fit.widths == [9]
+    assert fit.agreement_before == plain.agreement_before  # the same held-out states
+    assert "of their own play's (2 rounds)" in fit.describe(net.exit_names()[:-1])
+    for name, value in net.state_dict().items():
+        if name in backbone:
+            assert torch.equal(value, backbone[name]), name
+    with pytest.raises(HetrlError, match="rounds of the branch fit on its own play must be >= 0"):
+        exits.fit_on_own_play(policy.algo, net, data, "CartPole-v1", 2, rounds=-1)
+
+
+def test_the_fit_on_own_play_needs_a_target_the_final_head_labels():
+    """States of the branch's play carry no transitions: a TD target cannot learn from them, and the
+    fit says so instead of fitting to zeros; nor does a fit that goes on from the weights change them."""
+    from hetrl.cosearch.teacher import TeacherData
+    from hetrl.exits import fit_branches
+
+    net = ExitQNetwork((6,), 3, (), (32, 32), exits=(0,), branch_hidden=8)
+    obs = torch.randn(200, 6)
+    data = TeacherData(obs, torch.zeros(200, dtype=torch.int64), torch.zeros(200), obs, torch.zeros(200),
+                       torch.zeros(200, 3), "test")
+    grown = data.with_states(torch.randn(50, 6), "and more")
+    assert len(grown) == 250 and grown.rewards[200:].abs().sum() == 0 and grown.discounts[200:].abs().sum() == 0
+    assert torch.equal(grown.next_obs[200:], grown.obs[200:]) and grown.source == "test and more"
+    with pytest.raises(HetrlError, match="exit_target 'td' learns from transitions"):
+        fit_branches(net, data, exit_algo(exit_target="td").config, 10, play=torch.randn(20, 6))
+    with pytest.raises(HetrlError, match="keeps their width and share"):
+        fit_branches(net, data, exit_algo().config, 10, width=4, fresh=False)
 
 
 def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):

@@ -366,6 +366,10 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--fit-updates", type=int,
                    help="first fit the branches to the trained network on the run's replay, backbone and final "
                         "head frozen, for this many updates (default 20000; 0: sweep the branches as trained)")
+    s.add_argument("--fit-rounds", type=int, default=0,
+                   help="after the fit on the replay, rounds of DAgger: the branch alone plays 40 episodes, the "
+                        "states it met join the fit's (labelled by the final head) and the fit goes on 10000 "
+                        "updates (default 0; needs exit_target policy or distill)")
     s.add_argument("--widths", help="comma-separated branch widths (hidden units; 0: linear heads) to fit and sweep, "
                                     "the cheapest at the score chosen with its threshold (default: the run's own and "
                                     "two narrower, each about 3/4 of the one before: 16,12,9 for 16)")
@@ -408,7 +412,7 @@ def _exits_sweep(args: argparse.Namespace) -> int:
                    store=not args.no_store, timing=not args.no_timing,
                    progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
                    fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates, widths=widths,
-                   margin=args.margin, shares=shares)
+                   margin=args.margin, shares=shares, fit_rounds=args.fit_rounds)
     print(markdown(result))
     return 0
 

@@ -70,6 +70,10 @@ FIT_BATCH = 128  # states per branch-fit update
 FIT_LR = 1e-3  # Adam's step in the branch fit (the run's lr, tuned for the moving DQN target, underfits it)
 FIT_STATES = 50_000  # replay transitions the branch fit draws from, at most
 FIT_HELD_OUT = 0.1  # of them, kept apart to measure each branch's agreement with the final head
+FIT_PLAY_EPISODES = 40  # episodes of the branches' own play per round of the fit on it (fit_on_own_play)
+FIT_PLAY_STATES = 20_000  # of their states kept per round (a uniform sample)
+FIT_ROUND_UPDATES = 10_000  # fit updates after each round
+FIT_PLAY_SEED_OFFSET = 3_000_017  # the play's episodes: apart from training's, validation's and evaluation's seeds
 FIT_CACHE_BYTES = 1 << 30  # the backbone's outputs on the fit's states are kept (computed once) up to this size
 # the branch widths a sweep fits by default: the run's own, then narrower ones, each about this share
 # of the one before (16 units: 16, 12, 9)
@@ -268,6 +272,8 @@ class BranchFit:
     agreement_after: list[float]
     widths: list[int] = field(default_factory=list)  # the fitted branches' hidden units
     share: float = 1.0  # of its block's outputs each fitted branch reads
+    rounds: int = 0  # rounds of the fit on the branches' own play (fit_on_own_play)
+    play_states: int = 0  # states of that play added to the training states
     # before: the branches as trained (as wide as the fitted ones, or not); after: the fitted ones
 
     def describe(self, names: Sequence[str]) -> str:
@@ -275,8 +281,10 @@ class BranchFit:
                           for name, a, b in zip(names, self.agreement_before, self.agreement_after))
         units = f"{'/'.join(str(w) for w in dict.fromkeys(self.widths))}-unit " if self.widths else ""
         units += f"{share_label(self.share)} " if self.share != 1.0 else ""
+        play = (f" and {self.play_states:,} of their own play's ({self.rounds} round{'s' if self.rounds != 1 else ''})"
+                if self.rounds else "")
         return (f"{units}branches fit to the trained network: {self.updates:,} updates on {self.states:,} states "
-                f"({self.source}); agreement with the final head's action on held-out states, as trained -> "
+                f"({self.source}){play}; agreement with the final head's action on held-out states, as trained -> "
                 f"fit: {moved}")
 
 
@@ -446,7 +454,8 @@ def branch_agreement(network: ExitQNetwork, obs: torch.Tensor, chunk: int = 4096
 
 def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = FIT_UPDATES, seed: int = 0,
                  progress: Callable[[str], None] | None = None, width: int | None = None,
-                 share: float | None = None) -> BranchFit:
+                 share: float | None = None, play: torch.Tensor | None = None, fresh: bool = True,
+                 stream: int = 0) -> BranchFit:
     """Fit ``network``'s branches in place to its own final head on ``data`` (a
     :class:`hetrl.cosearch.teacher.TeacherData`: the run's replay states), the backbone and final
     head frozen: fresh branch weights (seeded), then ``updates`` Adam steps (``FIT_LR``, batches of
@@ -456,7 +465,11 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     beside a moving backbone may keep hidden units that no state activates any more (dead ReLUs),
     which no further descent revives. ``width``: the fresh branches have that many hidden units
     (default: as many as the trained ones; the same width gives the same fresh weights either way);
-    ``share``: they read that share of their block's outputs (default: as the trained ones)."""
+    ``share``: they read that share of their block's outputs (default: as the trained ones).
+    ``play``: observations added to the training part (states the branches' own play visited,
+    labelled by the final head: :func:`fit_on_own_play`); the held-out states are always ``data``'s
+    (the seed's split), so agreement compares across fits. ``fresh=False`` goes on from the
+    branches' weights; ``stream``: which stream of batches the updates draw (another per round)."""
     from hetrl.algos.exit_dqn import branch_loss
     from hetrl.profile import torch_threads
 
@@ -464,16 +477,26 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
         raise HetrlError(f"branch-fit updates must be >= 0 (got {updates})")
     if len(data) < 2:
         raise HetrlError(f"the branch fit needs states; got {len(data)}")
+    if play is not None and config.exit_target not in ("policy", "distill"):
+        raise HetrlError(f"a fit on the branches' own play labels states by the final head alone; exit_target "
+                         f"{config.exit_target!r} learns from transitions: fit without play rounds, or use "
+                         f"exit_target=policy or distill")
+    if not fresh and (width is not None or share is not None):
+        raise HetrlError("a fit that goes on from the branches' weights keeps their width and share")
     generator = torch.Generator().manual_seed(seed)
     train, held = data.split(1.0 - FIT_HELD_OUT, generator)
+    if stream:
+        generator.manual_seed(seed + 7919 * stream)
+    if play is not None and len(play):
+        train = train.with_states(play.to(train.obs.dtype), "and the branches' own play")
     before = branch_agreement(network, held.obs)
     frozen = [p for p in network.parameters() if not p.requires_grad]  # a loaded policy's are
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if width is None and share is None:
+        if fresh and width is None and share is None:
             for branch in network.branches:
                 branch.reset_parameters()
-        else:
+        elif fresh:
             network.set_branch_width(network.branch_widths[0] if width is None else width, share=share)
     params = list(network.branches.parameters())
     for p in params:
@@ -516,6 +539,35 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
         p.requires_grad_(False)
     return BranchFit(updates, len(data), data.source, before, branch_agreement(network, held.obs),
                      network.branch_widths, float(getattr(config, "exit_share", 1.0) if share is None else share))
+
+
+def fit_on_own_play(algo: Algorithm, network: ExitQNetwork, data: Any, env_id: str, seed: int, rounds: int,
+                    updates: int = FIT_UPDATES, atari: Any = None, progress: Callable[[str], None] | None = None,
+                    width: int | None = None, share: float | None = None) -> BranchFit:
+    """:func:`fit_branches` on ``data`` (the run's replay), then ``rounds`` rounds of DAgger (Ross et al.
+    2011): the branches' own policy (every decision at the first branch, threshold 0) plays
+    ``FIT_PLAY_EPISODES`` episodes (seeds apart from training's, validation's and the test episodes),
+    a uniform sample of the states it met (``FIT_PLAY_STATES`` a round) joins the training states,
+    labelled by the frozen final head, and the fit goes on ``FIT_ROUND_UPDATES`` updates from the
+    branches' weights. Why: the replay holds the states the epsilon-greedy training policy visited;
+    a branch that takes the decisions drifts to others, where its errors compound
+    (docs/results.md)."""
+    if rounds < 0:
+        raise HetrlError(f"rounds of the branch fit on its own play must be >= 0 (got {rounds})")
+    fit = fit_branches(network, data, algo.config, updates, seed, progress, width, share)
+    played: list[torch.Tensor] = []
+    for k in range(1, rounds + 1):
+        if progress:
+            progress(f"round {k} of {rounds}: {FIT_PLAY_EPISODES} episodes of the branches' own play")
+        counter = ExitCounter(algo, network, 0.0, keep=FIT_PLAY_STATES, seed=seed + k)
+        evaluate_policy(counter, env_id, FIT_PLAY_EPISODES, seed, atari,
+                        seed_offset=FIT_PLAY_SEED_OFFSET + (k - 1) * FIT_PLAY_EPISODES)
+        played.append(torch.as_tensor(counter.observations()))
+        last = fit_branches(network, data, algo.config, FIT_ROUND_UPDATES, seed, progress,
+                            play=torch.cat(played), fresh=False, stream=k)
+        fit.agreement_after, fit.updates = last.agreement_after, fit.updates + last.updates
+    fit.rounds, fit.play_states = rounds, sum(len(x) for x in played)
+    return fit
 
 
 @torch.no_grad()
@@ -715,7 +767,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
           progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES,
           widths: Sequence[int] | None = None, margin: float = SCORE_MARGIN,
-          shares: Sequence[float] | None = None) -> SweepResult:
+          shares: Sequence[float] | None = None, fit_rounds: int = 0) -> SweepResult:
     """``hetrl exits sweep``: for each branch candidate (:func:`candidate_branches` of ``widths``
     and ``shares``; by default narrower widths than the trained one, at the trained share), the
     branches fit to the trained network (``fit_updates``; 0: as trained, their width and share
@@ -723,7 +775,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     (branch, threshold) pair (:func:`choose`), written as a table and a PNG, and the chosen
     threshold, with the chosen branches, stored in the checkpoint (``store``). ``margin``:
     standard errors of its validation score ratio by which the chosen point clears
-    ``min_score_ratio``."""
+    ``min_score_ratio``. ``fit_rounds``: rounds of the fit on the branches' own play after the fit
+    on the replay (:func:`fit_on_own_play`)."""
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
@@ -732,6 +785,10 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
         raise HetrlError(f"episodes must be > 0 (got {episodes})")
     if fit_updates < 0:
         raise HetrlError(f"fit updates must be >= 0 (got {fit_updates}); 0 sweeps the branches as trained")
+    if fit_rounds < 0:
+        raise HetrlError(f"fit rounds must be >= 0 (got {fit_rounds}); 0 fits on the replay alone")
+    if fit_rounds and not fit_updates:
+        raise HetrlError(f"{fit_rounds} fit rounds on the branches' own play need the fit: give fit updates > 0")
     bad = [t for t in thresholds if not 0 <= t <= 1]
     if bad:
         raise HetrlError(f"thresholds must be in [0, 1] (got {bad})")
@@ -774,7 +831,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
             if progress:
                 progress(f"fitting branches of {branch_label((width, share))} to the trained network "
                          f"({fit_updates:,} updates)")
-            fits.append(fit_branches(net, data, policy.algo.config, fit_updates, cfg.seed, progress, width, share))
+            fits.append(fit_on_own_play(policy.algo, net, data, cfg.env, cfg.seed, fit_rounds, fit_updates,
+                                        policy.spec.atari, progress, width, share))
         mine = sweep_policy(policy.algo, net, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
                             backend, timing, timing_seconds, progress, baseline=whole, share=share)
         whole = whole or mine[0]

@@ -59,6 +59,16 @@ class TeacherData:
         cut = min(len(self) - 1, max(1, round(fraction * len(self))))
         return self.subset(order[:cut], "train split"), self.subset(order[cut:], "validation split")
 
+    def with_states(self, obs: torch.Tensor, note: str) -> TeacherData:
+        """These items and ``obs`` after them, as states without transitions: no action taken
+        (0), no reward, discount 0 (no bootstrap), themselves as next state, and no teacher Q-values
+        (zeros): for a fit that labels states by the network's own head, not by these fields."""
+        n = len(obs)
+        return TeacherData(torch.cat([self.obs, obs]), torch.cat([self.actions, self.actions.new_zeros(n)]),
+                           torch.cat([self.rewards, self.rewards.new_zeros(n)]), torch.cat([self.next_obs, obs]),
+                           torch.cat([self.discounts, self.discounts.new_zeros(n)]),
+                           torch.cat([self.q, self.q.new_zeros(n, self.q.shape[1])]), f"{self.source} {note}")
+
     def subset(self, indices: torch.Tensor, note: str) -> TeacherData:
         return TeacherData(**self.take(indices), source=f"{self.source} ({note})")
 
