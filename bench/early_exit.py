@@ -89,7 +89,8 @@ def baseline_plan(exit_dir: Path, path: Path) -> Path:
 
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
             min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0,
-            swept: bool = False, shares: list[float] | None = None, fit_rounds: int = 0) -> dict[str, Any]:
+            swept: bool = False, shares: list[float] | None = None, fit_rounds: int = 0,
+            confidence_tolerance: float | None = None) -> dict[str, Any]:
     """Sweep the exit run on validation episodes (``swept``: take the sweep it has), then play both
     final policies on the test episodes."""
     import torch
@@ -107,7 +108,8 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
             raise RuntimeError(f"{exit_dir}: its sweep stored nothing in the final checkpoint {final.name}; run without --swept")
     else:
         result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False,
-                       widths=widths, margin=margin, shares=shares, fit_rounds=fit_rounds)
+                       widths=widths, margin=margin, shares=shares, fit_rounds=fit_rounds,
+                       confidence_tolerance=confidence_tolerance)
     base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
     exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
     stats = exit_eval.exits
@@ -129,7 +131,8 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
         "branch_share": result.chosen_share,
         "choice": {"validation_episodes": result.episodes, "min_score_ratio": result.min_score_ratio,
                    "margin": result.margin, "widths": result.widths, "shares": result.shares,
-                   "fit_rounds": result.fit.rounds if result.fit else 0},
+                   "fit_rounds": result.fit.rounds if result.fit else 0,
+                   "confidence_tolerance": result.fit.tolerance if result.fit else 0.0},
         "validation": {f"{branch_label(branch_key(p))}:{p.threshold:g}": {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio}
                        for p in result.points},
         "base_return": base.mean, "exit_return": exit_eval.mean,
@@ -194,6 +197,8 @@ def how_chosen(rows: list[dict[str, Any]]) -> str:
         branches = ", ".join(f"{w}" + (f" on {x:.3g}" if x != 1 else "") for w, x in zip(c["widths"], shares))
         rounds = c.get("fit_rounds", 0)
         fit = f", fit with {rounds} round{'s' if rounds != 1 else ''} on its own play" if rounds else ""
+        tolerance = c.get("confidence_tolerance", 0.0)
+        fit += f", confidence within {tolerance:g} of the Q spread" if tolerance else ""
         return (f"branch (of {branches} units{' on a share of the block' if any(x != 1 for x in shares) else ''}{fit}) and threshold chosen on "
                 f"{c['validation_episodes']} validation episodes at score ratio >= {c['min_score_ratio']:g} with "
                 f"{spare:g} standard error{'s' if spare != 1 else ''} to spare")
@@ -287,6 +292,9 @@ def main() -> int:
                    help="branch widths the sweep fits and chooses from (default: the run's and two narrower)")
     p.add_argument("--fit-rounds", type=int, default=0,
                    help="rounds of the sweep's branch fit on the branch's own play (DAgger; hetrl exits sweep --fit-rounds)")
+    p.add_argument("--confidence-tolerance", type=float,
+                   help="the sweep fit's exit_confidence_tolerance (hetrl exits sweep --confidence-tolerance; "
+                        "default: the run's)")
     p.add_argument("--shares", type=float, nargs="+",
                    help="shares of their block's outputs the sweep's branches read (default: the run's exit_share)")
     p.add_argument("--jobs", type=int, default=1, help="(game, seed) pairs trained side by side (each --threads threads)")
@@ -321,7 +329,7 @@ def main() -> int:
         for env, seed, base_dir, exit_dir in trained:
             rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
                                 args.min_score_ratio, args.widths, args.margin, args.swept, args.shares,
-                                args.fit_rounds))
+                                args.fit_rounds, args.confidence_tolerance))
             if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
                 Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = report(rows, args)

@@ -494,6 +494,28 @@ def test_confidence_learns_whether_the_branch_agrees_with_the_final_head():
     torch.testing.assert_close(logits.grad.abs(), torch.full((4,), 0.5 / 4))  # BCE at sigmoid(0) = 0.5, mean of 4
 
 
+def test_a_confidence_tolerance_counts_a_nearly_tied_action_as_safe():
+    """exit_confidence_tolerance: the confidence head's target is 1 where the final head values the
+    branch's action within that share of the state's Q spread of its best, so a branch that takes a
+    nearly tied action is confident there; a far worse action stays 0; 0 is the exact agreement."""
+    from hetrl.algos.exit_dqn import branch_loss
+
+    final = torch.tensor([[1.0, 0.98, 0.0], [1.0, 0.5, 0.0], [0.0, 2.0, 0.0]])
+    branch = torch.tensor([[0.0, 1.0, 0.0], [0.0, 1.0, 0.0], [0.0, 1.0, 0.0]])  # action 1 on every state
+    grads = {}
+    for tolerance in (0.0, 0.05):
+        logits = torch.zeros(3, requires_grad=True)
+        branch_loss(final, [branch], [logits], torch.zeros(3, 1, dtype=torch.int64), torch.zeros(3), torch.ones(3),
+                    "policy", 0.01, tolerance).backward()
+        grads[tolerance] = logits.grad
+    # gap 0.02 of a spread of 1: safe at 0.05, not at 0; gap 0.5: unsafe at both; the final head's own action: safe
+    assert grads[0.0][0] > 0 and grads[0.05][0] < 0
+    assert grads[0.0][1] > 0 and grads[0.05][1] > 0 and grads[0.0][2] < 0 and grads[0.05][2] < 0
+    cfg = make_config("exit-dqn", "CartPole-v1").agent
+    cfg.exit_confidence_tolerance = 1.5
+    assert any("exit_confidence_tolerance must be in [0, 1]" in problem for problem in cfg.validate())
+
+
 def test_policy_distillation_teaches_the_branch_the_final_heads_action_only():
     """exit_target=policy: descent on the branch loss makes the branch's greedy action the final
     head's on every state, from a start that disagrees on all of them; the Q-values' scale is left
@@ -844,6 +866,18 @@ def test_cli_sweep_fits_on_the_branchs_own_play(run_dir, tmp_path, capsys, monke
     assert main(["exits", "sweep", str(run_dir), "--fit-rounds", "1", "--fit-updates", "0", "--no-timing",
                  "--no-store"]) != 0
     assert "need the fit: give fit updates > 0" in capsys.readouterr().err
+
+
+def test_cli_sweep_fits_confidence_heads_to_a_tolerance(run_dir, tmp_path, capsys):
+    out = tmp_path / "sweep"
+    assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0.5", "--widths", "9",
+                 "--fit-updates", "60", "--confidence-tolerance", "0.1", "--no-timing", "--no-store",
+                 "--out", str(out)]) == 0
+    assert "confidence within 0.1 of each state's Q spread" in capsys.readouterr().out
+    assert SweepResult.load(out / "sweep.json").fits[0].tolerance == 0.1
+    assert json.loads((run_dir / "config.json").read_text())["agent"]["exit_confidence_tolerance"] == 0.0  # the run's own
+    assert main(["exits", "sweep", str(run_dir), "--confidence-tolerance", "2", "--no-timing", "--no-store"]) != 0
+    assert "the confidence tolerance is a share of a state's spread of Q-values in [0, 1]" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("target", ["policy", "both"])

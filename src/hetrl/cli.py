@@ -370,6 +370,10 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
                    help="after the fit on the replay, rounds of DAgger: the branch alone plays 40 episodes, the "
                         "states it met join the fit's (labelled by the final head) and the fit goes on 10000 "
                         "updates (default 0; needs exit_target policy or distill)")
+    s.add_argument("--confidence-tolerance", type=float,
+                   help="the fit's exit_confidence_tolerance: its confidence heads predict that the final head "
+                        "values the branch's action within this share of the state's Q spread of its best "
+                        "(default: the run's; 0: the same action)")
     s.add_argument("--widths", help="comma-separated branch widths (hidden units; 0: linear heads) to fit and sweep, "
                                     "the cheapest at the score chosen with its threshold (default: the run's own and "
                                     "two narrower, each about 3/4 of the one before: 16,12,9 for 16)")
@@ -412,7 +416,8 @@ def _exits_sweep(args: argparse.Namespace) -> int:
                    store=not args.no_store, timing=not args.no_timing,
                    progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
                    fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates, widths=widths,
-                   margin=args.margin, shares=shares, fit_rounds=args.fit_rounds)
+                   margin=args.margin, shares=shares, fit_rounds=args.fit_rounds,
+                   confidence_tolerance=args.confidence_tolerance)
     print(markdown(result))
     return 0
 

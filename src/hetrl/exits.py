@@ -38,7 +38,7 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -274,6 +274,7 @@ class BranchFit:
     share: float = 1.0  # of its block's outputs each fitted branch reads
     rounds: int = 0  # rounds of the fit on the branches' own play (fit_on_own_play)
     play_states: int = 0  # states of that play added to the training states
+    tolerance: float = 0.0  # the confidence heads' exit_confidence_tolerance in the fit
     # before: the branches as trained (as wide as the fitted ones, or not); after: the fitted ones
 
     def describe(self, names: Sequence[str]) -> str:
@@ -283,6 +284,8 @@ class BranchFit:
         units += f"{share_label(self.share)} " if self.share != 1.0 else ""
         play = (f" and {self.play_states:,} of their own play's ({self.rounds} round{'s' if self.rounds != 1 else ''})"
                 if self.rounds else "")
+        play += (f", confidence within {self.tolerance:g} of each state's Q spread of the final head's best"
+                 if self.tolerance else "")
         return (f"{units}branches fit to the trained network: {self.updates:,} updates on {self.states:,} states "
                 f"({self.source}){play}; agreement with the final head's action on held-out states, as trained -> "
                 f"fit: {moved}")
@@ -527,7 +530,8 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
                     with torch.no_grad():
                         target = batch["rewards"] + batch["discounts"] * network.final(batch["next_obs"]).max(dim=1).values
             loss = branch_loss(final, branch_q, branch_logits, actions.unsqueeze(1), target,
-                               torch.ones(batch_size), config.exit_target, config.exit_distill_temperature)
+                               torch.ones(batch_size), config.exit_target, config.exit_distill_temperature,
+                               getattr(config, "exit_confidence_tolerance", 0.0))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -538,12 +542,13 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     for p in frozen + (params if frozen else []):  # fresh branches of a frozen network are frozen too
         p.requires_grad_(False)
     return BranchFit(updates, len(data), data.source, before, branch_agreement(network, held.obs),
-                     network.branch_widths, float(getattr(config, "exit_share", 1.0) if share is None else share))
+                     network.branch_widths, float(getattr(config, "exit_share", 1.0) if share is None else share),
+                     tolerance=float(getattr(config, "exit_confidence_tolerance", 0.0)))
 
 
 def fit_on_own_play(algo: Algorithm, network: ExitQNetwork, data: Any, env_id: str, seed: int, rounds: int,
                     updates: int = FIT_UPDATES, atari: Any = None, progress: Callable[[str], None] | None = None,
-                    width: int | None = None, share: float | None = None) -> BranchFit:
+                    width: int | None = None, share: float | None = None, config: Any = None) -> BranchFit:
     """:func:`fit_branches` on ``data`` (the run's replay), then ``rounds`` rounds of DAgger (Ross et al.
     2011): the branches' own policy (every decision at the first branch, threshold 0) plays
     ``FIT_PLAY_EPISODES`` episodes (seeds apart from training's, validation's and the test episodes),
@@ -551,10 +556,11 @@ def fit_on_own_play(algo: Algorithm, network: ExitQNetwork, data: Any, env_id: s
     labelled by the frozen final head, and the fit goes on ``FIT_ROUND_UPDATES`` updates from the
     branches' weights. Why: the replay holds the states the epsilon-greedy training policy visited;
     a branch that takes the decisions drifts to others, where its errors compound
-    (docs/results.md)."""
+    (docs/results.md). ``config``: the branch loss's settings (default: ``algo``'s)."""
     if rounds < 0:
         raise HetrlError(f"rounds of the branch fit on its own play must be >= 0 (got {rounds})")
-    fit = fit_branches(network, data, algo.config, updates, seed, progress, width, share)
+    config = algo.config if config is None else config
+    fit = fit_branches(network, data, config, updates, seed, progress, width, share)
     played: list[torch.Tensor] = []
     for k in range(1, rounds + 1):
         if progress:
@@ -563,7 +569,7 @@ def fit_on_own_play(algo: Algorithm, network: ExitQNetwork, data: Any, env_id: s
         evaluate_policy(counter, env_id, FIT_PLAY_EPISODES, seed, atari,
                         seed_offset=FIT_PLAY_SEED_OFFSET + (k - 1) * FIT_PLAY_EPISODES)
         played.append(torch.as_tensor(counter.observations()))
-        last = fit_branches(network, data, algo.config, FIT_ROUND_UPDATES, seed, progress,
+        last = fit_branches(network, data, config, FIT_ROUND_UPDATES, seed, progress,
                             play=torch.cat(played), fresh=False, stream=k)
         fit.agreement_after, fit.updates = last.agreement_after, fit.updates + last.updates
     fit.rounds, fit.play_states = rounds, sum(len(x) for x in played)
@@ -767,7 +773,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
           progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES,
           widths: Sequence[int] | None = None, margin: float = SCORE_MARGIN,
-          shares: Sequence[float] | None = None, fit_rounds: int = 0) -> SweepResult:
+          shares: Sequence[float] | None = None, fit_rounds: int = 0,
+          confidence_tolerance: float | None = None) -> SweepResult:
     """``hetrl exits sweep``: for each branch candidate (:func:`candidate_branches` of ``widths``
     and ``shares``; by default narrower widths than the trained one, at the trained share), the
     branches fit to the trained network (``fit_updates``; 0: as trained, their width and share
@@ -776,7 +783,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     threshold, with the chosen branches, stored in the checkpoint (``store``). ``margin``:
     standard errors of its validation score ratio by which the chosen point clears
     ``min_score_ratio``. ``fit_rounds``: rounds of the fit on the branches' own play after the fit
-    on the replay (:func:`fit_on_own_play`)."""
+    on the replay (:func:`fit_on_own_play`); ``confidence_tolerance``: the fit's
+    ``exit_confidence_tolerance`` (default: the run's)."""
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
@@ -789,6 +797,11 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
         raise HetrlError(f"fit rounds must be >= 0 (got {fit_rounds}); 0 fits on the replay alone")
     if fit_rounds and not fit_updates:
         raise HetrlError(f"{fit_rounds} fit rounds on the branches' own play need the fit: give fit updates > 0")
+    if confidence_tolerance is not None and not 0 <= confidence_tolerance <= 1:
+        raise HetrlError(f"the confidence tolerance is a share of a state's spread of Q-values in [0, 1] (got "
+                         f"{confidence_tolerance}); 0: a confident branch takes the final head's action")
+    if confidence_tolerance is not None and not fit_updates:
+        raise HetrlError("a confidence tolerance trains the branches' confidence heads: give fit updates > 0")
     bad = [t for t in thresholds if not 0 <= t <= 1]
     if bad:
         raise HetrlError(f"thresholds must be in [0, 1] (got {bad})")
@@ -820,6 +833,9 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     if fit_updates:
         teacher = Teacher(run.path, checkpoint, policy)  # the run's replay states (or, without one, its play)
         data = teacher.data(FIT_STATES, "auto", cfg.seed)
+    fit_config = policy.algo.config
+    if confidence_tolerance is not None:
+        fit_config = replace(fit_config, exit_confidence_tolerance=float(confidence_tolerance))
     batch, backend = executor_batch(run)
     points: list[SweepPoint] = []
     fits: list[BranchFit] = []
@@ -832,7 +848,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
                 progress(f"fitting branches of {branch_label((width, share))} to the trained network "
                          f"({fit_updates:,} updates)")
             fits.append(fit_on_own_play(policy.algo, net, data, cfg.env, cfg.seed, fit_rounds, fit_updates,
-                                        policy.spec.atari, progress, width, share))
+                                        policy.spec.atari, progress, width, share, fit_config))
         mine = sweep_policy(policy.algo, net, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
                             backend, timing, timing_seconds, progress, baseline=whole, share=share)
         whole = whole or mine[0]

@@ -15,7 +15,10 @@ every executor. The final head learns by DQN's loss. Each branch learns
   agreement each target reaches);
 - its confidence head: whether the branch's greedy action equals the final head's on the batch's
   states (binary cross-entropy on the logit), so a threshold on the confidence bounds how often an
-  exit changes the action.
+  exit changes the action; with ``exit_confidence_tolerance`` > 0, whether the final head values
+  the branch's action within that share of the state's spread of Q-values (best minus worst) of
+  its best: where the final head's Q-values nearly tie, another action than its argmax costs
+  little, and an exit there is as safe as one that agrees (docs/results.md).
 
 Schedules (``exit_schedule``):
 
@@ -73,6 +76,7 @@ class ExitDQNConfig(DQNConfig):
     exit_stage_start: int = 0  # staged: updates before the branches start learning
     exit_target: str = "policy"  # what a branch's Q head learns: policy (the final head's greedy policy, KL), td (the TD targets), distill (the final head's Q, Huber), both (td and distill)
     exit_distill_temperature: float = 0.01  # policy: T in the final head's softmax(Q / T) (Rusu et al. 2016's best)
+    exit_confidence_tolerance: float = 0.0  # what a confidence head predicts: the final head values the branch's action within this share of the state's Q spread of its best; 0: the same action
     exit_loss_weight: float = 1.0  # the branches' loss beside DQN's (joint: how hard they pull on the shared blocks)
     act_with_exits: bool = False  # act during training with exits (at exit_threshold); false: the whole network
     exit_threshold: float = 0.9  # the confidence an exit needs while training acts with exits
@@ -82,7 +86,7 @@ class ExitDQNConfig(DQNConfig):
     exit_rates: tuple[float, ...] | None = None
 
     COST_FREE = DQNConfig.COST_FREE | {"exit_target", "exit_distill_temperature", "exit_loss_weight",
-                                        "exit_stage_start"}
+                                        "exit_stage_start", "exit_confidence_tolerance"}
 
     def validate(self) -> list[str]:
         problems = super().validate()
@@ -100,6 +104,9 @@ class ExitDQNConfig(DQNConfig):
             problems.append(f"exit_target must be one of {', '.join(TARGETS)} (got {self.exit_target!r})")
         if not self.exit_distill_temperature > 0:
             problems.append(f"exit_distill_temperature must be > 0 (got {self.exit_distill_temperature})")
+        if not 0 <= self.exit_confidence_tolerance <= 1:
+            problems.append(f"exit_confidence_tolerance must be in [0, 1], a share of a state's spread of Q-values "
+                            f"(got {self.exit_confidence_tolerance}); 0: a confident branch takes the final head's action")
         if self.exit_hidden < 0:
             problems.append(f"exit_hidden must be >= 0 (got {self.exit_hidden})")
         if not 0 < self.exit_share <= 1:
@@ -186,17 +193,21 @@ class ExitDQNLearner(DQNLearner):
                     actions: torch.Tensor, target: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """The branches' mean loss under this run's ``exit_target`` (:func:`branch_loss`)."""
         return branch_loss(final, branch_q, branch_logits, actions, target, weights, self.cfg.exit_target,
-                           self.cfg.exit_distill_temperature)
+                           self.cfg.exit_distill_temperature, self.cfg.exit_confidence_tolerance)
 
 
 def branch_loss(final: torch.Tensor, branch_q: list[torch.Tensor], branch_logits: list[torch.Tensor],
                 actions: torch.Tensor, target: torch.Tensor, weights: torch.Tensor, kind: str = "policy",
-                temperature: float = 0.01) -> torch.Tensor:
+                temperature: float = 0.01, tolerance: float = 0.0) -> torch.Tensor:
     """The branches' mean loss: each Q head's (``kind``, an ``exit_target``: policy distillation,
     TD on the taken ``actions`` towards ``target``, and/or regression on ``final``) plus its
-    confidence's (BCE towards whether its greedy action is the final head's). ``final``: the final
-    head's Q-values, detached; ``weights``: per-sample (PER) weights."""
+    confidence's (BCE towards whether its greedy action is the final head's, or with ``tolerance``
+    > 0 valued by the final head within that share of the state's Q spread of its best). ``final``:
+    the final head's Q-values, detached; ``weights``: per-sample (PER) weights."""
     greedy = final.argmax(dim=1)
+    if tolerance > 0:
+        best = final.max(dim=1).values
+        slack = tolerance * (best - final.min(dim=1).values)
     total = final.new_zeros(())
     teacher = F.softmax(final / temperature, dim=1) if kind == "policy" else None
     for qb, logits in zip(branch_q, branch_logits):
@@ -208,7 +219,11 @@ def branch_loss(final: torch.Tensor, branch_q: list[torch.Tensor], branch_logits
             total = total + (weights * F.huber_loss(taken, target, reduction="none")).mean()
         if kind in ("distill", "both"):
             total = total + (weights * F.huber_loss(qb, final, reduction="none").mean(dim=1)).mean()
-        agrees = (qb.detach().argmax(dim=1) == greedy).float()
+        chosen = qb.detach().argmax(dim=1)
+        if tolerance > 0:
+            agrees = (best - final.gather(1, chosen.unsqueeze(1)).squeeze(1) <= slack).float()
+        else:
+            agrees = (chosen == greedy).float()
         total = total + F.binary_cross_entropy_with_logits(logits, agrees)
     return total / max(1, len(branch_q))
 
