@@ -89,7 +89,7 @@ def baseline_plan(exit_dir: Path, path: Path) -> Path:
 
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
             min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0,
-            swept: bool = False, shares: list[float] | None = None, fit_rounds: int = 0,
+            swept: bool = False, shares: list[float] | None = None, fit_rounds: int | None = None,
             confidence_tolerance: float | None = None) -> dict[str, Any]:
     """Sweep the exit run on validation episodes (``swept``: take the sweep it has), then play both
     final policies on the test episodes."""
@@ -290,8 +290,9 @@ def main() -> int:
                         "final checkpoint it stored), without sweeping again: the test episodes and latencies alone")
     p.add_argument("--widths", type=int, nargs="+",
                    help="branch widths the sweep fits and chooses from (default: the run's and two narrower)")
-    p.add_argument("--fit-rounds", type=int, default=0,
-                   help="rounds of the sweep's branch fit on the branch's own play (DAgger; hetrl exits sweep --fit-rounds)")
+    p.add_argument("--fit-rounds", type=int,
+                   help="rounds of the sweep's branch fit on the branch's own play (DAgger; hetrl exits sweep "
+                        "--fit-rounds; default 3)")
     p.add_argument("--confidence-tolerance", type=float,
                    help="the sweep fit's exit_confidence_tolerance (hetrl exits sweep --confidence-tolerance; "
                         "default: the run's)")

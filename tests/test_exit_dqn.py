@@ -854,7 +854,6 @@ def test_cli_sweep_fits_on_the_branchs_own_play(run_dir, tmp_path, capsys, monke
     from hetrl import exits
 
     monkeypatch.setattr(exits, "FIT_PLAY_EPISODES", 2)
-    monkeypatch.setattr(exits, "FIT_ROUND_UPDATES", 30)
     out = tmp_path / "sweep"
     assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0", "--widths", "9",
                  "--fit-updates", "60", "--fit-rounds", "1", "--no-timing", "--no-store", "--out", str(out)]) == 0
@@ -941,7 +940,6 @@ def test_the_fit_on_own_play_adds_the_branchs_states_on_their_own_seeds(run_dir,
     from hetrl.cosearch.teacher import Teacher
 
     monkeypatch.setattr(exits, "FIT_PLAY_EPISODES", 2)
-    monkeypatch.setattr(exits, "FIT_ROUND_UPDATES", 40)
     played, fits = [], []
     evaluate = exits.evaluate_policy
 
@@ -970,9 +968,9 @@ def test_the_fit_on_own_play_adds_the_branchs_states_on_their_own_seeds(run_dir,
     validation = range(2 + VALIDATION_SEED_OFFSET, 2 + VALIDATION_SEED_OFFSET + 10_000)
     assert not any(s + i in tests or s + i in validation for s in starts for i in range(2))
     assert len(fits) == 3 and fits[0][:2] == (50, None)  # the fit on the replay first
-    assert [f[0] for f in fits[1:]] == [40, 40] and all(f[2] is False for f in fits[1:])  # then on from its weights
+    assert [f[0] for f in fits[1:]] == [25, 25] and all(f[2] is False for f in fits[1:])  # then on from its weights
     assert 0 < fits[1][1] < fits[2][1] == fit.play_states  # each round's states join the earlier ones'
-    assert fit.rounds == 2 and fit.updates == 130 and fit.widths == [9]
+    assert fit.rounds == 2 and fit.updates == 100 and fit.widths == [9]
     assert fit.agreement_before == plain.agreement_before  # the same held-out states
     assert "of their own play's (2 rounds)" in fit.describe(net.exit_names()[:-1])
     for name, value in net.state_dict().items():
@@ -1016,7 +1014,9 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
     # the run's 16-unit branches and two narrower widths, each fit, then swept (the whole network once)
     assert data["trained_width"] == 16 and data["widths"] == [16, 12, 9]
     assert [f["widths"] for f in data["fits"]] == [[16], [12], [9]]
-    assert all(f["updates"] == 300 and len(f["agreement_after"]) == 1 for f in data["fits"])
+    # by default the fit goes on over 3 rounds of the branch's own play, each half the replay fit's updates
+    assert all(f["updates"] == 300 + 3 * 150 and f["rounds"] == 3 and f["play_states"] > 0
+               and len(f["agreement_after"]) == 1 for f in data["fits"])
     assert [(p["threshold"], p["branch_width"]) for p in data["points"]] == [
         (1.0, None), (0.9, 16), (0.0, 16), (0.9, 12), (0.0, 12), (0.9, 9), (0.0, 9)]
     assert all(len(p["returns"]) == 2 and p["score_ratio_se"] >= 0 for p in data["points"])  # each validation episode's

@@ -366,10 +366,10 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--fit-updates", type=int,
                    help="first fit the branches to the trained network on the run's replay, backbone and final "
                         "head frozen, for this many updates (default 20000; 0: sweep the branches as trained)")
-    s.add_argument("--fit-rounds", type=int, default=0,
+    s.add_argument("--fit-rounds", type=int,
                    help="after the fit on the replay, rounds of DAgger: the branch alone plays 40 episodes, the "
-                        "states it met join the fit's (labelled by the final head) and the fit goes on 10000 "
-                        "updates (default 0; needs exit_target policy or distill)")
+                        "states it met join the fit's (labelled by the final head) and the fit goes on for half "
+                        "its updates (default 3; 0: the replay alone; needs exit_target policy or distill)")
     s.add_argument("--confidence-tolerance", type=float,
                    help="the fit's exit_confidence_tolerance: its confidence heads predict that the final head "
                         "values the branch's action within this share of the state's Q spread of its best "

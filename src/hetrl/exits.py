@@ -72,7 +72,9 @@ FIT_STATES = 50_000  # replay transitions the branch fit draws from, at most
 FIT_HELD_OUT = 0.1  # of them, kept apart to measure each branch's agreement with the final head
 FIT_PLAY_EPISODES = 40  # episodes of the branches' own play per round of the fit on it (fit_on_own_play)
 FIT_PLAY_STATES = 20_000  # of their states kept per round (a uniform sample)
-FIT_ROUND_UPDATES = 10_000  # fit updates after each round
+FIT_PLAY_DECISIONS = 100_000  # a round's play stops after this many decisions (long Atari games)
+FIT_ROUNDS = 3  # rounds of the fit on the branches' own play (hetrl exits sweep --fit-rounds)
+FIT_ROUND_SHARE = 0.5  # each round's updates: this share of the fit's on the replay
 FIT_PLAY_SEED_OFFSET = 3_000_017  # the play's episodes: apart from training's, validation's and evaluation's seeds
 FIT_CACHE_BYTES = 1 << 30  # the backbone's outputs on the fit's states are kept (computed once) up to this size
 # the branch widths a sweep fits by default: the run's own, then narrower ones, each about this share
@@ -551,10 +553,10 @@ def fit_on_own_play(algo: Algorithm, network: ExitQNetwork, data: Any, env_id: s
                     width: int | None = None, share: float | None = None, config: Any = None) -> BranchFit:
     """:func:`fit_branches` on ``data`` (the run's replay), then ``rounds`` rounds of DAgger (Ross et al.
     2011): the branches' own policy (every decision at the first branch, threshold 0) plays
-    ``FIT_PLAY_EPISODES`` episodes (seeds apart from training's, validation's and the test episodes),
-    a uniform sample of the states it met (``FIT_PLAY_STATES`` a round) joins the training states,
-    labelled by the frozen final head, and the fit goes on ``FIT_ROUND_UPDATES`` updates from the
-    branches' weights. Why: the replay holds the states the epsilon-greedy training policy visited;
+    ``FIT_PLAY_EPISODES`` episodes (seeds apart from training's, validation's and the test episodes;
+    at most ``FIT_PLAY_DECISIONS`` decisions), a uniform sample of the states it met
+    (``FIT_PLAY_STATES`` a round) joins the training states, labelled by the frozen final head, and
+    the fit goes on ``FIT_ROUND_SHARE`` of ``updates`` from the branches' weights. Why: the replay holds the states the epsilon-greedy training policy visited;
     a branch that takes the decisions drifts to others, where its errors compound
     (docs/results.md). ``config``: the branch loss's settings (default: ``algo``'s)."""
     if rounds < 0:
@@ -567,9 +569,10 @@ def fit_on_own_play(algo: Algorithm, network: ExitQNetwork, data: Any, env_id: s
             progress(f"round {k} of {rounds}: {FIT_PLAY_EPISODES} episodes of the branches' own play")
         counter = ExitCounter(algo, network, 0.0, keep=FIT_PLAY_STATES, seed=seed + k)
         evaluate_policy(counter, env_id, FIT_PLAY_EPISODES, seed, atari,
-                        seed_offset=FIT_PLAY_SEED_OFFSET + (k - 1) * FIT_PLAY_EPISODES)
+                        seed_offset=FIT_PLAY_SEED_OFFSET + (k - 1) * FIT_PLAY_EPISODES,
+                        should_stop=lambda: counter.seen >= FIT_PLAY_DECISIONS)
         played.append(torch.as_tensor(counter.observations()))
-        last = fit_branches(network, data, config, FIT_ROUND_UPDATES, seed, progress,
+        last = fit_branches(network, data, config, round(FIT_ROUND_SHARE * updates), seed, progress,
                             play=torch.cat(played), fresh=False, stream=k)
         fit.agreement_after, fit.updates = last.agreement_after, fit.updates + last.updates
     fit.rounds, fit.play_states = rounds, sum(len(x) for x in played)
@@ -773,7 +776,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
           out: str | Path | None = None, store: bool = True, timing: bool = True, timing_seconds: float = 0.2,
           progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES,
           widths: Sequence[int] | None = None, margin: float = SCORE_MARGIN,
-          shares: Sequence[float] | None = None, fit_rounds: int = 0,
+          shares: Sequence[float] | None = None, fit_rounds: int | None = None,
           confidence_tolerance: float | None = None) -> SweepResult:
     """``hetrl exits sweep``: for each branch candidate (:func:`candidate_branches` of ``widths``
     and ``shares``; by default narrower widths than the trained one, at the trained share), the
@@ -783,7 +786,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     threshold, with the chosen branches, stored in the checkpoint (``store``). ``margin``:
     standard errors of its validation score ratio by which the chosen point clears
     ``min_score_ratio``. ``fit_rounds``: rounds of the fit on the branches' own play after the fit
-    on the replay (:func:`fit_on_own_play`); ``confidence_tolerance``: the fit's
+    on the replay (:func:`fit_on_own_play`; default ``FIT_ROUNDS``, none without the fit); ``confidence_tolerance``: the fit's
     ``exit_confidence_tolerance`` (default: the run's)."""
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
@@ -793,6 +796,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
         raise HetrlError(f"episodes must be > 0 (got {episodes})")
     if fit_updates < 0:
         raise HetrlError(f"fit updates must be >= 0 (got {fit_updates}); 0 sweeps the branches as trained")
+    if fit_rounds is None:
+        fit_rounds = FIT_ROUNDS if fit_updates else 0
     if fit_rounds < 0:
         raise HetrlError(f"fit rounds must be >= 0 (got {fit_rounds}); 0 fits on the replay alone")
     if fit_rounds and not fit_updates:
