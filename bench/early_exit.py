@@ -9,8 +9,9 @@ backbone and final head are the baseline's bit for bit and the score ratio measu
 alone (the report says whether they are). Then, for the exit-dqn run, ``hetrl exits sweep`` fits
 branches of each width (``--widths``; by default the run's and two narrower,
 ``hetrl.exits.candidate_widths``) and share of their block's outputs (``--shares``; by default the
-run's) to the trained network (on the run's replay; the report gives the
-chosen branches' agreement with the final head's action before and after) and chooses the width and
+run's) to the trained network (on the run's replay, then over rounds of the branch's own play,
+``--fit-rounds``; the report gives the chosen branches' agreement with the final head's action
+before and after) and chooses the width and
 threshold on validation episodes (seeded apart from the test episodes), and stores both; both final
 policies then play the same test episodes (``hetrl.evaluate``: the seeds ``hetrl eval`` uses), and
 
