@@ -976,6 +976,9 @@ def test_the_fit_on_own_play_adds_the_branchs_states_on_their_own_seeds(run_dir,
     for name, value in net.state_dict().items():
         if name in backbone:
             assert torch.equal(value, backbone[name]), name
+    monkeypatch.setattr(exits, "FIT_PLAY_DECISIONS", 3)  # a round's play stops after its decisions (long games)
+    capped = exits.fit_on_own_play(policy.algo, net, data, "CartPole-v1", 2, rounds=2, updates=20, width=9)
+    assert 0 < capped.play_states <= 2 * 4  # two episodes a step: stopped at the step that passed 3
     with pytest.raises(HetrlError, match="rounds of the branch fit on its own play must be >= 0"):
         exits.fit_on_own_play(policy.algo, net, data, "CartPole-v1", 2, rounds=-1)
 
