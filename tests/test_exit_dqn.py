@@ -867,6 +867,25 @@ def test_cli_sweep_fits_on_the_branchs_own_play(run_dir, tmp_path, capsys, monke
     assert "need the fit: give fit updates > 0" in capsys.readouterr().err
 
 
+def test_a_sweep_of_a_td_run_fits_on_the_replay_alone(run_dir, tmp_path):
+    """A TD target learns from transitions, which the branch's own play does not give: by default
+    its sweep fits on the replay alone; rounds asked for are refused before any fit."""
+    import shutil
+
+    from hetrl.exits import sweep
+
+    td = tmp_path / "td"
+    shutil.copytree(run_dir, td)
+    config = json.loads((td / "config.json").read_text())
+    config["agent"]["exit_target"] = "td"
+    (td / "config.json").write_text(json.dumps(config))
+    result = sweep(td, episodes=1, thresholds=(0.0,), store=False, timing=False, fit_updates=20, widths=[9],
+                   out=tmp_path / "out")
+    assert result.fits[0].rounds == 0 and result.fits[0].play_states == 0
+    with pytest.raises(HetrlError, match="exit_target 'td' learns from them; give --fit-rounds 0"):
+        sweep(td, episodes=1, store=False, timing=False, fit_updates=20, fit_rounds=2, out=tmp_path / "out")
+
+
 def test_cli_sweep_fits_confidence_heads_to_a_tolerance(run_dir, tmp_path, capsys):
     out = tmp_path / "sweep"
     assert main(["exits", "sweep", str(run_dir), "--episodes", "2", "--thresholds", "0.5", "--widths", "9",

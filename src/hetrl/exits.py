@@ -556,9 +556,10 @@ def fit_on_own_play(algo: Algorithm, network: ExitQNetwork, data: Any, env_id: s
     ``FIT_PLAY_EPISODES`` episodes (seeds apart from training's, validation's and the test episodes;
     at most ``FIT_PLAY_DECISIONS`` decisions), a uniform sample of the states it met
     (``FIT_PLAY_STATES`` a round) joins the training states, labelled by the frozen final head, and
-    the fit goes on ``FIT_ROUND_SHARE`` of ``updates`` from the branches' weights. Why: the replay holds the states the epsilon-greedy training policy visited;
-    a branch that takes the decisions drifts to others, where its errors compound
-    (docs/results.md). ``config``: the branch loss's settings (default: ``algo``'s)."""
+    the fit goes on ``FIT_ROUND_SHARE`` of ``updates`` from the branches' weights. Why: the replay
+    holds the states the epsilon-greedy training policy visited; a branch that takes the decisions
+    drifts to others, where its errors compound (docs/results.md). ``config``: the branch loss's
+    settings (default: ``algo``'s)."""
     if rounds < 0:
         raise HetrlError(f"rounds of the branch fit on its own play must be >= 0 (got {rounds})")
     config = algo.config if config is None else config
@@ -786,8 +787,9 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     threshold, with the chosen branches, stored in the checkpoint (``store``). ``margin``:
     standard errors of its validation score ratio by which the chosen point clears
     ``min_score_ratio``. ``fit_rounds``: rounds of the fit on the branches' own play after the fit
-    on the replay (:func:`fit_on_own_play`; default ``FIT_ROUNDS``, none without the fit); ``confidence_tolerance``: the fit's
-    ``exit_confidence_tolerance`` (default: the run's)."""
+    on the replay (:func:`fit_on_own_play`; default ``FIT_ROUNDS``, none without the fit or for a
+    TD target); ``confidence_tolerance``: the fit's ``exit_confidence_tolerance`` (default: the
+    run's)."""
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
@@ -796,9 +798,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
         raise HetrlError(f"episodes must be > 0 (got {episodes})")
     if fit_updates < 0:
         raise HetrlError(f"fit updates must be >= 0 (got {fit_updates}); 0 sweeps the branches as trained")
-    if fit_rounds is None:
-        fit_rounds = FIT_ROUNDS if fit_updates else 0
-    if fit_rounds < 0:
+    if fit_rounds is not None and fit_rounds < 0:
         raise HetrlError(f"fit rounds must be >= 0 (got {fit_rounds}); 0 fits on the replay alone")
     if fit_rounds and not fit_updates:
         raise HetrlError(f"{fit_rounds} fit rounds on the branches' own play need the fit: give fit updates > 0")
@@ -841,6 +841,12 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     fit_config = policy.algo.config
     if confidence_tolerance is not None:
         fit_config = replace(fit_config, exit_confidence_tolerance=float(confidence_tolerance))
+    labels_states = fit_config.exit_target in ("policy", "distill")  # a TD target needs transitions
+    if fit_rounds is None:
+        fit_rounds = FIT_ROUNDS if fit_updates and labels_states else 0
+    if fit_rounds and not labels_states:
+        raise HetrlError(f"{fit_rounds} fit rounds on the branches' own play: its states carry no transitions, and "
+                         f"this run's exit_target {fit_config.exit_target!r} learns from them; give --fit-rounds 0")
     batch, backend = executor_batch(run)
     points: list[SweepPoint] = []
     fits: list[BranchFit] = []
