@@ -475,14 +475,14 @@ def fit_branches(network: ExitQNetwork, data: Any, config: Any, updates: int = F
     labelled by the final head: :func:`fit_on_own_play`); the held-out states are always ``data``'s
     (the seed's split), so agreement compares across fits. ``fresh=False`` goes on from the
     branches' weights; ``stream``: which stream of batches the updates draw (another per round)."""
-    from hetrl.algos.exit_dqn import branch_loss
+    from hetrl.algos.exit_dqn import STATE_TARGETS, branch_loss
     from hetrl.profile import torch_threads
 
     if updates < 0:
         raise HetrlError(f"branch-fit updates must be >= 0 (got {updates})")
     if len(data) < 2:
         raise HetrlError(f"the branch fit needs states; got {len(data)}")
-    if play is not None and config.exit_target not in ("policy", "distill"):
+    if play is not None and config.exit_target not in STATE_TARGETS:
         raise HetrlError(f"a fit on the branches' own play labels states by the final head alone; exit_target "
                          f"{config.exit_target!r} learns from transitions: fit without play rounds, or use "
                          f"exit_target=policy or distill")
@@ -790,6 +790,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     on the replay (:func:`fit_on_own_play`; default ``FIT_ROUNDS``, none without the fit or for a
     TD target); ``confidence_tolerance``: the fit's ``exit_confidence_tolerance`` (default: the
     run's)."""
+    from hetrl.algos.exit_dqn import STATE_TARGETS
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
     from hetrl.run.rundir import RunDir
@@ -841,7 +842,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     fit_config = policy.algo.config
     if confidence_tolerance is not None:
         fit_config = replace(fit_config, exit_confidence_tolerance=float(confidence_tolerance))
-    labels_states = fit_config.exit_target in ("policy", "distill")  # a TD target needs transitions
+    labels_states = fit_config.exit_target in STATE_TARGETS  # a TD target needs transitions
     if fit_rounds is None:
         fit_rounds = FIT_ROUNDS if fit_updates and labels_states else 0
     if fit_rounds and not labels_states:

@@ -65,6 +65,7 @@ from hetrl.nets.exits import (
 
 SCHEDULES = ("staged", "joint")
 TARGETS = ("policy", "both", "td", "distill")
+STATE_TARGETS = ("policy", "distill")  # learnt from states alone, labelled by the final head (no transitions)
 
 
 @dataclass
