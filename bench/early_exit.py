@@ -91,7 +91,7 @@ def baseline_plan(exit_dir: Path, path: Path) -> Path:
 def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
             min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0,
             swept: bool = False, shares: list[float] | None = None, fit_rounds: int | None = None,
-            confidence_tolerance: float | None = None) -> dict[str, Any]:
+            confidence_tolerance: float | None = None, max_episodes: int | None = None) -> dict[str, Any]:
     """Sweep the exit run on validation episodes (``swept``: take the sweep it has), then play both
     final policies on the test episodes."""
     import torch
@@ -110,7 +110,7 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     else:
         result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False,
                        widths=widths, margin=margin, shares=shares, fit_rounds=fit_rounds,
-                       confidence_tolerance=confidence_tolerance)
+                       confidence_tolerance=confidence_tolerance, max_episodes=max_episodes)
     base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
     exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
     stats = exit_eval.exits
@@ -130,7 +130,9 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     return {
         "env": env, "seed": seed, "threshold": result.chosen, "branch_width": result.chosen_width,
         "branch_share": result.chosen_share,
-        "choice": {"validation_episodes": result.episodes, "min_score_ratio": result.min_score_ratio,
+        "choice": {"validation_episodes": result.episodes, "max_validation_episodes": result.max_episodes,
+                   "chosen_point_episodes": result.chosen_point.episodes or result.episodes,
+                   "min_score_ratio": result.min_score_ratio,
                    "margin": result.margin, "widths": result.widths, "shares": result.shares,
                    "fit_rounds": result.fit.rounds if result.fit else 0,
                    "confidence_tolerance": result.fit.tolerance if result.fit else 0.0},
@@ -190,6 +192,12 @@ def spread(values: list[float]) -> str:
     return f"{statistics.mean(values):.3f} [{min(values):.3f}-{max(values):.3f}]"
 
 
+def more(choice: dict[str, Any]) -> str:
+    """Up to how many validation episodes a point the sweep could not yet tell played ("" where none could)."""
+    most = choice.get("max_validation_episodes", 0)
+    return f" (up to {most} where a point lay within the margin of the line)" if most > choice["validation_episodes"] else ""
+
+
 def how_chosen(rows: list[dict[str, Any]]) -> str:
     """How the runs' sweeps chose (the same for all, or each run's own)."""
     def one(c: dict[str, Any]) -> str:
@@ -201,7 +209,7 @@ def how_chosen(rows: list[dict[str, Any]]) -> str:
         tolerance = c.get("confidence_tolerance", 0.0)
         fit += f", confidence within {tolerance:g} of the Q spread" if tolerance else ""
         return (f"branch (of {branches} units{' on a share of the block' if any(x != 1 for x in shares) else ''}{fit}) and threshold chosen on "
-                f"{c['validation_episodes']} validation episodes at score ratio >= {c['min_score_ratio']:g} with "
+                f"{c['validation_episodes']} validation episodes{more(c)} at score ratio >= {c['min_score_ratio']:g} with "
                 f"{spare:g} standard error{'s' if spare != 1 else ''} to spare")
     texts = list(dict.fromkeys(one(r["choice"]) for r in rows if "choice" in r))
     return texts[0] if len(texts) == 1 else "; ".join(f"{r['env']} s{r['seed']}: {one(r['choice'])}" for r in rows)
@@ -282,6 +290,9 @@ def main() -> int:
     p.add_argument("--exit-set", dest="exit_settings", action="append", default=[], metavar="KEY=VALUE",
                    help="an exit-dqn setting, e.g. exit_schedule=joint")
     p.add_argument("--validation-episodes", type=int, default=20)
+    p.add_argument("--max-validation-episodes", type=int,
+                   help="validation episodes a point the sweep cannot yet tell plays in all (hetrl exits sweep "
+                        "--max-episodes; default 4x --validation-episodes)")
     p.add_argument("--test-episodes", type=int, default=20)
     p.add_argument("--min-score-ratio", type=float, default=0.9)
     p.add_argument("--margin", type=float, default=1.0,
@@ -331,7 +342,7 @@ def main() -> int:
         for env, seed, base_dir, exit_dir in trained:
             rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
                                 args.min_score_ratio, args.widths, args.margin, args.swept, args.shares,
-                                args.fit_rounds, args.confidence_tolerance))
+                                args.fit_rounds, args.confidence_tolerance, args.max_validation_episodes))
             if args.out:  # kept as it goes: a benchmark cut short keeps what it measured
                 Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
     text = report(rows, args)

@@ -716,6 +716,54 @@ def test_the_choice_keeps_a_margin_of_standard_errors():
     assert choose([whole, safe, edge], 0.9, margin=3.0) is whole
 
 
+def test_undecided_points_are_those_the_margin_could_tip():
+    """Cheaper than the choice and within the margin of the line on either side: undecided. Clearly
+    below, dearer than the choice, or the choice itself: not; without a margin nothing is."""
+    from hetrl.exits import undecided
+
+    def point(threshold, score, ops, se):
+        return SweepPoint(threshold, 0.0, 0.0, score, 0.0, ops, [], branch_width=9, score_ratio_se=se)
+
+    whole = SweepPoint(1.0, 0.0, 0.0, 1.0, 0.0, 1.0, [])
+    safe = point(0.9, 1.0, 0.8, 0.02)  # the choice at margin 1
+    near_above = point(0.5, 0.93, 0.5, 0.05)  # clears 0.9, not by a standard error
+    near_below = point(0.3, 0.88, 0.4, 0.05)  # short of 0.9, within a standard error
+    far_below = point(0.0, 0.7, 0.3, 0.05)
+    points = [whole, safe, near_above, near_below, far_below]
+    assert choose(points, 0.9, 1.0) is safe
+    assert undecided(points, 0.9, 1.0) == [near_above, near_below]
+    assert undecided(points, 0.9, 0.0) == []
+    assert undecided(points, 0.9, 6.0) == [safe, near_above, near_below, far_below]  # the whole network is the choice
+
+
+def test_more_episodes_go_to_undecided_points_on_the_next_seeds(run_dir, monkeypatch):
+    """decide plays an undecided point its next validation seeds in steps of the sweep's episodes,
+    up to the most, the whole network's point as far, and takes the ratio, its paired standard
+    error and the exits again over all the episodes; the points it does not name keep theirs."""
+    from hetrl import exits
+    from hetrl.evaluation import evaluate_policy
+    from hetrl.exits import ExitCounter, decide, score_ratio, score_ratio_se, sweep_policy
+
+    policy = hetrl.load(run_dir)
+    algo, net, env, seed = policy.algo, policy.network, "CartPole-v1", 2
+    points = sweep_policy(algo, net, env, seed, 2, (0.0, 0.5), timing=False)
+    whole, low, mid = points[0], points[2], points[1]
+    assert (whole.threshold, mid.threshold, low.threshold) == (1.0, 0.5, 0.0) and whole.episodes == low.episodes == 2
+    first, mid_before = list(low.returns), (list(mid.returns), mid.score_ratio)
+    monkeypatch.setattr(exits, "undecided", lambda pts, *_: [low])  # the threshold-0 point stays undecided
+    assert decide(algo, {(16, 1.0): net}, points, env, seed, 2, 7, 0.9, 1.0) == 3  # 2 -> 4 -> 6 -> 7
+    assert low.episodes == whole.episodes == 7 and low.returns[:2] == first
+    direct = ExitCounter(algo, net, 0.0)
+    assert low.returns == evaluate_policy(direct, env, 7, seed, seed_offset=VALIDATION_SEED_OFFSET).tolist()
+    base = np.asarray(whole.returns)
+    assert low.score_ratio == pytest.approx(score_ratio(float(np.mean(low.returns)), float(base.mean())))
+    assert low.score_ratio_se == pytest.approx(score_ratio_se(np.asarray(low.returns), base))
+    assert low.decisions == int(direct.counts.sum()) and low.exit_fractions == [1.0, 0.0]
+    assert low.return_mean == pytest.approx(np.mean(low.returns)) and whole.score_ratio == 1.0
+    assert (list(mid.returns), mid.score_ratio) == mid_before  # not undecided: as it was
+    assert decide(algo, {(16, 1.0): net}, points, env, seed, 2, 7, 0.9, 1.0) == 0  # at the most already
+
+
 @contextlib.contextmanager
 def resumed_session(run_dir, checkpoint, **agent):
     """A training session of ``run_dir`` (its config, with ``agent`` settings changed) resumed
@@ -898,6 +946,12 @@ def test_cli_sweep_fits_confidence_heads_to_a_tolerance(run_dir, tmp_path, capsy
     assert "the confidence tolerance is a share of a state's spread of Q-values in [0, 1]" in capsys.readouterr().err
 
 
+def test_cli_sweep_refuses_fewer_most_episodes_than_episodes(run_dir, capsys):
+    assert main(["exits", "sweep", str(run_dir), "--episodes", "4", "--max-episodes", "2", "--no-timing",
+                 "--no-store"]) != 0
+    assert "the most validation episodes a point plays (2) is below the episodes every point plays (4)" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("target", ["policy", "both"])
 def test_the_branch_fit_on_the_backbones_kept_outputs_is_the_fit_per_batch(monkeypatch, target):
     """The fit keeps the frozen backbone's outputs on its states (computed once) where they fit in
@@ -1028,7 +1082,7 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
                  "--fit-updates", "300"]) == 0
     text = capsys.readouterr().out
     assert "| branch | threshold |" in text and "Chosen: " in text and "branches fit to the trained network" in text
-    assert "with 1 standard error to spare" in text
+    assert "with 1 standard error to spare" in text and "up to 8" in text  # more episodes: 4x by default
     policy = hetrl.load(run_dir)
     fitted = policy.network.state_dict()  # the fitted branches are stored with the threshold
     assert torch.equal(fitted["head.weight"], before["head.weight"])
@@ -1041,7 +1095,9 @@ def test_cli_sweep_and_eval_report_exits(run_dir, tmp_path, capsys):
                and len(f["agreement_after"]) == 1 for f in data["fits"])
     assert [(p["threshold"], p["branch_width"]) for p in data["points"]] == [
         (1.0, None), (0.9, 16), (0.0, 16), (0.9, 12), (0.0, 12), (0.9, 9), (0.0, 9)]
-    assert all(len(p["returns"]) == 2 and p["score_ratio_se"] >= 0 for p in data["points"])  # each validation episode's
+    # each validation episode's: 2, or more for a point within the margin of the line (up to 4x: 8)
+    assert all(len(p["returns"]) in (2, 4, 6, 8) and p["score_ratio_se"] >= 0 for p in data["points"])
+    assert data["max_episodes"] == 8 and len(data["points"][0]["returns"]) == max(len(p["returns"]) for p in data["points"])
     zeros = [p for p in data["points"] if p["threshold"] == 0.0]  # threshold 0: every decision leaves at the branch
     assert all(z["exit_fractions"] == [1.0, 0.0] and z["ops_ratio"] < 0.5 for z in zeros)
     assert zeros[0]["ops_ratio"] > zeros[1]["ops_ratio"] > zeros[2]["ops_ratio"]  # a narrower branch, fewer MACs

@@ -360,6 +360,10 @@ def _add_exits(sub: argparse._SubParsersAction) -> None:
     s.add_argument("run_dir")
     s.add_argument("--checkpoint", help="best (default, as hetrl eval), final, or a checkpoint file")
     s.add_argument("--episodes", type=int, default=20, help="validation episodes per threshold (default 20)")
+    s.add_argument("--max-episodes", type=int,
+                   help="validation episodes a point the sweep cannot yet tell (cheaper than the choice, its score "
+                        "ratio within --margin standard errors of the line) plays in all, in steps of --episodes "
+                        "(default 4x --episodes; --episodes: none more)")
     s.add_argument("--thresholds", help="comma-separated confidences in [0, 1] (default 1,0.99,0.98,0.95,0.9,0.85,"
                                         "0.8,0.7,0.6,0.5,0.4,0.3,0.2,0.1,0; 1, the whole network, is always "
                                         "included)")
@@ -417,7 +421,7 @@ def _exits_sweep(args: argparse.Namespace) -> int:
                    progress=lambda label: console.print(f"exits sweep: {label}", highlight=False),
                    fit_updates=FIT_UPDATES if args.fit_updates is None else args.fit_updates, widths=widths,
                    margin=args.margin, shares=shares, fit_rounds=args.fit_rounds,
-                   confidence_tolerance=args.confidence_tolerance)
+                   confidence_tolerance=args.confidence_tolerance, max_episodes=args.max_episodes)
     print(markdown(result))
     return 0
 

@@ -64,6 +64,11 @@ MIN_SCORE_RATIO = 0.9
 # the choice takes the cheapest of some 40 noisy points, and on the edge one lucky validation score
 # would decide (docs/results.md, "The sweep chooses the branch width, with a margin ...")
 SCORE_MARGIN = 1.0
+# an undecided point (cheaper than the choice, its ratio within the margin of the line on either
+# side) plays more validation episodes, in steps of the sweep's episodes, up to this many times them
+# (sweep's max_episodes): where a branch's score is near the line, more episodes decide it instead
+# of the margin keeping the network
+MORE_EPISODES = 4
 KEPT_OBSERVATIONS = 512  # observations kept per threshold (a uniform sample) to time decisions on
 FIT_UPDATES = 20_000  # branch-fit updates before a sweep
 FIT_BATCH = 128  # states per branch-fit update
@@ -260,6 +265,12 @@ class SweepPoint:
     branch_share: float = 1.0  # of its block's outputs each branch reads (exit_share)
     score_ratio_se: float = 0.0  # standard error of score_ratio over the validation episodes (paired with the baseline's)
     returns: list[float] = field(default_factory=list)  # each validation episode's return
+    decisions: int = 0  # the decisions exit_fractions count (0: not recorded, a sweep before it was)
+
+    @property
+    def episodes(self) -> int:
+        """The validation episodes the point played (an undecided one plays more: :func:`decide`)."""
+        return len(self.returns)
 
 
 @dataclass
@@ -316,6 +327,8 @@ class SweepResult:
     shares: list[float] = field(default_factory=list)  # each swept width's share (beside ``widths``)
     chosen_share: float = 1.0  # the share of the branches stored with the chosen threshold
     margin: float = 0.0  # standard errors the chosen point's score ratio had to clear min_score_ratio by
+    max_episodes: int = 0  # validation episodes an undecided point could play in all (decide; 0: a sweep before it)
+    decide_rounds: int = 0  # rounds of more episodes the sweep played (decide)
 
     def point(self, threshold: float, width: int | None = None, share: float | None = None) -> SweepPoint:
         """The point of ``threshold`` (and branch ``width`` and ``share``; the whole network's point has none)."""
@@ -400,16 +413,18 @@ def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
     """Each threshold's score ratio fit to be non-increasing as the threshold falls (isotonic
     regression by pooling adjacent violators, equal weights): a lower threshold sends more decisions
     to the branches, so its expected score is no higher. A dip or a bump that breaks that order is
-    noise of the validation episodes, and is pooled with its neighbours rather than believed alone.
-    (scipy's ``isotonic_regression`` does the same, but scipy is not a dependency of hetrl.)"""
+    noise of the validation episodes, and is pooled with its neighbours rather than believed alone,
+    each point weighted by its episodes (equal where all played as many; :func:`decide` gives
+    undecided points more). (scipy's ``isotonic_regression`` does the same, but scipy is not a
+    dependency of hetrl.)"""
     ordered = sorted(points, key=lambda p: p.threshold)  # ascending: the fit is non-decreasing
-    pools: list[list[float]] = []  # [mean, count]
+    pools: list[list[float]] = []  # [mean, weight, points]
     for p in ordered:
-        pools.append([p.score_ratio, 1.0])
+        pools.append([p.score_ratio, float(max(1, p.episodes)), 1])
         while len(pools) > 1 and pools[-2][0] > pools[-1][0]:
-            (m2, n2), (m1, n1) = pools.pop(), pools.pop()
-            pools.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    fitted = [mean for mean, count in pools for _ in range(int(count))]
+            (m2, n2, k2), (m1, n1, k1) = pools.pop(), pools.pop()
+            pools.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2, k1 + k2])
+    fitted = [mean for mean, _, count in pools for _ in range(int(count))]
     return {p.threshold: s for p, s in zip(ordered, fitted)}
 
 
@@ -444,6 +459,67 @@ def choose(points: Sequence[SweepPoint], min_score_ratio: float, margin: float =
     ok = [p for p in points if p.threshold >= NEVER
           or fitted[(branch_key(p), p.threshold)] - margin * p.score_ratio_se >= min_score_ratio]
     return min(ok, key=lambda p: (p.ops_ratio, -p.threshold, -(p.branch_width or 0), -p.branch_share))
+
+
+def undecided(points: Sequence[SweepPoint], min_score_ratio: float, margin: float) -> list[SweepPoint]:
+    """The points the validation episodes cannot yet tell: cheaper than :func:`choose`'s choice,
+    with a score ratio (fit monotone) within ``margin`` standard errors of ``min_score_ratio`` on
+    either side, so that more episodes could make one the choice or rule it out. None without a
+    margin: there the ratio alone decides."""
+    if not margin:
+        return []
+    best = choose(points, min_score_ratio, margin)
+    fitted = monotone_by_width(points)
+    return [p for p in points if p.threshold < NEVER and p.ops_ratio < best.ops_ratio
+            and fitted[(branch_key(p), p.threshold)] + margin * p.score_ratio_se >= min_score_ratio]
+
+
+def decide(algo: Algorithm, nets: Mapping[BranchKey, ExitQNetwork], points: Sequence[SweepPoint], env_id: str,
+           seed: int, episodes: int, max_episodes: int, min_score_ratio: float, margin: float, atari: Any = None,
+           progress: Callable[[str], None] | None = None) -> int:
+    """More validation episodes where the sweep cannot yet tell (:func:`undecided`), in place: each
+    round every undecided point plays its next ``episodes`` validation seeds (up to ``max_episodes``
+    in all), the whole network's point as many as the furthest of them, and their ratios and
+    standard errors are taken again over all their episodes, paired with the whole network's on the
+    same seeds; until no point is undecided or those left have played ``max_episodes``. ``nets``:
+    each branch candidate's network (:func:`branch_key`). Returns the rounds played. Why: at a few
+    hundred episodes a branch that plays at 0.93-0.96 of the network can sit within a standard
+    error of the line, and the margin then keeps the whole network for it (docs/results.md); a few
+    points played longer cost far less than every point played longer."""
+    whole = next(p for p in points if p.threshold >= NEVER)
+    rounds = 0
+    while todo := [p for p in undecided(points, min_score_ratio, margin) if p.episodes < max_episodes]:
+        rounds += 1
+        goals = {id(p): min(max_episodes, p.episodes + episodes) for p in todo}
+        if progress:
+            progress(f"round {rounds} of more validation episodes: {len(todo)} undecided point"
+                     f"{'s' if len(todo) != 1 else ''}, up to {max(goals.values())} episodes")
+        _play_more(algo, nets[branch_key(todo[0])], whole, env_id, seed, max(goals.values()), atari)
+        for p in todo:
+            _play_more(algo, nets[branch_key(p)], p, env_id, seed, goals[id(p)], atari)
+            base = np.asarray(whole.returns[:p.episodes])
+            p.score_ratio, p.score_ratio_se = score_ratio(p.return_mean, float(base.mean())), score_ratio_se(np.asarray(p.returns), base)
+    return rounds
+
+
+def _play_more(algo: Algorithm, network: ExitQNetwork, point: SweepPoint, env_id: str, seed: int, goal: int,
+               atari: Any) -> None:
+    """``point`` plays its next validation seeds until it has ``goal`` episodes: its returns, mean,
+    spread and exits (the decisions of all its episodes) taken again."""
+    if point.episodes >= goal:
+        return
+    counter = ExitCounter(algo, network, point.threshold)
+    more = evaluate_policy(counter, env_id, goal - point.episodes, seed, atari,
+                           seed_offset=VALIDATION_SEED_OFFSET + point.episodes)
+    counts = [round(f * point.decisions) + c for f, c in zip(point.exit_fractions, counter.counts.tolist())]
+    exits_on = threshold_logit(point.threshold) < math.inf
+    stats = ExitStats(point.threshold, network.exit_names(), counts, network.mean_macs(counts, exits_on),
+                      network.baseline_macs)
+    point.returns = point.returns + more.tolist()
+    returns = np.asarray(point.returns)
+    point.return_mean, point.return_std = float(returns.mean()), float(returns.std())
+    point.macs_mean, point.ops_ratio, point.exit_fractions = stats.macs_mean, stats.ops_ratio, stats.fractions
+    point.decisions = stats.decisions
 
 
 @torch.no_grad()
@@ -632,7 +708,8 @@ def sweep_policy(algo: Algorithm, network: ExitQNetwork, env_id: str, seed: int,
             base_return, base_returns = mean, returns
         point = SweepPoint(threshold, mean, float(returns.std()), score_ratio(mean, base_return), stats.macs_mean,
                            stats.ops_ratio, stats.fractions, branch_width=width if threshold < NEVER else None,
-                           branch_share=share if threshold < NEVER else 1.0, score_ratio_se=score_ratio_se(returns, base_returns), returns=returns.tolist())
+                           branch_share=share if threshold < NEVER else 1.0, score_ratio_se=score_ratio_se(returns, base_returns),
+                           returns=returns.tolist(), decisions=stats.decisions)
         if timing:
             obs = counter.observations()
             b1, p10, p90 = decision_latency(algo, network, threshold, obs, 1, backend, timing_seconds)
@@ -778,7 +855,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
           progress: Callable[[str], None] | None = None, fit_updates: int = FIT_UPDATES,
           widths: Sequence[int] | None = None, margin: float = SCORE_MARGIN,
           shares: Sequence[float] | None = None, fit_rounds: int | None = None,
-          confidence_tolerance: float | None = None) -> SweepResult:
+          confidence_tolerance: float | None = None, max_episodes: int | None = None) -> SweepResult:
     """``hetrl exits sweep``: for each branch candidate (:func:`candidate_branches` of ``widths``
     and ``shares``; by default narrower widths than the trained one, at the trained share), the
     branches fit to the trained network (``fit_updates``; 0: as trained, their width and share
@@ -789,7 +866,9 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     ``min_score_ratio``. ``fit_rounds``: rounds of the fit on the branches' own play after the fit
     on the replay (:func:`fit_on_own_play`; default ``FIT_ROUNDS``, none without the fit or for a
     TD target); ``confidence_tolerance``: the fit's ``exit_confidence_tolerance`` (default: the
-    run's)."""
+    run's). ``max_episodes``: the validation episodes a point the sweep cannot yet tell plays in
+    all, in steps of ``episodes`` (:func:`decide`; default ``MORE_EPISODES`` times ``episodes``;
+    ``episodes``: none more)."""
     from hetrl.algos.exit_dqn import STATE_TARGETS
     from hetrl.cosearch.teacher import Teacher
     from hetrl.policy import load
@@ -797,6 +876,10 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
 
     if episodes <= 0:
         raise HetrlError(f"episodes must be > 0 (got {episodes})")
+    max_episodes = MORE_EPISODES * episodes if max_episodes is None else max_episodes
+    if max_episodes < episodes:
+        raise HetrlError(f"the most validation episodes a point plays ({max_episodes}) is below the episodes every "
+                         f"point plays ({episodes}); give at least {episodes}, or {episodes} for none more")
     if fit_updates < 0:
         raise HetrlError(f"fit updates must be >= 0 (got {fit_updates}); 0 sweeps the branches as trained")
     if fit_rounds is not None and fit_rounds < 0:
@@ -866,13 +949,15 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
         whole = whole or mine[0]
         points += mine
         nets[(width, share)] = net
+    rounds = decide(policy.algo, nets, points, cfg.env, cfg.seed, episodes, max_episodes, min_score_ratio, margin,
+                    policy.spec.atari, progress)
     best = choose(points, min_score_ratio, margin)
     chosen = branch_key(best) or candidates[0]
     result = SweepResult(str(run.path), str(policy.source), cfg.env, episodes, VALIDATION_SEED_OFFSET, batch, backend,
                          network.baseline_macs, network.exit_names(), min_score_ratio, best.threshold, points,
                          fits=fits, trained_width=trained, widths=[w for w, _ in candidates], chosen_width=chosen[0],
                          margin=margin, trained_share=trained_share, shares=[x for _, x in candidates],
-                         chosen_share=chosen[1])
+                         chosen_share=chosen[1], max_episodes=max_episodes, decide_rounds=rounds)
     if store:
         stored = nets[chosen] if data is not None else None  # as trained: the threshold alone
         result.stored = store_threshold(Path(policy.source), best.threshold, stored, chosen[1]) > 0
@@ -889,13 +974,13 @@ def markdown(result: SweepResult) -> str:
     branches = "; ".join(branch_label(key) for key in result.candidates) or branch_label((result.trained_width, 1.0))
     lines = [
         (f"Exit thresholds of {result.checkpoint} on {result.episodes} validation episodes of {result.env} "
-         f"(seeds apart from the test episodes); branches of {branches} (the run trained "
+         f"(seeds apart from the test episodes{more_episodes(result)}); branches of {branches} (the run trained "
          f"{branch_label((result.trained_width, result.trained_share))}); baseline {result.baseline_macs:,} MACs per decision; "
          f"latency: Act/{result.backend} on the host, one thread, batch 1 and batch {result.batch}."),
         "",
-        (f"| branch | threshold | return | score ratio ± s.e. | monotone fit | MACs/decision | ops ratio | {names} | "
-         f"us/decision b1 (p10-p90) | latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
-        "|" + "---|" * (11 + len(result.exit_names)),
+        (f"| branch | threshold | return | score ratio ± s.e. | episodes | monotone fit | MACs/decision | ops ratio | "
+         f"{names} | us/decision b1 (p10-p90) | latency ratio b1 | us/decision b{result.batch} | latency ratio b{result.batch} |"),
+        "|" + "---|" * (12 + len(result.exit_names)),
     ]
     fitted = monotone_by_width(result.points)
     chosen = result.chosen_point
@@ -910,7 +995,7 @@ def markdown(result: SweepResult) -> str:
             timing = "- | - | - | -"
         units = "- (whole network)" if p.branch_width is None else branch_label(branch_key(p))
         lines.append(f"| {units} | {p.threshold:g}{mark} | {p.return_mean:.2f} ± {p.return_std:.2f} | "
-                     f"{p.score_ratio:.3f} ± {p.score_ratio_se:.3f} | "
+                     f"{p.score_ratio:.3f} ± {p.score_ratio_se:.3f} | {p.episodes or result.episodes} | "
                      f"{fitted[(branch_key(p), p.threshold)]:.3f} | {p.macs_mean:,.0f} | {p.ops_ratio:.3f} | {shares} | "
                      f"{timing} |")
     lines += [""] + [fit.describe(result.exit_names[:-1]) + "." for fit in result.fits]
@@ -922,6 +1007,17 @@ def markdown(result: SweepResult) -> str:
                   f"with the threshold (isotonic regression){where}.",
               "", f"To plan a run that acts with these exits at this distribution: {planning_settings(result)}"]
     return "\n".join(lines)
+
+
+def more_episodes(result: SweepResult) -> str:
+    """What the sweep's :func:`decide` played, for its report's first line ("" where it could play none)."""
+    if result.max_episodes <= result.episodes:
+        return ""
+    if not result.decide_rounds:
+        return f"; no point lay within the margin of the line, so none played more (up to {result.max_episodes} could)"
+    rounds = f"{result.decide_rounds} round{'s' if result.decide_rounds != 1 else ''}"
+    return (f"; points whose ratio lay within the margin of the line played more, in {rounds}, up to "
+            f"{result.max_episodes}")
 
 
 def planning_settings(result: SweepResult) -> str:
