@@ -39,6 +39,14 @@ The final checkpoints are compared (not best.pt, which training chose on the tes
 without sweeping again: the test episodes and latencies alone, e.g. on a quiet machine after sweeps
 that ran side by side.
 
+``--own-baseline`` trains no DQN: the baseline is the exit run's own whole network (threshold 1, no
+branch run). Under the staged schedule that network takes DQN's updates bit for bit (the runs of
+docs/results.md that trained both were the same network on every run), so the score ratio is the
+same and the training is halved; the latency ratio is then to the exit network's own whole pass
+(Act's exit-network code with no exit), not to DQN's network. A run whose DQN the ``--workdir``
+has (trained earlier) is still measured against it. The joint schedule trains another network and
+is refused.
+
 On 2 cores, MinAtar DQN trains at a few hundred env steps per second: a full run is some 2 x 9
 trainings of 1M steps, i.e. days; pass ``--steps`` to shorten it.
 """
@@ -88,17 +96,19 @@ def baseline_plan(exit_dir: Path, path: Path) -> Path:
     return path
 
 
-def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: int, validation_episodes: int,
+def measure(env: str, seed: int, base_dir: Path | None, exit_dir: Path, test_episodes: int, validation_episodes: int,
             min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0,
             swept: bool = False, shares: list[float] | None = None, fit_rounds: int | None = None,
             confidence_tolerance: float | None = None, max_episodes: int | None = None) -> dict[str, Any]:
     """Sweep the exit run on validation episodes (``swept``: take the sweep it has), then play both
-    final policies on the test episodes."""
+    final policies on the test episodes. ``base_dir`` None: the baseline is the exit run's own whole
+    network (``--own-baseline``)."""
     import torch
 
     import hetrl
     from hetrl.evaluation import evaluate_policy
     from hetrl.exits import ExitCounter, SweepResult, branch_key, branch_label, score_ratio, sweep
+    from hetrl.nets.exits import NEVER
     from hetrl.run.rundir import RunDir
     from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
@@ -111,23 +121,35 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
         result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False,
                        widths=widths, margin=margin, shares=shares, fit_rounds=fit_rounds,
                        confidence_tolerance=confidence_tolerance, max_episodes=max_episodes)
-    base = hetrl.evaluate(base_dir, test_episodes, checkpoint="final")
     exit_eval = hetrl.evaluate(exit_dir, test_episodes, checkpoint="final")
     stats = exit_eval.exits
     # latency: both policies on the observations the exit policy met in (some of) the test episodes
-    policy, baseline = hetrl.load(exit_dir, "final"), hetrl.load(base_dir, "final")
+    policy = hetrl.load(exit_dir, "final")
+    baseline = hetrl.load(base_dir, "final") if base_dir is not None else None
+    if baseline is not None:
+        base_mean = hetrl.evaluate(base_dir, test_episodes, checkpoint="final").mean
+    else:  # the exit run's whole network on the same test episodes (hetrl.evaluate's seeds)
+        if getattr(policy.algo.config, "exit_schedule", "staged") != "staged":
+            raise RuntimeError(f"{exit_dir}: a joint-schedule run's whole network is not DQN's; train the baseline "
+                               "(drop --own-baseline)")
+        base_mean = float(evaluate_policy(ExitCounter(policy.algo, policy.network, NEVER), env, test_episodes,
+                                          seed).mean())
     counter = ExitCounter(policy.algo, policy.network, keep=512, seed=seed)
     evaluate_policy(counter, env, min(test_episodes, 5), seed)
     obs = counter.observations()
     latency = latencies(policy, baseline, obs)
     best = latency[latency["fastest"]]
     torch_b1 = latency["torch"]
-    macs_dqn = forward_macs(baseline.network, obs[:1])
-    whole = [v for k, v in policy.network.state_dict().items() if not k.startswith("branches.") and k != "exit_threshold"]
-    base_weights = list(baseline.network.state_dict().values())
-    same_network = len(whole) == len(base_weights) and all(torch.equal(a, b) for a, b in zip(whole, base_weights))
-    assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
-    return {
+    mine: dict[str, Any] = {"baseline": "own whole network"}
+    if baseline is not None:
+        macs_dqn = forward_macs(baseline.network, obs[:1])
+        whole = [v for k, v in policy.network.state_dict().items() if not k.startswith("branches.") and k != "exit_threshold"]
+        base_weights = list(baseline.network.state_dict().values())
+        same_network = len(whole) == len(base_weights) and all(torch.equal(a, b) for a, b in zip(whole, base_weights))
+        assert macs_dqn == stats.baseline_macs, (macs_dqn, stats.baseline_macs)  # the same backbone
+        # the exit run's backbone and final head are the baseline's, bit for bit
+        mine = {"baseline": "dqn", "same_network": same_network}
+    return {**mine,
         "env": env, "seed": seed, "threshold": result.chosen, "branch_width": result.chosen_width,
         "branch_share": result.chosen_share,
         "choice": {"validation_episodes": result.episodes, "max_validation_episodes": result.max_episodes,
@@ -138,10 +160,9 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
                    "confidence_tolerance": result.fit.tolerance if result.fit else 0.0},
         "validation": {f"{branch_label(branch_key(p))}:{p.threshold:g}": {"score_ratio": p.score_ratio, "ops_ratio": p.ops_ratio}
                        for p in result.points},
-        "base_return": base.mean, "exit_return": exit_eval.mean,
-        "score_ratio": score_ratio(exit_eval.mean, base.mean),
-        "same_network": same_network,  # the exit run's backbone and final head are the baseline's, bit for bit
-        "macs_exit": stats.macs_mean, "macs_base": macs_dqn, "ops_ratio": stats.macs_mean / macs_dqn,
+        "base_return": base_mean, "exit_return": exit_eval.mean,
+        "score_ratio": score_ratio(exit_eval.mean, base_mean),
+        "macs_exit": stats.macs_mean, "macs_base": stats.baseline_macs, "ops_ratio": stats.ops_ratio,
         "exit_fractions": stats.fractions, "exit_names": stats.names,
         "fit_agreement": ([result.fit.agreement_before, result.fit.agreement_after] if result.fit is not None
                           else None),
@@ -158,22 +179,26 @@ def measure(env: str, seed: int, base_dir: Path, exit_dir: Path, test_episodes: 
     }
 
 
-def latencies(policy: Any, baseline: Any, obs: Any, seconds: float = 0.3) -> dict[str, Any]:
+def latencies(policy: Any, baseline: Any | None, obs: Any, seconds: float = 0.3) -> dict[str, Any]:
     """Seconds per decision at batch 1 (median, p10, p90) on ``obs`` of the exit policy at its
-    threshold ("exit"), of its own network at threshold 1 ("whole") and of the baseline DQN ("base"),
-    on every host Act backend that serves both policies, all timed side by side (alternating blocks);
-    "fastest": the backend with the least exit plus baseline time, where the ratio is reported."""
+    threshold ("exit"), of its own network at threshold 1 ("whole") and of the baseline DQN ("base";
+    None: the whole pass is the baseline), on every host Act backend that serves both policies, all
+    timed side by side (alternating blocks); "fastest": the backend with the least exit plus
+    baseline time, where the ratio is reported."""
     from hetrl.exits import acting_policy, host_act_backends, time_decisions
     from hetrl.nets.exits import NEVER
 
-    backends = host_act_backends(policy.algo, baseline.algo)
+    backends = host_act_backends(policy.algo, *([baseline.algo] if baseline is not None else []))
     acts = {}
     for b in backends:
         acts[(b, "exit")] = acting_policy(policy.algo, policy.network, b, policy.network.threshold)
         acts[(b, "whole")] = acting_policy(policy.algo, policy.network, b, NEVER)
-        acts[(b, "base")] = acting_policy(baseline.algo, baseline.network, b)
+        if baseline is not None:
+            acts[(b, "base")] = acting_policy(baseline.algo, baseline.network, b)
     timed = time_decisions(acts, obs, 1, seconds * len(acts) / 3)
-    out: dict[str, Any] = {b: {k: timed[(b, k)] for k in ("exit", "whole", "base")} for b in backends}
+    base = "base" if baseline is not None else "whole"
+    out: dict[str, Any] = {b: {"exit": timed[(b, "exit")], "whole": timed[(b, "whole")], "base": timed[(b, base)]}
+                           for b in backends}
     out["fastest"] = min(backends, key=lambda b: out[b]["exit"][0] + out[b]["base"][0])
     return out
 
@@ -216,11 +241,19 @@ def how_chosen(rows: list[dict[str, Any]]) -> str:
 
 
 def same_networks(rows: list[dict[str, Any]]) -> str:
-    """Whether each exit run's whole network is its baseline DQN's, bit for bit (:func:`baseline_plan`)."""
+    """Whether each exit run's whole network is its baseline DQN's, bit for bit (:func:`baseline_plan`),
+    and which runs had no DQN trained (``--own-baseline``)."""
+    own = [r for r in rows if r.get("baseline") == "own whole network"]
+    names = ", ".join(f"{r['env']} s{r['seed']}" for r in own)
+    text = (f"On {len(own)} of {len(rows)} runs ({names}) no DQN was "
+            "trained: the baseline is the exit run's own whole network (threshold 1; under the staged schedule DQN's "
+            "bit for bit), and the latency ratio is to its own whole pass. " if own else "")
     known = [r for r in rows if "same_network" in r]  # rows measured before the check have no answer
     same = sum(r["same_network"] for r in known)
     if not known:
-        return ""
+        return text.rstrip()
+    if own:
+        return text + same_networks([r for r in rows if r not in own])
     if same == len(known):
         return (f"On all {same} runs the exit run's backbone and final head are the baseline DQN's, bit for bit "
                 "(staged schedule, same backends): the score ratio is the exits' alone.")
@@ -310,10 +343,15 @@ def main() -> int:
                         "default: the run's)")
     p.add_argument("--shares", type=float, nargs="+",
                    help="shares of their block's outputs the sweep's branches read (default: the run's exit_share)")
+    p.add_argument("--own-baseline", action="store_true",
+                   help="train no DQN: the baseline is each exit run's own whole network (staged schedule only; "
+                        "a DQN already in --workdir is still used)")
     p.add_argument("--jobs", type=int, default=1, help="(game, seed) pairs trained side by side (each --threads threads)")
     p.add_argument("--workdir", help="where the runs go (default: a temporary folder, removed at the end)")
     p.add_argument("--out", help="a markdown file to write (default: print only)")
     args = p.parse_args()
+    if args.own_baseline and "exit_schedule=joint" in (x.replace(" ", "") for x in args.exit_settings):
+        p.error("--own-baseline: a joint-schedule run's whole network is not DQN's; train the baseline (drop --own-baseline)")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="early_exit_") as tmp:
         work = Path(args.workdir or tmp)
@@ -329,7 +367,7 @@ def main() -> int:
             if not (exit_dir / "summary.json").exists():  # a --workdir of an earlier, cut-short run keeps its runs
                 print(f"{env} seed {seed}: exit-dqn", file=sys.stderr, flush=True)
                 train("exit-dqn", env, seed, args.steps, exit_dir, args.threads, args.settings + args.exit_settings)
-            if not (base_dir / "summary.json").exists():
+            if not args.own_baseline and not (base_dir / "summary.json").exists():
                 print(f"{env} seed {seed}: dqn", file=sys.stderr, flush=True)
                 plan = baseline_plan(exit_dir, base_dir.with_name(base_dir.name + "_plan.json"))
                 train("dqn", env, seed, args.steps, base_dir, args.threads, args.settings, str(plan))
@@ -340,7 +378,8 @@ def main() -> int:
         with ThreadPoolExecutor(max_workers=args.jobs) as pool:
             trained = list(pool.map(train_pair, runs))
         for env, seed, base_dir, exit_dir in trained:
-            rows.append(measure(env, seed, base_dir, exit_dir, args.test_episodes, args.validation_episodes,
+            trained_base = base_dir if (base_dir / "summary.json").exists() else None  # else --own-baseline's
+            rows.append(measure(env, seed, trained_base, exit_dir, args.test_episodes, args.validation_episodes,
                                 args.min_score_ratio, args.widths, args.margin, args.swept, args.shares,
                                 args.fit_rounds, args.confidence_tolerance, args.max_validation_episodes))
             if args.out:  # kept as it goes: a benchmark cut short keeps what it measured

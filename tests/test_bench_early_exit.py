@@ -58,3 +58,12 @@ def test_the_report_names_a_branch_on_a_share_of_its_block():
     text = early_exit.report([half], args(seeds=1))
     assert "0.2 (32 on 0.5)" in text and "(of 16, 32 on 0.5 units on a share of the block)" in text
     assert any(line.startswith("| MinAtar/Breakout-v1 | 0 | 0.2 | 32 on 0.5 |") for line in text.splitlines())
+
+
+def test_the_report_names_the_runs_measured_against_their_own_whole_network():
+    own = {**row(0, 0.274, 0.96, 9), "baseline": "own whole network"}
+    trained = {**row(1, 0.317, 0.93, 16), "baseline": "dqn", "same_network": True}
+    text = early_exit.report([own, trained], args())
+    assert "On 1 of 2 runs (MinAtar/Breakout-v1 s0) no DQN was trained: the baseline is the exit run's own whole network" in text
+    assert "On all 1 runs the exit run's backbone and final head are the baseline DQN's" in text
+    assert "no DQN was trained" not in early_exit.report([trained], args())
