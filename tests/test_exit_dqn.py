@@ -716,6 +716,16 @@ def test_the_choice_keeps_a_margin_of_standard_errors():
     assert choose([whole, safe, edge], 0.9, margin=3.0) is whole
 
 
+def test_the_monotone_fit_weighs_each_point_by_its_episodes():
+    """Two thresholds out of order pool to their mean weighted by episodes: the one played three
+    times as long counts three times."""
+    def point(threshold, score, episodes):
+        return SweepPoint(threshold, 0.0, 0.0, score, 0.0, 0.5, [], returns=[1.0] * episodes)
+
+    fitted = monotone_scores([point(1.0, 1.0, 1200), point(0.5, 0.86, 1200), point(0.3, 0.94, 400)])
+    assert fitted[0.5] == fitted[0.3] == pytest.approx((0.86 * 1200 + 0.94 * 400) / 1600) and fitted[1.0] == 1.0
+
+
 def test_undecided_points_are_those_the_margin_could_tip():
     """Cheaper than the choice and within the margin of the line on either side: undecided. Clearly
     below, dearer than the choice, or the choice itself: not; without a margin nothing is."""

@@ -411,7 +411,7 @@ def candidate_branches(trained_width: int, trained_share: float = 1.0, shares: S
 
 def monotone_scores(points: Sequence[SweepPoint]) -> dict[float, float]:
     """Each threshold's score ratio fit to be non-increasing as the threshold falls (isotonic
-    regression by pooling adjacent violators, equal weights): a lower threshold sends more decisions
+    regression by pooling adjacent violators): a lower threshold sends more decisions
     to the branches, so its expected score is no higher. A dip or a bump that breaks that order is
     noise of the validation episodes, and is pooled with its neighbours rather than believed alone,
     each point weighted by its episodes (equal where all played as many; :func:`decide` gives
@@ -879,7 +879,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
     max_episodes = MORE_EPISODES * episodes if max_episodes is None else max_episodes
     if max_episodes < episodes:
         raise HetrlError(f"the most validation episodes a point plays ({max_episodes}) is below the episodes every "
-                         f"point plays ({episodes}); give at least {episodes}, or {episodes} for none more")
+                         f"point plays ({episodes}); give --max-episodes {episodes} or more ({episodes}: none more)")
     if fit_updates < 0:
         raise HetrlError(f"fit updates must be >= 0 (got {fit_updates}); 0 sweeps the branches as trained")
     if fit_rounds is not None and fit_rounds < 0:
