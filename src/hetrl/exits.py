@@ -511,10 +511,8 @@ def _play_more(algo: Algorithm, network: ExitQNetwork, point: SweepPoint, env_id
     counter = ExitCounter(algo, network, point.threshold)
     more = evaluate_policy(counter, env_id, goal - point.episodes, seed, atari,
                            seed_offset=VALIDATION_SEED_OFFSET + point.episodes)
-    counts = [round(f * point.decisions) + c for f, c in zip(point.exit_fractions, counter.counts.tolist())]
-    exits_on = threshold_logit(point.threshold) < math.inf
-    stats = ExitStats(point.threshold, network.exit_names(), counts, network.mean_macs(counts, exits_on),
-                      network.baseline_macs)
+    counter.counts += np.array([round(f * point.decisions) for f in point.exit_fractions], dtype=np.int64)
+    stats = counter.stats()  # over the decisions of all its episodes
     point.returns = point.returns + more.tolist()
     returns = np.asarray(point.returns)
     point.return_mean, point.return_std = float(returns.mean()), float(returns.std())
