@@ -1,7 +1,8 @@
 """One Learn/cudagraph update on a GPU: its time, and where the time goes (issue 22's < 100 us aim).
 
-Each backend named (default: Learn/cudagraph, which captures the eager update, and
-Learn/cudagraph-compiled, which captures torch.compile's) is measured on each network (DQN 64x64
+Each backend named (default: Learn/cudagraph, which captures the eager update,
+Learn/cudagraph-compiled, which captures torch.compile's, and Learn/triton, DQN's update as 2L + 2
+Triton kernels of hetrl's own, on the MLP cases) is measured on each network (DQN 64x64
 and 256x256 at batch 64, DDPG 400x300 at batch 256, the MinAtar and Nature CNN DQN at batch 32):
 the update's wall time per call in steady state, three ways,
 - ``launch``: host time of ``learn()`` alone (inputs packed, one pinned copy, graph launched),
@@ -63,6 +64,16 @@ def host_batch(algo: Any, batch: int, rng: np.random.Generator) -> dict[str, np.
     return {**synthetic_transitions(algo, batch, rng), "weights": np.ones(batch, np.float32)}
 
 
+def unsupported(case: str, backend: str) -> str | None:
+    """Why ``backend`` does not serve ``case``'s algorithm, or None."""
+    from hetrl.algos import algorithm_class, make_algorithm
+    from hetrl.envs import env_spec
+    from hetrl.primitives import get
+
+    name, env_id, settings = CASES[case]
+    return get("Learn", backend).unsupported(make_algorithm(name, env_spec(env_id), algorithm_class(name).Config(**settings)))
+
+
 def use_adam(learner: Any, kind: str) -> None:
     """Switch every Adam of ``learner`` (a Learn/cudagraph*) to ``kind`` (fused or foreach) before
     its first update; ``as-built`` leaves them as hetrl built them."""
@@ -86,7 +97,7 @@ def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: s
     learner, plain = get("Learn", backend).cls(algo, "cuda", seed=0), LearnTorch(algo, "cuda", seed=0)
     use_adam(learner, adam)
     adam_form = sorted({"fused" if g.get("fused") else "foreach" if g.get("foreach") else "for-loop"
-                        for o in learner.learner.inner.optimizers() for g in o.param_groups})
+                        for o in learner.learner.inner.optimizers() for g in o.param_groups}) or ["own kernel"]
     from torch._inductor import config as inductor_config, list_mode_options
 
     from hetrl.primitives.narrow_products import BiasOutsideNarrowProducts
@@ -152,7 +163,9 @@ def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: s
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
-    parser.add_argument("--backends", nargs="+", default=["cudagraph", "cudagraph-compiled"])
+    parser.add_argument("--backends", nargs="+", default=["cudagraph", "cudagraph-compiled", "triton"],
+                        help="Learn backends on a CUDA device; a case a backend does not serve (Learn/triton: DQN on "
+                             "MLPs only) is skipped with a line that says so")
     parser.add_argument("--adam", nargs="+", default=["as-built"], choices=("as-built", "fused", "foreach"),
                         help="Adam's form in the measured learner (default: as hetrl builds it)")
     parser.add_argument("--compile-mode", nargs="+", default=["default"], choices=("default", "max-autotune-no-cudagraphs"),
@@ -180,6 +193,10 @@ def main() -> int:
     for case, backend, adam, mode, narrow in runs:
         said = (f"{case} {backend} adam={adam}" + ("" if mode == "default" else f" mode={mode}")
                 + ("" if narrow == "on" else " narrow-pass=off"))
+        reason = unsupported(case, backend)
+        if reason:
+            print(f"{said}: not measured ({reason})", flush=True)
+            continue
         try:
             r = measure(case, args.calls, backend, adam, mode, narrow, cold=len(args.narrow_pass) > 1) | {"blas": str(torch.backends.cuda.preferred_blas_library())}
         except Exception as exc:  # one backend failing (a compile error) does not hide the others

@@ -10,6 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
+# Without a GPU, Triton's kernels (Learn/triton's) can run only in Triton's interpreter, which Triton
+# reads from the environment when it decorates them: set before any test imports Triton
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def source_key(root: Path) -> str:
     """A hash of every Python file under ``root``, with its path."""

@@ -54,7 +54,8 @@ COMPILED_CASES = ("dqn double, clipped, hard target", "td3 (noise drawn outside 
 
 
 @pytest.mark.parametrize("backend,case", [("cudagraph", c) for c in GRAPH_CASES]
-                         + [("cudagraph-compiled", c) for c in COMPILED_CASES])
+                         + [("cudagraph-compiled", c) for c in COMPILED_CASES]
+                         + [("triton", c) for c in ("dqn double, clipped, hard target", "dqn max target, Polyak")])
 def test_the_graphed_update_matches_the_torch_update(backend, case):
     from hetrl.algos import make_algorithm
     from hetrl.primitives import get
@@ -112,6 +113,30 @@ def test_graphed_checkpoints_resume_on_the_host_and_back(name):
         a = again.learn(**batch)
         b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batch.items()})
         torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
+
+
+def test_triton_checkpoints_resume_on_the_torch_learner_and_back():
+    from hetrl.algos import make_algorithm
+    from hetrl.envs import env_spec
+    from hetrl.primitives.learn_torch import LearnTorch
+    from hetrl.primitives.learn_triton import LearnTriton
+
+    algo = make_algorithm("dqn", env_spec("Acrobot-v1"), _config("dqn", hidden=(64, 64), batch_size=32, target_update_every=2))
+    rng = np.random.default_rng(3)
+    batches = [_host_batch(rng, algo, 32) for _ in range(8)]
+    graphed = LearnTriton(algo, "cuda", seed=0)
+    for batch in batches[:4]:
+        graphed.learn(**batch)
+    state = graphed.learner.state_dict()
+    again, plain = LearnTriton(algo, "cuda", seed=1), LearnTorch(algo, "cuda", seed=1)
+    again.learner.load_state_dict(copy.deepcopy(state))
+    plain.learner.load_state_dict(copy.deepcopy(state))
+    assert again.learner.inner.optimizer.steps == 4
+    for batch in batches[4:]:  # recaptured after the load, it goes on as the torch learner does
+        a = again.learn(**batch)
+        b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batch.items()})
+        torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
+    _learner_states_close(again.learner.state_dict(), plain.learner.state_dict())
 
 
 def _config(name, **settings):

@@ -180,6 +180,20 @@ class DQNLearner(DQNCheckpoint, TorchLearner):
         polyak_(self.q_target, self.q, self.cfg.tau)
         return {}  # no actor
 
+def flat_mlp_refusal(algorithm: Algorithm, learner: str, fix: str) -> str | None:
+    """Why a learner that writes DQN's update over a flat MLP (Learn/numba, Learn/triton) cannot run
+    ``algorithm``'s, naming the ``learner`` and ending with the ``fix``; None when it can."""
+    if not isinstance(algorithm, DQN) or algorithm.early_exits:
+        return f"the {learner} learner implements DQN only, not {algorithm.name}; {fix}"
+    if not algorithm.mlp_networks():
+        return f"the {learner} learner runs MLP Q-networks only, not DQN's {algorithm.network_kind} network; {fix}"
+    if algorithm.config.dueling:
+        return f"the {learner} learner has no dueling head; set dueling=false or {fix}"
+    if algorithm.distils:
+        return f"the {learner} learner does not distil from a teacher; {fix}"
+    return None
+
+
 class DQN(Algorithm):
     name = "dqn"
     exploration_rule = "epsilon-greedy"

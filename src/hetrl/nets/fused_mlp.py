@@ -58,12 +58,17 @@ class FlatMLP:
             out += [flat[w:w + n_out * n_in].reshape(n_out, n_in), flat[b:b + n_out]]
         return out
 
-    def adopt(self, flat: np.ndarray) -> None:
-        """Copy the module's parameters into ``flat``, then make them views of it (shared memory)."""
+    def adopt(self, flat: np.ndarray | torch.Tensor) -> None:
+        """Copy the module's parameters into ``flat`` (a numpy vector, or a torch one on any device),
+        then make them views of it (shared memory)."""
         params = [p for m in self.linears for p in (m.weight, m.bias)]
         for param, view in zip(params, self.views(flat)):
-            view[...] = param.detach().cpu().numpy()
-            param.data = torch.from_numpy(view)
+            if isinstance(view, torch.Tensor):
+                view.copy_(param.detach())
+                param.data = view
+            else:
+                view[...] = param.detach().cpu().numpy()
+                param.data = torch.from_numpy(view)
 
     @property
     def max_width(self) -> int:
@@ -234,7 +239,7 @@ class FlatAdam:
     def state_dict(self) -> dict[str, Any]:
         pairs = list(zip(self.views(self.m), self.views(self.v)))
         state = {} if self.steps == 0 else {
-            i: {"step": torch.tensor(float(self.steps)), "exp_avg": torch.tensor(m), "exp_avg_sq": torch.tensor(v)}
+            i: {"step": torch.tensor(float(self.steps)), "exp_avg": _saved(m), "exp_avg_sq": _saved(v)}
             for i, (m, v) in enumerate(pairs)
         }
         group = {"lr": self.lr, "betas": BETAS, "eps": EPS, "weight_decay": 0, "amsgrad": False,
@@ -247,6 +252,18 @@ class FlatAdam:
         self.m[:], self.v[:], self.steps = 0.0, 0.0, 0
         for i, (m, v) in enumerate(zip(self.views(self.m), self.views(self.v))):
             if i in moments:
-                m[...] = moments[i]["exp_avg"].numpy()
-                v[...] = moments[i]["exp_avg_sq"].numpy()
+                _load_into(m, moments[i]["exp_avg"])
+                _load_into(v, moments[i]["exp_avg_sq"])
                 self.steps = int(moments[i]["step"])
+
+
+def _saved(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+    """A CPU tensor copy of a moment's view (numpy, or a torch tensor on any device)."""
+    return x.detach().cpu().clone() if isinstance(x, torch.Tensor) else torch.tensor(x)
+
+
+def _load_into(view: np.ndarray | torch.Tensor, saved: torch.Tensor) -> None:
+    if isinstance(view, torch.Tensor):
+        view.copy_(saved)
+    else:
+        view[...] = saved.numpy()

@@ -17,7 +17,7 @@ LIBRARY = (  # every module that registers an implementation
     "env_step_gymnasium", "env_step_ale_vector", "env_step_envpool",
     "act_numpy", "act_torch", "act_numba",
     "replay_numpy", "replay_torch", "replay_frames_numpy", "replay_frames_torch",
-    "learn_torch", "learn_torch_channels_last", "learn_torch_bf16", "learn_numba", "learn_blas", "learn_cudagraph", "learn_cudagraph_compiled",
+    "learn_torch", "learn_torch_channels_last", "learn_torch_bf16", "learn_numba", "learn_blas", "learn_cudagraph", "learn_cudagraph_compiled", "learn_triton",
     "tabular_learn_numba_threads", "tabular_learn_numba_processes", "tabular_learn_torch", "tabular_learn_ray",
 )
 

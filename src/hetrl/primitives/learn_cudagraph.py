@@ -42,7 +42,7 @@ tensor of that state back as it was (:func:`restored`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,9 +59,13 @@ _ALIGN = 16  # bytes: every input's slice of the staging buffer starts aligned f
 class GraphedLearner(Learner):
     """A TorchLearner on a CUDA device whose updates replay captured graphs."""
 
-    def __init__(self, algorithm: Algorithm, device: torch.device, seed: int, compiled: bool = False) -> None:
+    def __init__(self, algorithm: Algorithm, device: torch.device, seed: int, compiled: bool = False,
+                 make: Callable[[Algorithm, torch.device, int], TorchLearner] | None = None) -> None:
+        """``make`` builds the learner whose update is captured (and the throwaway one that warms
+        up); the algorithm's own torch learner by default."""
         self.algorithm, self.device, self.seed = algorithm, device, seed
-        self.inner: TorchLearner = algorithm.build_learner(device, seed)
+        self.make = make or (lambda algo, dev, s: algo.build_learner(dev, s))
+        self.inner: TorchLearner = self.make(algorithm, device, seed)
         self._capturable(True)
         if compiled:
             # each learner compiles its own step (twice: before and after its optimizer has state),
@@ -194,7 +198,7 @@ class GraphedLearner(Learner):
                 main.wait_stream(side)  # before the state is put back, also after a failure
 
     def _capture(self, batch: dict[str, Any]) -> None:
-        warm = self.algorithm.build_learner(self.device, self.seed)
+        warm = self.make(self.algorithm, self.device, self.seed)
         if set(batch) != self._input_keys:
             self._layout(batch, warm)
         self._fill(batch)
@@ -314,8 +318,16 @@ class LearnCudagraph(Learn):
     def __init__(self, algorithm: Algorithm, device: str | torch.device, seed: int) -> None:
         self.device = torch.device(device)
         if self.device.type != "cuda":
-            raise HetrlError(f"the cudagraph learner runs on CUDA devices, not on {device}; use the torch learner there")
-        self.learner = GraphedLearner(algorithm, self.device, seed, compiled=self.compiled)
+            raise HetrlError(f"the {self.backend} learner runs on CUDA devices, not on {device}; use the torch learner there")
+        reason = self.unsupported(algorithm)
+        if reason:
+            raise HetrlError(reason)
+        self.learner = GraphedLearner(algorithm, self.device, seed, compiled=self.compiled, make=self.make_learner)
+
+    @staticmethod
+    def make_learner(algorithm: Algorithm, device: torch.device, seed: int) -> TorchLearner:
+        """The learner whose update the graphs capture (Learn/triton gives its own)."""
+        return algorithm.build_learner(device, seed)
 
     def learn(self, **batch: Any) -> dict[str, torch.Tensor]:
         return self.learner.update(batch)

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from hetrl.algos.base import Algorithm, Learner, seeded_init
-from hetrl.algos.dqn import DQN, DQNCheckpoint, DQNConfig
+from hetrl.algos.dqn import DQN, DQNCheckpoint, DQNConfig, flat_mlp_refusal
 from hetrl.nets import QNetwork
 from hetrl.nets.fused_mlp import BETAS, EPS, FlatAdam, FlatMLP, backward, clip_and_adam, forward
 from hetrl.primitives.learn_host import LearnOnHost, host_array
@@ -144,16 +144,7 @@ class LearnNumba(LearnOnHost):
     @classmethod
     def unsupported(cls, algorithm: Algorithm) -> str | None:
         """Why this backend cannot run ``algorithm``'s learner, or None when it can."""
-        use_torch = "use the torch learner (plan=rule, or backend torch for learn in a plan.json)"
-        if not isinstance(algorithm, DQN) or algorithm.early_exits:
-            return f"the numba learner implements DQN only, not {algorithm.name}; {use_torch}"
-        if not algorithm.mlp_networks():
-            return f"the numba learner runs MLP Q-networks only, not DQN's {algorithm.network_kind} network; {use_torch}"
-        if algorithm.config.dueling:
-            return f"the numba learner has no dueling head; set dueling=false or {use_torch}"
-        if algorithm.distils:
-            return f"the numba learner does not distil from a teacher; {use_torch}"
-        return None
+        return flat_mlp_refusal(algorithm, "numba", "use the torch learner (plan=rule, or backend torch for learn in a plan.json)")
 
     @staticmethod
     def make_learner(algorithm: Algorithm, seed: int) -> DQNNumbaLearner:
