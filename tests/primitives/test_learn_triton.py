@@ -4,6 +4,9 @@ tests/primitives/test_learn_cudagraph.py checks the compiled kernels in their gr
 algorithms the backend refuses, and how."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -151,3 +154,15 @@ def test_the_graph_captures_the_triton_learner():
     graphed = GraphedLearner(algo, CPU, 0, make=LearnTriton.make_learner)
     assert isinstance(graphed.inner, DQNTritonLearner) and graphed.inner.optimizers() == []
     assert isinstance(GraphedLearner(algo, CPU, 0).inner, type(algo.build_learner(CPU, 0)))  # the torch learner by default
+
+
+def test_the_kernels_compile_for_a_hopper_gpu():
+    """Triton's compiler (front end, LLVM, the ptxas it ships) builds every kernel variant the learner
+    launches for sm_90 with no GPU here: it refuses code the interpreter runs, so this is the check
+    that the kernels are valid Triton before a GPU machine sees them."""
+    script = Path(__file__).with_name("triton_kernels_compile.py")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITON_DEFAULT_FP_FUSION": "1"}
+    done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 9 and all(int(line.rsplit(" ", 1)[1]) > 0 for line in lines), done.stdout
