@@ -82,8 +82,9 @@ def use_adam(learner: Any, kind: str) -> None:
 
 
 def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: str = "default",
-            narrow: str = "on", cold: bool = False) -> dict[str, Any]:
-    """One backend on one case; ``cold``: the first update compiles with Inductor's caches off."""
+            narrow: str = "on", cold: bool = False, tiles: tuple[int, ...] | None = None) -> dict[str, Any]:
+    """One backend on one case; ``cold``: the first update compiles with Inductor's caches off;
+    ``tiles``: Learn/triton's (rows, columns, reduction, warps), its default where None."""
     from hetrl.algos import algorithm_class, make_algorithm
     from hetrl.envs import env_spec
     from hetrl.primitives import get
@@ -94,7 +95,11 @@ def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: s
     rng = np.random.default_rng(0)
     batches = [host_batch(algo, settings["batch_size"], rng) for _ in range(8)]
     # agreement with the eager torch learner, update by update, on the same batches and seed
-    learner, plain = get("Learn", backend).cls(algo, "cuda", seed=0), LearnTorch(algo, "cuda", seed=0)
+    from hetrl.primitives.learn_triton import DQNTritonLearner
+
+    with mock.patch.object(DQNTritonLearner, "tiles", tiles or DQNTritonLearner.tiles):
+        learner = get("Learn", backend).cls(algo, "cuda", seed=0)
+    plain = LearnTorch(algo, "cuda", seed=0)
     use_adam(learner, adam)
     adam_form = sorted({"fused" if g.get("fused") else "foreach" if g.get("foreach") else "for-loop"
                         for o in learner.learner.inner.optimizers() for g in o.param_groups}) or ["own kernel"]
@@ -153,11 +158,24 @@ def measure(case: str, calls: int, backend: str, adam: str = "as-built", mode: s
     per_update = {k: sum(v) / 20 for k, v in kernels.items()}
     host_per_update = {k: sum(v) / 20 for k, v in host.items()}
     return {"case": case, "backend": backend, "adam": adam, "adam_form": adam_form, "compile_mode": mode,
+            "triton_tiles": list(learner.learner.inner.tiles) if backend == "triton" else None,
             "narrow_pass": narrow if learner.compiled else "-", "first_update_s": first_s, "loss_rel_diff_vs_torch": worst,
             "launch_us": launch, "synced_us": synced, "pipelined_us": pipelined,
             "kernels_per_update": sum(len(v) for v in kernels.values()) / 20, "gpu_us_per_update": sum(per_update.values()),
             "top_kernels": sorted(per_update.items(), key=lambda kv: -kv[1])[:8],
             "host_ops": sorted(host_per_update.items(), key=lambda kv: -kv[1])[:8]}
+
+
+def tiles_arg(text: str) -> tuple[int, int, int, int]:
+    """RxCxKxW: rows, columns, reduction (powers of two, 16 or more) and warps (a power of two)."""
+    try:
+        r, c, k, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--triton-tiles takes RxCxKxW, e.g. 32x64x32x4 (got {text!r})") from None
+    if min(r, c, k) < 16 or any(v & (v - 1) for v in (r, c, k, w)):
+        raise argparse.ArgumentTypeError(f"--triton-tiles: rows, columns and reduction must be powers of two of 16 or more, "
+                                         f"warps a power of two (got {text!r})")
+    return r, c, k, w
 
 
 def main() -> int:
@@ -176,6 +194,9 @@ def main() -> int:
     parser.add_argument("--blas", choices=("cublas", "cublaslt"),
                         help="torch's BLAS library for the GEMMs (torch.backends.cuda.preferred_blas_library; default: "
                              "torch's own choice), to see whether the other one's kernels serve these small products better")
+    parser.add_argument("--triton-tiles", nargs="+", default=[None], type=tiles_arg, metavar="RxCxKxW",
+                        help="Learn/triton's tiles (rows x columns x reduction x warps per program; e.g. 32x64x32x4, its "
+                             "default), each measured in turn")
     parser.add_argument("--calls", type=int, default=500)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -188,17 +209,19 @@ def main() -> int:
     rows = []
     print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, BLAS {torch.backends.cuda.preferred_blas_library()}; "
           f"median us per update over {args.calls} calls")
-    runs = [(c, b, a, m, n) for c in args.cases for b in args.backends for a in args.adam for m in args.compile_mode
-            for n in args.narrow_pass if "compiled" in b or (m == "default" and n == "on")]
-    for case, backend, adam, mode, narrow in runs:
+    runs = [(c, b, a, m, n, t) for c in args.cases for b in args.backends for a in args.adam for m in args.compile_mode
+            for n in args.narrow_pass for t in (args.triton_tiles if b == "triton" else [None])
+            if "compiled" in b or (m == "default" and n == "on")]
+    for case, backend, adam, mode, narrow, tiles in runs:
         said = (f"{case} {backend} adam={adam}" + ("" if mode == "default" else f" mode={mode}")
-                + ("" if narrow == "on" else " narrow-pass=off"))
+                + ("" if narrow == "on" else " narrow-pass=off") + ("" if tiles is None else f" tiles={'x'.join(map(str, tiles))}"))
         reason = unsupported(case, backend)
         if reason:
             print(f"{said}: not measured ({reason})", flush=True)
             continue
         try:
-            r = measure(case, args.calls, backend, adam, mode, narrow, cold=len(args.narrow_pass) > 1) | {"blas": str(torch.backends.cuda.preferred_blas_library())}
+            r = measure(case, args.calls, backend, adam, mode, narrow, cold=len(args.narrow_pass) > 1, tiles=tiles) | {
+                "blas": str(torch.backends.cuda.preferred_blas_library())}
         except Exception as exc:  # one backend failing (a compile error) does not hide the others
             print(f"{said}: FAILED {type(exc).__name__}: {str(exc)[:400]}", flush=True)
             traceback.print_exc(limit=-12)

@@ -4,10 +4,13 @@
 #   bash bench/gpu_pixels.sh OUT_DIR
 #   STEPS="tests cudagraph sweep" bash bench/gpu_pixels.sh OUT_DIR    # some of the steps
 #
-# Steps (STEPS, in this order by default: tests cudagraph gemms sweep pixels scale), each writing into OUT_DIR:
+# Steps (STEPS, in this order by default: tests cudagraph triton gemms sweep pixels scale), each writing into OUT_DIR:
 # - tests: devices.txt and gpu_tests.txt (every test marked gpu);
 # - cudagraph: cudagraph_update.txt/.json (one update per network on Learn/cudagraph and
-#   Learn/cudagraph-compiled, the latter with and without its narrow-products pass: time, kernels);
+#   Learn/cudagraph-compiled, the latter with and without its narrow-products pass, and Learn/triton
+#   on the DQN MLPs: time, kernels);
+# - triton: triton_tiles.txt/.json (Learn/triton's DQN 64x64 and 256x256 updates at several tile
+#   shapes, TRITON_TILES);
 # - gemms: update_gemms.txt (each product of a DQN 256x256 update alone in a CUDA graph, at 2, 6
 #   and 18 actions: Q-heads of CartPole, MinAtar and Atari);
 # - sweep: sweep.txt and sweep/sweep.json, sweep.png (`hetrl sweep` on Atari Breakout over
@@ -41,7 +44,7 @@ step() {  # step NAME SECONDS COMMAND...: run with a time limit, keep the output
     [ $rc -eq 0 ] || failed=$((failed + 1))
 }
 
-want() { [[ " ${STEPS:-tests cudagraph gemms sweep pixels scale} " == *" $1 "* ]]; }
+want() { [[ " ${STEPS:-tests cudagraph triton gemms sweep pixels scale} " == *" $1 "* ]]; }
 
 if want tests; then
     step devices 30 $py -m hetrl devices
@@ -49,6 +52,10 @@ if want tests; then
 fi
 want cudagraph && step cudagraph_update ${CUDAGRAPH_S:-240} $py bench/cudagraph_update.py --calls 300 --narrow-pass on off \
     --out "$out/cudagraph_update.json"
+# shellcheck disable=SC2086
+want triton && step triton_tiles ${TRITON_S:-150} $py bench/cudagraph_update.py --backends triton --cases dqn-64x64-b64 \
+    dqn-256x256-b64 --calls 300 --triton-tiles ${TRITON_TILES:-32x64x32x4 16x64x32x4 64x64x32x4 16x32x32x2 32x128x32x4} \
+    --out "$out/triton_tiles.json"
 want gemms && step update_gemms ${GEMMS_S:-60} bash -c "for a in 2 6 18; do $py bench/update_gemms.py --actions \$a || exit; done"
 want sweep && step sweep ${SWEEP_S:-120} $py -m hetrl sweep dqn ALE/Breakout-v5 --actors "$SWEEP_ACTORS" --steps 6000 \
     --set learning_starts=1000 --set num_envs=4 --set device=cuda --set plan=${SWEEP_PLAN:-rule} --out "$out/sweep"

@@ -38,9 +38,6 @@ from hetrl.nets.fused_mlp import BETAS, EPS, FlatAdam, FlatMLP
 from hetrl.primitives.learn_cudagraph import LearnCudagraph
 from hetrl.protocol import implements
 
-# tile sizes (tl.dot takes 16 or more on each side); one choice for every layer: at these widths
-# the kernels cost their launch, not their arithmetic
-BM, BN, BK = 32, 64, 32
 ROWS_PER_PROGRAM = 64  # td_loss
 ADAM_BLOCK = 1024
 
@@ -70,6 +67,11 @@ class DeviceFlatAdam(FlatAdam):
 class DQNTritonLearner(DQNCheckpoint, TorchLearner):
     """DQN's learner whose ``step`` launches :mod:`hetrl.nets.triton_dqn`'s kernels on flat vectors."""
 
+    # the products' tiles (rows, columns, reduction; tl.dot takes 16 or more on each side) and warps
+    # per program, one choice for every layer: at these widths the kernels cost about their launch.
+    # bench/cudagraph_update.py --triton-tiles measures others
+    tiles: tuple[int, int, int, int] = (32, 64, 32, 4)
+
     def __init__(self, algo: DQN, device: torch.device, seed: int) -> None:
         cfg: DQNConfig = algo.config  # LearnTriton.unsupported has ruled out a dueling head
         with seeded_init(seed):  # the same initial weights as the torch learner for this seed
@@ -87,7 +89,8 @@ class DQNTritonLearner(DQNCheckpoint, TorchLearner):
         self.cfg, self.updates = cfg, 0
         self.dims = [int(d) for d in layout.dims]
         self.w_off, self.b_off = [int(o) for o in layout.w_off], [int(o) for o in layout.b_off]
-        self.n_dw = [math.ceil(self.dims[l + 1] / BM) * math.ceil(self.dims[l] / BN) for l in range(len(self.dims) - 1)]
+        self.bm, self.bn, self.bk, self.warps = self.tiles
+        self.n_dw = [math.ceil(self.dims[l + 1] / self.bm) * math.ceil(self.dims[l] / self.bn) for l in range(len(self.dims) - 1)]
         self.part_off = [sum(self.n_dw[:l]) for l in range(len(self.n_dw))]
         self.parts = torch.zeros(max(1, sum(self.n_dw)), device=self.device)  # each weight tile's sum of squares
         self.loss = torch.zeros((), device=self.device)
@@ -131,6 +134,7 @@ class DQNTritonLearner(DQNCheckpoint, TorchLearner):
 
     def _launch(self, batch: dict[str, torch.Tensor]) -> None:
         cfg, k, dims = self.cfg, self.kernels, self.dims
+        BM, BN, BK, warps = self.bm, self.bn, self.bk, self.warps  # noqa: N806 - the kernels' names for them
         size = self.layout.size
         obs, next_obs = batch["obs"], batch["next_obs"]
         b = len(batch["actions"])
@@ -144,7 +148,7 @@ class DQNTritonLearner(DQNCheckpoint, TorchLearner):
             first = l == 0
             k.linear_forward[grid](x if first else self.acts[l - 1], x_next, self.flat, self.acts[l], self.w_off[l],
                                    self.b_off[l], size, b, self.online_rows, dims[l], dims[l + 1],
-                                   FIRST=first, RELU=l < layers - 1, BM=BM, BN=BN, BK=BK)
+                                   FIRST=first, RELU=l < layers - 1, BM=BM, BN=BN, BK=BK, num_warps=warps)
         k.td_loss[(math.ceil(b / ROWS_PER_PROGRAM),)](
             self.acts[-1], batch["actions"], batch["rewards"], batch["discounts"], batch["weights"], self.grads_out[-1],
             self.td, self.terms, self.optimizer.count, b, self.online_rows, dims[-1],
@@ -156,7 +160,7 @@ class DQNTritonLearner(DQNCheckpoint, TorchLearner):
             k.linear_backward[(self.n_dw[l] + n_dx,)](
                 self.grads_out[l], h, self.flat, self.grads, self.grads_out[l - 1] if below else self.grads,
                 self.parts, self.w_off[l], self.b_off[l], b, dims[l], dims[l + 1], self.n_dw[l], self.part_off[l],
-                BM=BM, BN=BN, BK=BK)
+                BM=BM, BN=BN, BK=BK, num_warps=warps)
         clip = cfg.max_grad_norm is not None
         k.clip_adam[(math.ceil(size / ADAM_BLOCK),)](
             self.flat, self.grads, self.optimizer.m, self.optimizer.v, self.optimizer.count, self.parts, self.terms,
