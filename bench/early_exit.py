@@ -96,6 +96,23 @@ def baseline_plan(exit_dir: Path, path: Path) -> Path:
     return path
 
 
+def stored_sweep(exit_dir: Path) -> Any:
+    """The sweep an exit run already has (``--swept``), which must have stored its choice in the run's
+    final checkpoint. The sweep records that checkpoint's path as it was then, so a run directory copied
+    or moved since (a workdir on another disk) is matched by the file's name within the run."""
+    from hetrl.exits import SweepResult
+    from hetrl.run.rundir import RunDir
+
+    result = SweepResult.load(exit_dir / "exits" / "sweep.json")
+    checkpoints = RunDir.open(exit_dir).checkpoints()
+    if not checkpoints:
+        raise RuntimeError(f"{exit_dir}: no checkpoint to measure; train the run again (drop --swept)")
+    final = checkpoints[-1]
+    if Path(result.checkpoint).name != final.name or not result.stored:
+        raise RuntimeError(f"{exit_dir}: its sweep stored nothing in the final checkpoint {final.name}; run without --swept")
+    return result
+
+
 def measure(env: str, seed: int, base_dir: Path | None, exit_dir: Path, test_episodes: int, validation_episodes: int,
             min_score_ratio: float, widths: list[int] | None = None, margin: float = 1.0,
             swept: bool = False, shares: list[float] | None = None, fit_rounds: int | None = None,
@@ -107,16 +124,12 @@ def measure(env: str, seed: int, base_dir: Path | None, exit_dir: Path, test_epi
 
     import hetrl
     from hetrl.evaluation import evaluate_policy
-    from hetrl.exits import ExitCounter, SweepResult, branch_key, branch_label, score_ratio, sweep
+    from hetrl.exits import ExitCounter, branch_key, branch_label, score_ratio, sweep
     from hetrl.nets.exits import NEVER
-    from hetrl.run.rundir import RunDir
     from peer_runners import forward_macs  # bench/ is on the path of a script run from it
 
     if swept:
-        result = SweepResult.load(exit_dir / "exits" / "sweep.json")
-        final = RunDir.open(exit_dir).checkpoints()[-1]
-        if Path(result.checkpoint).resolve() != final.resolve() or not result.stored:
-            raise RuntimeError(f"{exit_dir}: its sweep stored nothing in the final checkpoint {final.name}; run without --swept")
+        result = stored_sweep(exit_dir)
     else:
         result = sweep(exit_dir, "final", validation_episodes, min_score_ratio=min_score_ratio, timing=False,
                        widths=widths, margin=margin, shares=shares, fit_rounds=fit_rounds,

@@ -67,3 +67,40 @@ def test_the_report_names_the_runs_measured_against_their_own_whole_network():
     assert "On 1 of 2 runs (MinAtar/Breakout-v1 s0) no DQN was trained: the baseline is the exit run's own whole network" in text
     assert "On all 1 runs the exit run's backbone and final head are the baseline DQN's" in text
     assert "no DQN was trained" not in early_exit.report([trained], args())
+
+
+def _swept_run(root: Path, stored: bool = True) -> Path:
+    """A run directory as far as --swept reads it: config, two checkpoints, the sweep's record of the
+    final one under the path the run had when it was swept."""
+    from dataclasses import asdict
+
+    from hetrl.exits import SweepResult
+    from hetrl.files import write_json
+
+    run = root / "exit_s0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text("{}")
+    for step in (1000, 2000):
+        (run / "checkpoints" / f"step_{step:010d}.pt").write_bytes(b"")
+    result = SweepResult(run_dir="/elsewhere/exit_s0", checkpoint="/elsewhere/exit_s0/checkpoints/step_0000002000.pt",
+                         env="MinAtar/Breakout-v1", episodes=10, seed_offset=0, batch=1, backend="numba", baseline_macs=1,
+                         exit_names=["after block 0", "final head"], min_score_ratio=0.9, chosen=0.2, stored=stored)
+    (run / "exits").mkdir()
+    write_json(run / "exits" / "sweep.json", asdict(result))
+    return run
+
+
+def test_swept_takes_the_sweep_of_a_run_directory_moved_since(tmp_path):
+    result = early_exit.stored_sweep(_swept_run(tmp_path))
+    assert result.chosen == 0.2 and result.stored
+
+
+def test_swept_refuses_a_sweep_that_stored_nothing_in_the_final_checkpoint(tmp_path):
+    import pytest
+
+    with pytest.raises(RuntimeError, match="stored nothing in the final checkpoint step_0000002000.pt; run without --swept"):
+        early_exit.stored_sweep(_swept_run(tmp_path, stored=False))
+    run = _swept_run(tmp_path / "later")
+    (run / "checkpoints" / "step_0000003000.pt").write_bytes(b"")  # trained on after the sweep
+    with pytest.raises(RuntimeError, match="final checkpoint step_0000003000.pt"):
+        early_exit.stored_sweep(run)
