@@ -20,7 +20,7 @@ from hetrl.config import make_config
 from hetrl.envs import EnvSpec, env_spec
 from hetrl.errors import HetrlError
 from hetrl.evaluation import EVAL_SEED_OFFSET
-from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, SweepResult, choose, monotone_scores, planning_settings, store_threshold
+from hetrl.exits import VALIDATION_SEED_OFFSET, SweepPoint, SweepResult, choose, fitted_before, monotone_scores, planning_settings, store_threshold
 from hetrl.nets import exits as exits_module
 from hetrl.nets import numpy_params
 from hetrl.nets.conv import MinAtarNet
@@ -904,8 +904,15 @@ def test_cli_sweep_fits_and_stores_branches_on_a_share(run_dir, tmp_path, capsys
     policy = hetrl.load(run_dir, copy)
     assert policy.network.branch_shares == [0.5] and policy.network.branch_widths == [9]
     assert "--set exit_hidden=9 --set exit_share=0.5" in text
+    assert "held-out states, as trained -> fit" in text
     assert main(["exits", "sweep", str(run_dir), "--checkpoint", str(copy), "--shares", "0", "--no-timing"]) != 0
     assert "branch shares must be in (0, 1]" in capsys.readouterr().err
+    # a second sweep of that checkpoint does not call the branches the first one stored the trained ones
+    assert main(["exits", "sweep", str(run_dir), "--checkpoint", str(copy), "--episodes", "1", "--thresholds", "0",
+                 "--widths", "9", "--shares", "0.5", "--fit-updates", "20", "--fit-rounds", "0", "--no-timing",
+                 "--no-store", "--out", str(tmp_path / "again")]) == 0
+    assert "held-out states, as an earlier sweep fit and stored them -> fit" in capsys.readouterr().out
+    assert not fitted_before(final) and fitted_before(copy)
 
 
 def test_cli_sweep_fits_on_the_branchs_own_play(run_dir, tmp_path, capsys, monkeypatch):

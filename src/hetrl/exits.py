@@ -79,6 +79,8 @@ FIT_PLAY_EPISODES = 40  # episodes of the branches' own play per round of the fi
 FIT_PLAY_STATES = 20_000  # of their states kept per round (a uniform sample)
 FIT_PLAY_DECISIONS = 100_000  # a round's play stops after this many decisions (long Atari games)
 FIT_ROUNDS = 3  # rounds of the fit on the branches' own play (hetrl exits sweep --fit-rounds)
+FITTED_KEY = "exit_branches_fitted"  # a checkpoint's entry: its branches are a sweep's fit (store_threshold)
+FITTED_BEFORE = "as an earlier sweep fit and stored them"  # BranchFit.before of such a checkpoint's branches
 FIT_ROUND_SHARE = 0.5  # each round's updates: this share of the fit's on the replay
 FIT_PLAY_SEED_OFFSET = 3_000_017  # the play's episodes: apart from training's, validation's and evaluation's seeds
 FIT_CACHE_BYTES = 1 << 30  # the backbone's outputs on the fit's states are kept (computed once) up to this size
@@ -288,7 +290,8 @@ class BranchFit:
     rounds: int = 0  # rounds of the fit on the branches' own play (fit_on_own_play)
     play_states: int = 0  # states of that play added to the training states
     tolerance: float = 0.0  # the confidence heads' exit_confidence_tolerance in the fit
-    # before: the branches as trained (as wide as the fitted ones, or not); after: the fitted ones
+    # before: the checkpoint's branches (as wide as the fitted ones, or not); after: the fitted ones
+    before: str = "as trained"  # what the checkpoint's branches were: as trained, or FITTED_BEFORE
 
     def describe(self, names: Sequence[str]) -> str:
         moved = ", ".join(f"{name} {100 * a:.1f}% -> {100 * b:.1f}%"
@@ -300,7 +303,7 @@ class BranchFit:
         play += (f", confidence within {self.tolerance:g} of each state's Q spread of the final head's best"
                  if self.tolerance else "")
         return (f"{units}branches fit to the trained network: {self.updates:,} updates on {self.states:,} states "
-                f"({self.source}){play}; agreement with the final head's action on held-out states, as trained -> "
+                f"({self.source}){play}; agreement with the final head's action on held-out states, {self.before} -> "
                 f"fit: {moved}")
 
 
@@ -796,7 +799,8 @@ def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None =
     it was chosen for; the learner's Adam moments of the branches start afresh, and the
     checkpoint's own config records their width (``exit_hidden``) and ``share`` where given
     (``exit_share``), so that resuming it under a run of other branches names that setting.
-    Returns how many states were written."""
+    Returns how many states were written; with ``network``, the checkpoint is marked (``FITTED_KEY``)
+    so that a later sweep of it does not call its branches the trained ones."""
     state = safe_state.read(path)  # the file as saved (weights_only): arrays and signed pickles stay encoded
     found = 0
     branches = ({k: v for k, v in network.state_dict().items() if k.startswith("branches.")}
@@ -823,6 +827,8 @@ def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None =
         return node
 
     walk(state)
+    if found and network is not None:
+        state[FITTED_KEY] = True
     widths = set(network.branch_widths) if network is not None else set()
     config = state.get("config")
     if len(widths) == 1 and isinstance(config, dict) and isinstance(config.get("agent"), dict):
@@ -832,6 +838,11 @@ def store_threshold(path: Path, threshold: float, network: ExitQNetwork | None =
     if found:
         write_file(path, lambda f: torch.save(state, f))
     return found
+
+
+def fitted_before(path: str | Path) -> bool:
+    """Whether checkpoint ``path`` holds branches an earlier sweep fit and stored (:func:`store_threshold`)."""
+    return bool(safe_state.read(Path(path)).get(FITTED_KEY, False))
 
 
 def adopt_stored_width(config: Any, state: Mapping[str, Any]) -> None:
@@ -917,6 +928,7 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
             raise HetrlError(f"branches of {', '.join(branch_label(k) for k in others)} need the fit (the checkpoint's "
                              f"have {branch_label((current, current_share))}); give fit updates > 0, or sweep those only")
     data = None
+    was_fitted = fit_updates > 0 and fitted_before(policy.source)
     if fit_updates:
         teacher = Teacher(run.path, checkpoint, policy)  # the run's replay states (or, without one, its play)
         data = teacher.data(FIT_STATES, "auto", cfg.seed)
@@ -942,6 +954,8 @@ def sweep(run_dir: str | Path, checkpoint: str | Path | None = None, episodes: i
                          f"({fit_updates:,} updates)")
             fits.append(fit_on_own_play(policy.algo, net, data, cfg.env, cfg.seed, fit_rounds, fit_updates,
                                         policy.spec.atari, progress, width, share, fit_config))
+            if was_fitted:
+                fits[-1].before = FITTED_BEFORE
         mine = sweep_policy(policy.algo, net, cfg.env, cfg.seed, episodes, thresholds, policy.spec.atari, batch,
                             backend, timing, timing_seconds, progress, baseline=whole, share=share)
         whole = whole or mine[0]
