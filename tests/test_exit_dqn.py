@@ -774,6 +774,33 @@ def test_more_episodes_go_to_undecided_points_on_the_next_seeds(run_dir, monkeyp
     assert decide(algo, {(16, 1.0): net}, points, env, seed, 2, 7, 0.9, 1.0) == 0  # at the most already
 
 
+def test_the_cheapest_undecided_point_plays_first(run_dir, monkeypatch):
+    """Each round extends the undecided point of fewest operations alone; once it is decided (here:
+    played to the most), the next cheapest; a point decided in ends the rest (none dearer is undecided)."""
+    from hetrl import exits
+    from hetrl.exits import decide, sweep_policy
+
+    policy = hetrl.load(run_dir)
+    algo, net, env, seed = policy.algo, policy.network, "CartPole-v1", 2
+    points = sweep_policy(algo, net, env, seed, 2, (0.0, 0.5), timing=False)
+    whole, mid, low = points
+    assert low.ops_ratio < mid.ops_ratio
+    played = []
+    play = exits._play_more
+    monkeypatch.setattr(exits, "_play_more", lambda a, n, p, e, s, goal, atari: (played.append((p.threshold, goal)) if p is not whole else None,
+                                                                                 play(a, n, p, e, s, goal, atari)))
+    monkeypatch.setattr(exits, "undecided", lambda pts, *_: [p for p in (mid, low) if p.episodes < 6])
+    assert decide(algo, {(16, 1.0): net}, points, env, seed, 2, 6, 0.9, 1.0) == 4
+    assert played == [(0.0, 4), (0.0, 6), (0.5, 4), (0.5, 6)]
+    assert whole.episodes == low.episodes == mid.episodes == 6
+    played.clear()
+    monkeypatch.setattr(exits, "undecided", lambda pts, *_: [mid, low] if not played else [])  # low decided in
+    for p in points:
+        p.returns = p.returns[:2]
+    assert decide(algo, {(16, 1.0): net}, points, env, seed, 2, 6, 0.9, 1.0) == 1
+    assert played == [(0.0, 4)]
+
+
 @contextlib.contextmanager
 def resumed_session(run_dir, checkpoint, **agent):
     """A training session of ``run_dir`` (its config, with ``agent`` settings changed) resumed

@@ -481,27 +481,32 @@ def decide(algo: Algorithm, nets: Mapping[BranchKey, ExitQNetwork], points: Sequ
            seed: int, episodes: int, max_episodes: int, min_score_ratio: float, margin: float, atari: Any = None,
            progress: Callable[[str], None] | None = None) -> int:
     """More validation episodes where the sweep cannot yet tell (:func:`undecided`), in place: each
-    round every undecided point plays its next ``episodes`` validation seeds (up to ``max_episodes``
-    in all), the whole network's point as many as the furthest of them, and their ratios and
-    standard errors are taken again over all their episodes, paired with the whole network's on the
+    round the cheapest undecided point (fewest operations) plays its next ``episodes`` validation
+    seeds (up to ``max_episodes`` in all), the whole network's point as many, and its ratio and
+    standard error are taken again over all its episodes, paired with the whole network's on the
     same seeds; until no point is undecided or those left have played ``max_episodes``. ``nets``:
     each branch candidate's network (:func:`branch_key`). Returns the rounds played. Why: at a few
     hundred episodes a branch that plays at 0.93-0.96 of the network can sit within a standard
     error of the line, and the margin then keeps the whole network for it (docs/results.md); a few
-    points played longer cost far less than every point played longer."""
+    points played longer cost far less than every point played longer. Cheapest first, because a
+    point decided in becomes the choice, and then no dearer point is undecided any more: playing
+    those alongside would be spent for nothing."""
     whole = next(p for p in points if p.threshold >= NEVER)
     rounds = 0
     while todo := [p for p in undecided(points, min_score_ratio, margin) if p.episodes < max_episodes]:
         rounds += 1
-        goals = {id(p): min(max_episodes, p.episodes + episodes) for p in todo}
+        point = min(todo, key=lambda p: p.ops_ratio)
+        goal = min(max_episodes, point.episodes + episodes)
         if progress:
-            progress(f"round {rounds} of more validation episodes: {len(todo)} undecided point"
-                     f"{'s' if len(todo) != 1 else ''}, up to {max(goals.values())} episodes")
-        _play_more(algo, nets[branch_key(todo[0])], whole, env_id, seed, max(goals.values()), atari)
-        for p in todo:
-            _play_more(algo, nets[branch_key(p)], p, env_id, seed, goals[id(p)], atari)
-            base = np.asarray(whole.returns[:p.episodes])
-            p.score_ratio, p.score_ratio_se = score_ratio(p.return_mean, float(base.mean())), score_ratio_se(np.asarray(p.returns), base)
+            progress(f"round {rounds} of more validation episodes: the cheapest of {len(todo)} undecided point"
+                     f"{'s' if len(todo) != 1 else ''} ({branch_label(branch_key(point))} at threshold "
+                     f"{point.threshold:g}), up to {goal} episodes")
+        net = nets[branch_key(point)]
+        _play_more(algo, net, whole, env_id, seed, goal, atari)
+        _play_more(algo, net, point, env_id, seed, goal, atari)
+        base = np.asarray(whole.returns[:point.episodes])
+        point.score_ratio = score_ratio(point.return_mean, float(base.mean()))
+        point.score_ratio_se = score_ratio_se(np.asarray(point.returns), base)
     return rounds
 
 
