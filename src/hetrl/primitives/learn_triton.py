@@ -1,5 +1,5 @@
 """Learn / triton: DQN's update for MLP Q-networks as 2L + 2 hand-written Triton kernels, replayed as
-one CUDA graph.
+one CUDA graph (a hard target copy, when due, is a second one).
 
 A captured graph removes the host's launch cost, but each kernel still costs the GPU a few
 microseconds, and torch's update, even compiled, is some 50 kernels for a two-hidden-layer
