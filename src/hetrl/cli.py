@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import signal
 import sys
@@ -460,6 +461,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if argv is None:  # the command line's own process (see _main's gc.freeze)
+        atexit.register(_quiet_teardown)  # registered first, so it runs after every other exit handler
     code = _main(argv)
     ray_executor = sys.modules.get("hetrl.runtime.ray_executor")
     if ray_executor is not None and ray_executor.connect_pending():  # see connect_pending: no finalizing beside it
@@ -467,6 +470,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.flush()
         os._exit(code)
     return code
+
+
+def _quiet_teardown() -> None:
+    """Once every exit handler has run, the interpreter's teardown writes nothing to stderr. With the
+    objects frozen (``gc.freeze`` below) nanobind reports those of Triton's bindings still alive as
+    leaks, some 30 lines (torch imports Triton wherever it is installed, and the Adam optimizer
+    imports Dynamo); nothing the run did is in them, and its own messages were written before."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def _main(argv: Sequence[str] | None) -> int:
