@@ -180,6 +180,7 @@ class DQNLearner(DQNCheckpoint, TorchLearner):
         polyak_(self.q_target, self.q, self.cfg.tau)
         return {}  # no actor
 
+
 def flat_mlp_refusal(algorithm: Algorithm, learner: str, fix: str) -> str | None:
     """Why a learner that writes DQN's update over a flat MLP (Learn/numba, Learn/triton) cannot run
     ``algorithm``'s, naming the ``learner`` and ending with the ``fix``; None when it can."""
