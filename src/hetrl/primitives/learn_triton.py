@@ -42,10 +42,6 @@ ROWS_PER_PROGRAM = 64  # td_loss
 ADAM_BLOCK = 1024
 
 
-def _pow2(n: int) -> int:
-    return 1 << max(0, int(n) - 1).bit_length()
-
-
 class DeviceFlatAdam(FlatAdam):
     """FlatAdam's moments as torch vectors on the learner's device, its step count a device integer
     that the update's kernels advance (read back only for a checkpoint)."""
@@ -133,6 +129,8 @@ class DQNTritonLearner(DQNCheckpoint, TorchLearner):
         return {"td_errors": self.td, "loss": self.loss}
 
     def _launch(self, batch: dict[str, torch.Tensor]) -> None:
+        from triton import next_power_of_2 as pow2  # imported with the kernels (__init__)
+
         cfg, k, dims = self.cfg, self.kernels, self.dims
         BM, BN, BK, warps = self.bm, self.bn, self.bk, self.warps  # noqa: N806 - the kernels' names for them
         size = self.layout.size
@@ -152,7 +150,7 @@ class DQNTritonLearner(DQNCheckpoint, TorchLearner):
         k.td_loss[(math.ceil(b / ROWS_PER_PROGRAM),)](
             self.acts[-1], batch["actions"], batch["rewards"], batch["discounts"], batch["weights"], self.grads_out[-1],
             self.td, self.terms, self.optimizer.count, b, self.online_rows, dims[-1],
-            DOUBLE=cfg.double, BR=ROWS_PER_PROGRAM, BA=max(2, _pow2(dims[-1])))
+            DOUBLE=cfg.double, BR=ROWS_PER_PROGRAM, BA=max(2, pow2(dims[-1])))
         for l in range(layers - 1, -1, -1):
             h = x if l == 0 else self.acts[l - 1]  # its first b rows: the online network on obs
             below = l > 0
@@ -166,7 +164,7 @@ class DQNTritonLearner(DQNCheckpoint, TorchLearner):
             self.flat, self.grads, self.optimizer.m, self.optimizer.v, self.optimizer.count, self.parts, self.terms,
             self.loss, size, size, len(self.parts), b, cfg.lr, BETAS[0], BETAS[1], math.log(BETAS[0]),
             math.log(BETAS[1]), EPS, cfg.max_grad_norm if clip else 0.0, cfg.tau,
-            CLIP=clip, POLYAK=cfg.tau < 1.0, BLOCK=ADAM_BLOCK, PARTS=_pow2(len(self.parts)), LB=_pow2(b))
+            CLIP=clip, POLYAK=cfg.tau < 1.0, BLOCK=ADAM_BLOCK, PARTS=pow2(len(self.parts)), LB=pow2(b))
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out = super().update(batch)
