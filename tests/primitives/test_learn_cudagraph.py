@@ -94,48 +94,49 @@ def test_graphed_checkpoints_resume_on_the_host_and_back(name):
     from hetrl.envs import env_spec
 
     algo = make_algorithm(name, env_spec("Pendulum-v1"), _config(name, hidden=(32, 32), batch_size=32))
-    rng = np.random.default_rng(1)
-    batches = [_host_batch(rng, algo, 32) for _ in range(8)]
-    graphed = LearnCudagraph(algo, "cuda", seed=0)
-    for batch in batches[:4]:
-        graphed.learn(**batch)
-    state = graphed.learner.state_dict()
+    state, batches = _state_after_4_updates(LearnCudagraph, algo, batch_seed=1)
     assert all(not g["capturable"] for g in state["actor_optimizer"]["param_groups"])  # the torch learner's format
     host = LearnTorch(algo, "cpu", seed=1)
     host.learner.load_state_dict(state)  # the generator is reseeded (cuda -> cpu), the rest carries over
     host.learn(**{k: torch.as_tensor(v) for k, v in batches[4].items()})
-    # each its own copy, as from a file: torch's optimizers keep loaded tensors of the right device as they are
-    again = LearnCudagraph(algo, "cuda", seed=1)
+    _resumed_alike(LearnCudagraph, algo, state, batches[4:])
+
+
+def _state_after_4_updates(backend, algo, batch_seed):
+    """The state of ``backend``'s learner on the GPU after 4 updates, and 8 host batches: those 4, then 4 more."""
+    rng = np.random.default_rng(batch_seed)
+    batches = [_host_batch(rng, algo, 32) for _ in range(8)]
+    graphed = backend(algo, "cuda", seed=0)
+    for batch in batches[:4]:
+        graphed.learn(**batch)
+    return graphed.learner.state_dict(), batches
+
+
+def _resumed_alike(backend, algo, state, batches):
+    """A graphed learner of ``backend`` and the torch learner on the GPU, each loading its own copy of
+    ``state`` (as from a file: torch's optimizers keep loaded tensors of the right device as they
+    are), go on alike over ``batches``: a loaded graphed learner captures anew. Returns both."""
+    from hetrl.primitives.learn_torch import LearnTorch
+
+    again, plain = backend(algo, "cuda", seed=1), LearnTorch(algo, "cuda", seed=1)
     again.learner.load_state_dict(copy.deepcopy(state))
-    plain = LearnTorch(algo, "cuda", seed=1)
     plain.learner.load_state_dict(copy.deepcopy(state))
-    for batch in batches[4:]:  # a loaded graphed learner captures anew and goes on as the torch one does
+    for batch in batches:
         a = again.learn(**batch)
         b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batch.items()})
         torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
+    return again, plain
 
 
 def test_triton_checkpoints_resume_on_the_torch_learner_and_back():
     from hetrl.algos import make_algorithm
     from hetrl.envs import env_spec
-    from hetrl.primitives.learn_torch import LearnTorch
     from hetrl.primitives.learn_triton import LearnTriton
 
     algo = make_algorithm("dqn", env_spec("Acrobot-v1"), _config("dqn", hidden=(64, 64), batch_size=32, target_update_every=2))
-    rng = np.random.default_rng(3)
-    batches = [_host_batch(rng, algo, 32) for _ in range(8)]
-    graphed = LearnTriton(algo, "cuda", seed=0)
-    for batch in batches[:4]:
-        graphed.learn(**batch)
-    state = graphed.learner.state_dict()
-    again, plain = LearnTriton(algo, "cuda", seed=1), LearnTorch(algo, "cuda", seed=1)
-    again.learner.load_state_dict(copy.deepcopy(state))
-    plain.learner.load_state_dict(copy.deepcopy(state))
-    assert again.learner.inner.optimizer.steps == 4
-    for batch in batches[4:]:  # recaptured after the load, it goes on as the torch learner does
-        a = again.learn(**batch)
-        b = plain.learn(**{k: torch.as_tensor(v, device="cuda") for k, v in batch.items()})
-        torch.testing.assert_close(a["td_errors"], b["td_errors"], rtol=1e-4, atol=1e-5)
+    state, batches = _state_after_4_updates(LearnTriton, algo, batch_seed=3)
+    again, plain = _resumed_alike(LearnTriton, algo, state, batches[4:])
+    assert again.learner.inner.optimizer.steps == 4 + 4  # the 4 loaded, counted on by the kernels
     _learner_states_close(again.learner.state_dict(), plain.learner.state_dict())
 
 
