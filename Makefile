@@ -7,17 +7,26 @@ PY := $(VENV)/bin/python
 # build of the same release (CUDA on Linux) is used unchanged. Override with TORCH_SPEC=... .
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: run test install clean
+.PHONY: run test install install-run clean
 
-$(VENV)/.installed: pyproject.toml Makefile
+# What `make run` needs: hetrl, and NVML's reader so that a machine with an NVIDIA GPU meters its
+# energy. The test tools and the pixel envs (Triton, Ray, ONNX, ALE, EnvPool's MuJoCo assets: most
+# of the download) come only with `make install` / `make test`.
+$(VENV)/.installed-run: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check "$(TORCH_SPEC)"
+	$(PY) -m pip install -q --disable-pip-version-check -e ".[nvml]"
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-run
 	$(PY) -m pip install -q --disable-pip-version-check -e ".[test,pixels]"
 	touch $@
 
+install-run: $(VENV)/.installed-run
+
 install: $(VENV)/.installed
 
-run: install
+run: install-run
 	$(VENV)/bin/hetrl train dqn CartPole-v1 --steps 100000 --stop-at-return 475
 
 test: install
