@@ -2,8 +2,9 @@
 CleanRL-style single-file script written for this benchmark (bench/cleanrl_dqn.py, cleanrl_ddpg.py).
 
 Workloads (settings in bench/peer_runners.py, the same for every library): DQN on CartPole-v1 at
-1 update per env step and at 1 update per 4 env steps, and DDPG on Pendulum-v1 at 1 update per
-env step. Every (library, workload, repeat) is a fresh subprocess with the same torch thread count;
+1 update per env step and at 1 update per 4 env steps, DDPG on Pendulum-v1 at 1 update per env
+step, and DQN on CartPole-v1 with rl-baselines3-zoo's settings (dqn-zoo: 256x256, bursts of 128
+updates every 256 env steps; what `make run` trains). Every (library, workload, repeat) is a fresh subprocess with the same torch thread count;
 repeats alternate between libraries (the order rotates each repeat). Only the training call is
 timed. Each final policy is evaluated greedily for 10 episodes by one shared function.
 
@@ -42,7 +43,7 @@ LIBS = ("hetrl", "hetrl-auto", "sb3", "cleanrl", "tianshou", "torchrl")
 BASELINE = "hetrl-baseline"  # hetrl from another checkout (--baseline-src), run like "hetrl"
 LIB_NAMES = {"hetrl": "hetrl", "hetrl-auto": "hetrl, executor auto", BASELINE: "hetrl baseline (--baseline-src)", "sb3": "Stable-Baselines3", "cleanrl": "CleanRL-style script",
              "tianshou": "Tianshou", "torchrl": "TorchRL"}
-WORKLOAD_NAMES = ("dqn", "dqn-r0.25", "ddpg")
+WORKLOAD_NAMES = ("dqn", "dqn-r0.25", "ddpg", "dqn-zoo")
 BEGIN, END = "<!-- peers:begin (written by bench/peers.py) -->", "<!-- peers:end -->"
 QUICK_STEPS = {"dqn": 2_000, "ddpg": 1_500}
 MATMUL_SIZES, QUICK_MATMUL_SIZES = (1024, 2048, 4096), (512, 1024)

@@ -58,6 +58,7 @@ class TrainConfig:
     device: str = "auto"  # the learner's torch device: auto, cpu, cuda, cuda:N, mps
     num_envs: int = 1  # envs stepped together by the inline loop or by each actor; 0: the plan decides (throughput only)
     threads: int = 0  # torch threads of a host learner; 0: the plan decides
+    flush_denormals: bool = True  # host threads count denormal floats as zero (FTZ/DAZ, as TensorFlow and XLA on CPUs): Adam's decaying moments slow a learner otherwise (runtime/denormals.py)
     async_envs: bool = False  # step the envs as two halves, acting on one while the other steps (ale-vector and envpool EnvSteps; num_envs >= 2); off: it did not pay on a 2-core host (docs/results.md)
     plan: str = "auto"  # auto: planned from this machine's measured profile; rule: a fixed rule; or a plan.json
     executor: str = "inline"  # inline (one process), local (actor processes + learner), ray, or auto (the plan decides)

@@ -31,6 +31,7 @@ from hetrl.run.rundir import RunDir
 from hetrl.run.saved_network import load_teacher
 from hetrl.run.signals import StopSignals
 from hetrl.run.wandb_sink import WandbSink, require_wandb
+from hetrl.runtime.denormals import flush_denormals
 from hetrl.runtime.executors import make_executor
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.shared import sweep_stale_segments
@@ -103,22 +104,24 @@ class Session:
         self.defaults = defaults
         if defaults:  # the first line a run prints (once the env and settings are known good): where its settings came from
             self.console.print(f"defaults: {defaults}", highlight=False, soft_wrap=True)
-        with progress_bar(self.console, progress) as bar:  # shown only while a profile is measured
-            shown: list[int] = []
+        # in the mode the run computes in, from before the profile starts the learner's thread pools (runtime/denormals.py)
+        with flush_denormals(config.flush_denormals):
+            with progress_bar(self.console, progress) as bar:  # shown only while a profile is measured
+                shown: list[int] = []
 
-            def profiling(label: str, done: int, total: int) -> None:
-                if not shown:
-                    shown.append(bar.add_task(f"profiling {config.algo} {config.env}", total=total, stats="", unit="measurements"))
-                bar.update(shown[0], completed=done + 1, total=total, stats=label)
-            self.run_plan = resolve(config, self.algo, self.console.print, plan, profiling)
-        self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
-        check_replay_memory(config, self.spec, self.placement.replay)  # before the executor allocates it
-        self.executor_kind, self.actors = self.run_plan.executor, self.run_plan.actors
-        self.inference, self.num_envs = self.run_plan.inference, self.run_plan.num_envs
-        if self.placement.learn.threads:
-            torch.set_num_threads(self.placement.learn.threads)
-        self.stop = StopSignals()  # Ctrl-C and SIGTERM while it trains (hetrl.run.signals)
-        self.executor = make_executor(self.run_plan, config, self.algo, self.console.print, should_stop=self.stop.requested)
+                def profiling(label: str, done: int, total: int) -> None:
+                    if not shown:
+                        shown.append(bar.add_task(f"profiling {config.algo} {config.env}", total=total, stats="", unit="measurements"))
+                    bar.update(shown[0], completed=done + 1, total=total, stats=label)
+                self.run_plan = resolve(config, self.algo, self.console.print, plan, profiling)
+            self.plan, self.placement = self.run_plan.plan, self.run_plan.placement
+            check_replay_memory(config, self.spec, self.placement.replay)  # before the executor allocates it
+            self.executor_kind, self.actors = self.run_plan.executor, self.run_plan.actors
+            self.inference, self.num_envs = self.run_plan.inference, self.run_plan.num_envs
+            if self.placement.learn.threads:
+                torch.set_num_threads(self.placement.learn.threads)
+            self.stop = StopSignals()  # Ctrl-C and SIGTERM while it trains (hetrl.run.signals)
+            self.executor = make_executor(self.run_plan, config, self.algo, self.console.print, should_stop=self.stop.requested)
         self.resumed_from: int | None = None
         self._metrics: MetricsWriter | None = None  # open while a train() call runs
         self.saved_at: int | None = None  # env steps of the newest checkpoint of this run's timeline (None: none yet)
@@ -269,7 +272,7 @@ class Session:
         self._callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
         self.check_machine()  # a resumed run, on this machine
         try:
-            with self.stop, one_blas_thread():
+            with self.stop, one_blas_thread(), flush_denormals(self.config.flush_denormals):
                 try:
                     swept = sweep_stale_segments()
                     if swept:

@@ -24,6 +24,7 @@ from hetrl.primitives import build
 from hetrl.protocol import EnvStep, Placement
 from hetrl.runtime.env_halves import EnvHalves
 from hetrl.runtime.frame_stream import StackFrames, frame_rows
+from hetrl.runtime.denormals import set_flushing
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.nstep import NStepAssembler
 
@@ -146,6 +147,7 @@ class ActorSpec:
     atari: AtariOptions | None = None  # an ALE id's preprocessing (the run's; None: the defaults)
     frames: bool = False  # transitions leave as frame ids and new frames (the learner keeps a frame replay)
     async_envs: bool = False  # the envs step as two halves against acting (runtime/env_halves.py)
+    flush_denormals: bool = True  # the run's setting: the actor process counts denormal floats as zero (runtime/denormals.py)
 
     def __post_init__(self) -> None:  # in the learner's process (unpickling does not call it)
         if isinstance(self.env, EnvSource):
@@ -165,6 +167,7 @@ class Actor:
                  first_frame_id: int = 0) -> None:
         import torch
 
+        set_flushing(spec.flush_denormals)  # for the process's life, as the learner computes
         torch.set_num_threads(1)  # an actor's work is small: one thread, no spinning pool beside the learner
         self._blas = one_blas_thread()  # likewise numpy's BLAS, for the actor process's life
         algo = make_algorithm(spec.algo, env_spec(spec.env, spec.atari), spec.agent)

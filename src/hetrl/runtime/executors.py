@@ -31,14 +31,15 @@ def make_executor(run: "RunPlan", config: "TrainConfig", algo: Algorithm, log: C
 
         return LocalExecutor(algo, run.placement, run.num_envs, config.seed, run.actors,
                              weight_sync_every=config.weight_sync_every, prefetch=config.prefetch, log=log,
-                             inference=run.inference, should_stop=should_stop, async_envs=config.async_envs)
+                             inference=run.inference, should_stop=should_stop, async_envs=config.async_envs,
+                             flush_denormals=config.flush_denormals)
     if run.executor == "ray":
         from hetrl.runtime.ray_executor import RayExecutor
 
         return RayExecutor(algo, run.placement, run.num_envs, config.seed, run.actors,
                            weight_sync_every=config.weight_sync_every, address=config.ray_address, log=log,
                            should_stop=should_stop, chunk_steps=config.ray_chunk_steps, spread=config.ray_spread,
-                           async_envs=config.async_envs)
+                           async_envs=config.async_envs, flush_denormals=config.flush_denormals)
     from hetrl.runtime.inline import InlineExecutor
 
     return InlineExecutor(algo, run.placement, run.num_envs, config.seed, async_envs=config.async_envs)

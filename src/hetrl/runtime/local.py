@@ -101,7 +101,7 @@ class LocalExecutor(ParallelBookkeeping):
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, prefetch: bool = False, log: Callable[[str], None] = _stderr,
                  inference: str = "actor", should_stop: Callable[[], bool] = _never,
-                 async_envs: bool = False) -> None:
+                 async_envs: bool = False, flush_denormals: bool = True) -> None:
         check_store_order()  # before anything is built: a run on ARM is refused before its run directory is made
         check_placement(placement, algo)
         if actors < 1:
@@ -119,7 +119,7 @@ class LocalExecutor(ParallelBookkeeping):
         # A frame replay is fed frames, not stacks: the actors send each new frame once and transitions as frame ids
         self.frames = isinstance(self.replay, FrameReplay)
         self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames,
-                              async_envs)
+                              async_envs, flush_denormals)
         self.inference = inference
         # central inference: the acting copy lives here, on the placement's Act slot, synced as inline does
         self.policy = (build("Act", placement.act, algo, seed, source=self.learner.policy_network)

@@ -39,6 +39,7 @@ from hetrl.primitives import check_placement, get
 from hetrl.protocol import Placement
 from hetrl.replay.frames import FrameReplay
 from hetrl.runtime.acting_role import Actor, ActorSpec
+from hetrl.runtime.denormals import set_flushing
 from hetrl.runtime.frame_chunks import ChunkStreams, frame_chunk
 from hetrl.runtime.learner_role import LearnerRole
 from hetrl.runtime.parallel import ParallelBookkeeping
@@ -114,7 +115,9 @@ class RayActorRole:
 class RayLearnerRole:
     """The learner and its replay as one Ray actor."""
 
-    def __init__(self, algo: Algorithm, placement: Placement, seed: int, threads: int | None) -> None:
+    def __init__(self, algo: Algorithm, placement: Placement, seed: int, threads: int | None,
+                 flush_denormals: bool = True) -> None:
+        set_flushing(flush_denormals)  # before torch's thread pool starts, so that its threads inherit it
         if threads:
             torch.set_num_threads(threads)
         import ray
@@ -173,7 +176,7 @@ class RayExecutor(ParallelBookkeeping):
     def __init__(self, algo: Algorithm, placement: Placement, num_envs: int, seed: int, actors: int,
                  weight_sync_every: int = 1, address: str | None = None, log: Callable[[str], None] = _stderr,
                  should_stop: Callable[[], bool] = _never, chunk_steps: int = 0, spread: str = "spread",
-                 learner_node: str | None = None, async_envs: bool = False) -> None:
+                 learner_node: str | None = None, async_envs: bool = False, flush_denormals: bool = True) -> None:
         """``chunk_steps``: steps of each env an actor takes per chunk it returns (0: a chunk is
         half the limiter's lead shared by the actors); ``spread``: one of ``RAY_SPREADS``;
         ``learner_node``: the Ray node id the learner must run on (default: this process's node,
@@ -197,7 +200,7 @@ class RayExecutor(ParallelBookkeeping):
         # A frame replay is fed frames, not stacks (as the local executor's): each new frame once, transitions as frame ids
         self.frames = issubclass(get("ReplayAdd", placement.replay.backend).cls, FrameReplay)
         self.spec = ActorSpec(algo.name, algo.spec.origin, cfg, num_envs, seed, placement, algo.spec.atari, self.frames,
-                              async_envs=async_envs)
+                              async_envs=async_envs, flush_denormals=flush_denormals)
         self.limiter, self.chunk_steps = chunk_schedule(cfg, actors, num_envs, chunk_steps)
         self.policy_network = algo.make_policy_network()
         self.timers = Timers()
@@ -250,7 +253,8 @@ class RayExecutor(ParallelBookkeeping):
         self._actor_needs = actor_needs
         self._actor_cls = ray.remote(**_options(actor_needs, actor_strategy))(RayActorRole)
         learner_cls = ray.remote(**_options(learner_needs, learner_strategy))(RayLearnerRole)
-        self.learner = learner_cls.remote(self.algo, self.placement, self.seed, self.placement.learn.threads)
+        self.learner = learner_cls.remote(self.algo, self.placement, self.seed, self.placement.learn.threads,
+                                          self.spec.flush_denormals)
         if self._restore is not None:
             ray.get(self.learner.load_state_dict.remote(self._restore))
             self._restore = None
