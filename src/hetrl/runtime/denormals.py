@@ -1,10 +1,11 @@
 """Denormal floats flushed to zero on the host while a run computes (the ``flush_denormals`` setting).
 
 Adam's first moment decays by beta1 = 0.9 each update wherever a gradient has been zero for a while
-(ReLU units that rarely fire), and within a few hundred updates it passes through float32's denormal
-range (below 1.2e-38) on its way to zero. On x86 CPUs every operation on a denormal takes a microcode
-assist, many times slower than a normal one; in a DQN run on CartPole a fifth of the 256x256 layer's
-moments were denormal and the learner ran 1.5x slower than profiled (docs/results.md, 'Denormals').
+(ReLU units that rarely fire). Within a few hundred updates it is in float32's denormal range (below
+1.2e-38), and it stays there, never reaching zero: 0.9 times the denormal of 4 units in the last
+place rounds back to it. On x86 CPUs every operation on a denormal takes a microcode assist, many
+times slower than a normal one, and a learner with many such moments runs well below its profiled
+speed (docs/results.md, 'Denormals').
 With the CPU's flush-to-zero and denormals-are-zero modes (FTZ/DAZ, torch.set_flush_denormal) such
 values count as zero, as TensorFlow and XLA compute on CPUs by default. Values that small change no
 parameter: Adam divides the moment by the square root of the second one, which stays normal.
