@@ -22,9 +22,9 @@ from hetrl.envs import AtariOptions, EnvSource, env_spec
 from hetrl.errors import HetrlError
 from hetrl.primitives import build
 from hetrl.protocol import EnvStep, Placement
+from hetrl.runtime.denormals import set_flushing
 from hetrl.runtime.env_halves import EnvHalves
 from hetrl.runtime.frame_stream import StackFrames, frame_rows
-from hetrl.runtime.denormals import set_flushing
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.nstep import NStepAssembler
 
