@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -22,12 +23,10 @@ import numba
 import numpy as np
 import torch
 
-import hetrl.nets.fused_mlp as fused_mlp
-import hetrl.nets.narrow as narrow
 from learner_threads import CONFIGS, batch_of
 from hetrl.algos import make_algorithm
 from hetrl.envs import env_spec
-from hetrl.primitives import build, get
+from hetrl.primitives import build
 from hetrl.protocol import Slot
 from hetrl.runtime.denormals import set_flushing
 
@@ -42,14 +41,29 @@ def timed(spent: dict[str, float], label: str, fn: Callable[..., Any]) -> Callab
     return wrapper
 
 
-def wrap_kernels(spent: dict[str, float], modules: list[Any]) -> None:
-    """Replace every compiled kernel the modules hold, and torch.mm, by a timed wrapper."""
-    for module in modules:
-        short = module.__name__.rsplit(".", 1)[-1]
+def wrap_kernels(spent: dict[str, float]) -> None:
+    """Replace every compiled kernel that hetrl's imported modules call by name, and torch.mm, by a
+    timed wrapper (labelled by the module that defines the kernel). Kernels that other kernels call
+    are compiled into them and count as their caller's time."""
+    for module in [m for name, m in sys.modules.items() if name.startswith("hetrl.")]:
         for name, value in list(vars(module).items()):
             if isinstance(value, numba.core.registry.CPUDispatcher):
-                setattr(module, name, timed(spent, f"{short}.{name}", value))
+                home = value.py_func.__module__.rsplit(".", 1)[-1]
+                setattr(module, name, timed(spent, f"{home}.{value.py_func.__name__}", value))
     torch.mm = timed(spent, "torch.mm (BLAS products)", torch.mm)
+
+
+def update_of(algo_name: str, hidden: tuple[int, ...], batch_size: int, backend: str, threads: int = 1) -> Callable[[int], None]:
+    """A fresh learner of that shape: a function that runs it for n updates on one synthetic batch."""
+    config, env = CONFIGS[algo_name]
+    algo = make_algorithm(algo_name, env_spec(env), config(hidden=hidden, batch_size=batch_size))
+    learner = build("Learn", Slot(backend, "cpu", threads=threads), algo, 0).learner
+    batch = {k: torch.from_numpy(np.asarray(v)) for k, v in batch_of(algo, batch_size, np.random.default_rng(0)).items()}
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            learner.update(batch)
+    return run
 
 
 def main() -> None:
@@ -62,11 +76,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100)
     args = parser.parse_args()
     set_flushing(True)  # before torch's thread pool starts, as a run sets it
-    cls = get("Learn", args.backend).cls
-    spent: dict[str, float] = defaultdict(float)
-    wrap_kernels(spent, [narrow, fused_mlp, __import__(cls.__module__, fromlist=["_"])])
-    config, env = CONFIGS[args.algo]
     hidden = tuple(int(w) for w in args.hidden.split(","))
+    # a few updates first: they import the learner's modules and compile its kernels, which must not
+    # meet a wrapper where they call each other (numba types the callee when it compiles the caller)
+    update_of(args.algo, hidden, args.batch, args.backend)(3)
+    spent: dict[str, float] = defaultdict(float)
+    wrap_kernels(spent)
     print(f"load average before: {os.getloadavg()[0]:.2f}")
     print(f"\n| {args.algo.upper()} {args.hidden.replace(',', 'x')}, batch {args.batch}, Learn/{args.backend}: "
           + " | ".join(f"{t} thread(s), µs per update" for t in args.threads) + " |")
@@ -74,15 +89,11 @@ def main() -> None:
     columns = []
     for threads in args.threads:
         torch.set_num_threads(threads)
-        algo = make_algorithm(args.algo, env_spec(env), config(hidden=hidden, batch_size=args.batch))
-        learner = build("Learn", Slot(args.backend, "cpu", threads=threads), algo, 0).learner
-        batch = {k: torch.from_numpy(np.asarray(v)) for k, v in batch_of(algo, args.batch, np.random.default_rng(0)).items()}
-        for _ in range(max(10, args.calls // 3)):  # warm-up: compilation, buffers, Adam's state
-            learner.update(batch)
+        updates = update_of(args.algo, hidden, args.batch, args.backend, threads)
+        updates(max(10, args.calls // 3))  # warm-up: buffers, Adam's state, the thread pool
         spent.clear()
         start = time.perf_counter()
-        for _ in range(args.calls):
-            learner.update(batch)
+        updates(args.calls)
         total = (time.perf_counter() - start) / args.calls * 1e6
         per_call = {label: seconds / args.calls * 1e6 for label, seconds in spent.items()}
         per_call["the rest (Python, numpy)"] = total - sum(per_call.values())
