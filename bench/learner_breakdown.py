@@ -1,6 +1,7 @@
 """Where a host learner's update spends its time, per kernel, at 1 and at more torch threads: the
-BLAS products (torch.mm), each compiled kernel (hetrl.nets.narrow's, the learner module's own, Adam's
-``clip_and_adam``) and the rest (Python and numpy between them), in microseconds per update.
+BLAS products (torch.mm), each compiled kernel hetrl's modules call (the thin-layer kernels, Adam's
+``clip_and_adam``, the learner's own) and the rest (Python and numpy between them), in
+microseconds per update.
 
     python bench/learner_breakdown.py                                  # TD3 400x300, batch 256, Learn/blas
     python bench/learner_breakdown.py --algo sac --hidden 256,256 --threads 1 2
