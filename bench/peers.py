@@ -4,9 +4,10 @@ CleanRL-style single-file script written for this benchmark (bench/cleanrl_dqn.p
 Workloads (settings in bench/peer_runners.py, the same for every library): DQN on CartPole-v1 at
 1 update per env step and at 1 update per 4 env steps, DDPG on Pendulum-v1 at 1 update per env
 step, and DQN on CartPole-v1 with rl-baselines3-zoo's settings (dqn-zoo: 256x256, bursts of 128
-updates every 256 env steps; what `make run` trains). Every (library, workload, repeat) is a fresh subprocess with the same torch thread count;
-repeats alternate between libraries (the order rotates each repeat). Only the training call is
-timed. Each final policy is evaluated greedily for 10 episodes by one shared function.
+updates every 256 env steps; the row hetrl's tuned CartPole defaults start from). Every (library,
+workload, repeat) is a fresh subprocess with the same torch thread count; repeats alternate
+between libraries (the order rotates each repeat). Only the training call is timed. Each final
+policy is evaluated greedily for 10 episodes by one shared function.
 
 Reports env steps/s and updates/s (median, min, max over repeats), hetrl's ratio to each peer,
 the evaluation return of every run, this machine's fp32 matmul peak and the DDPG learner's
