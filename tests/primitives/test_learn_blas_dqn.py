@@ -142,3 +142,22 @@ def test_what_cannot_be_written_out_is_refused_with_the_fix():
     padded.features[0].padding = (1, 1)
     with pytest.raises(ValueError, match="unpadded"):
         FlatQ(padded)
+
+
+def test_double_q_target_takes_the_first_of_equal_online_maxima():
+    """The TD kernel picks the next action itself (no torch argmax): the online network's argmax,
+    the first of equal maxima as torch.argmax takes it; without online values, the target's max."""
+    from hetrl.primitives.learn_blas import dqn_td_loss
+
+    next_online = np.array([[1.0, 0.0, 2.0], [1.0, 3.0, 2.0], [0.5, 3.0, 1.0]], np.float32)  # (actions, batch)
+    next_target = np.array([[10.0, 20.0, 30.0], [40.0, 50.0, 60.0], [70.0, 80.0, 90.0]], np.float32)
+    q = np.zeros((3, 3), np.float32)
+    actions = np.zeros(3, np.int64)
+    zeros, ones = np.zeros(3, np.float32), np.ones(3, np.float32)
+    td, grad = np.empty(3, np.float32), np.empty((3, 3), np.float32)
+    dqn_td_loss(q, actions, zeros, ones, next_target, next_online, ones, grad, td)
+    picked = torch.from_numpy(next_online).argmax(dim=0).numpy()
+    np.testing.assert_array_equal(td, next_target[picked, np.arange(3)])
+    np.testing.assert_array_equal(td, [10.0, 50.0, 30.0])
+    dqn_td_loss(q, actions, zeros, ones, next_target, next_online[:0], ones, grad, td)
+    np.testing.assert_array_equal(td, next_target.max(axis=0))

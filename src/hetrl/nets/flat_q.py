@@ -269,6 +269,11 @@ class QPass:
         self.few_inputs = not convs and n > 1 and layout.in_features <= NARROW
         self._none = np.zeros(0, np.float32)
         self._empty = np.zeros((0, batch), np.float32)
+        # numpy views of the buffers the kernels take, made once: ``.numpy()`` on every call costs about as
+        # much as a small kernel
+        self.hidden_np = [h.numpy() for h in self.hidden]
+        self.grads_np = [g.numpy() for g in self.grads]
+        self.q_grad_np = self.q_grad_t.numpy()
         self._numpy: dict[int, tuple[list[torch.Tensor], list[np.ndarray]]] = {}
 
     def _views(self, tensors: list[torch.Tensor]) -> list[np.ndarray]:
@@ -297,17 +302,18 @@ class QPass:
         base, n = 2 * layout.n_convs, layout.n_linears
         w = self._views(weights)
         pending = -1  # the bias of the layer whose product hidden[i] still is (its bias and ReLU not yet added)
+        h = self.hidden_np
         for i in range(n):
             x, out = self.hidden[i], self.hidden[i + 1]
             at = base + 2 * i
             if i == n - 1 and self.few_outputs:
-                finish_then_few_outputs(x.numpy(), w[pending] if pending >= 0 else self._none, pending >= 0, w[at],
-                                        w[at + 1], out.numpy())
+                finish_then_few_outputs(h[i], w[pending] if pending >= 0 else self._none, pending >= 0, w[at],
+                                        w[at + 1], h[i + 1])
             elif i == 0 and self.few_inputs:
-                forward_few_inputs(x.numpy(), w[at], w[at + 1], out.numpy())
+                forward_few_inputs(h[0], w[at], w[at + 1], h[1])
             else:
                 if pending >= 0:
-                    bias_relu(x.numpy(), w[pending])
+                    bias_relu(h[i], w[pending])
                 if i == n - 1:
                     torch.addmm(weights[at + 1].unsqueeze(1), weights[at], x, out=out)
                 else:
@@ -325,21 +331,23 @@ class QPass:
         base, n = 2 * layout.n_convs, layout.n_linears
         w, gw = self._views(weights), self._views(grads)
         g = q_grad
+        g_np = self.q_grad_np if q_grad is self.q_grad_t else q_grad.numpy()
+        h = self.hidden_np
         # a linear layer's bias gradient is its output gradient summed over the batch: the layer above
         # writes it while it masks that gradient (the Q layer's own is summed here)
         for i in reversed(range(n)):
             x, at = self.hidden[i], base + 2 * i
             below = i > 0 or bool(layout.convs)  # the gradient of x is wanted
             if i == n - 1 and self.few_outputs:
-                backward_few_outputs(g.numpy(), x.numpy(), w[at], gw[at], gw[at + 1],
-                                     self.grads[i].numpy() if below else self._empty, gw[at - 1] if i > 0 else self._none,
+                backward_few_outputs(g_np, h[i], w[at], gw[at], gw[at + 1],
+                                     self.grads_np[i] if below else self._empty, gw[at - 1] if i > 0 else self._none,
                                      i > 0)
                 if not below:
                     return
-                g = self.grads[i]
+                g, g_np = self.grads[i], self.grads_np[i]
                 continue
             if i == 0 and self.few_inputs:
-                weight_grad_few_inputs(g.numpy(), x.numpy(), gw[at])
+                weight_grad_few_inputs(g_np, h[0], gw[at])
             else:
                 torch.mm(g, x.t(), out=grads[at])
             if i == n - 1:
@@ -349,10 +357,10 @@ class QPass:
             g_in = self.grads[i]
             torch.mm(weights[at].t(), g, out=g_in)
             if i > 0:
-                relu_backward_sums(g_in.numpy(), x.numpy(), gw[at - 1])  # through the ReLU that made x
+                relu_backward_sums(self.grads_np[i], h[i], gw[at - 1])  # through the ReLU that made x
             else:
-                relu_backward(g_in.numpy(), x.numpy())  # into the convolutions
-            g = g_in
+                relu_backward(self.grads_np[i], h[i])  # into the convolutions
+            g, g_np = g_in, self.grads_np[i]
         for k in reversed(range(layout.n_convs)):
             g = g.view(layout.convs[k].filters, -1)  # the gradient of the convolution's output before its ReLU
             torch.mm(g, self.patches[k].t(), out=grads[2 * k])

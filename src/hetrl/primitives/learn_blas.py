@@ -217,8 +217,8 @@ def _compile_now() -> None:
     squashed_gaussian_backward(two, col, col, col, np.float32(1.0), one[:1], two)
     soft_actor_loss(col, col, one, np.float32(1.0), col, col)
     q, index = np.zeros((2, 2), np.float32), np.zeros(2, np.int64)
-    dqn_td_loss(q, index, one, one, q, index, one, q, one)
-    dqn_td_loss(q, index, one, one, q, index[:0], one, q, one)
+    dqn_td_loss(q, index, one, one, q, q, one, q, one)
+    dqn_td_loss(q, index, one, one, q, q[:0], one, q, one)
     squash_backward(col, one, col, col)
 
 
@@ -570,17 +570,23 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
 
 
 @narrow.jit
-def dqn_td_loss(q, actions, rewards, discounts, next_q_all, best, weights, q_grad, td_abs):  # pragma: no cover - compiled
+def dqn_td_loss(q, actions, rewards, discounts, next_q_all, next_q_online, weights, q_grad, td_abs):  # pragma: no cover - compiled
     """DQN's loss, mean(w * huber(Q(s, a) - target)), returned, from Q-values laid out (actions, batch), with target = r + discount * Q'(s', b)
-    where b is ``best`` (double Q-learning) or, where ``best`` is empty, the argmax of Q'(s', .); its
-    gradient with respect to every Q-value into ``q_grad`` (zero but at the taken action); |target -
-    Q(s, a)| into ``td_abs``. As DQNLearner.step with F.huber_loss (delta 1)."""
+    where b is the argmax of the online network's ``next_q_online`` (double Q-learning; the first of
+    equal maxima, as torch's argmax) or, where that has no rows, of Q'(s', .); its gradient with
+    respect to every Q-value into ``q_grad`` (zero but at the taken action); |target - Q(s, a)| into
+    ``td_abs``. As DQNLearner.step with F.huber_loss (delta 1). The argmax is here, not a torch call:
+    torch's argmax across the rows of a (actions, batch) array costs several times this whole pass."""
     n_actions, n = q.shape  # (actions, batch): feature-major, as hetrl.nets.flat_q computes them
     loss = 0.0
     inv_n = np.float32(1.0 / n)
     for r in range(n):
-        if len(best):
-            nq = next_q_all[best[r], r]
+        if next_q_online.shape[0]:
+            b, top = 0, next_q_online[0, r]
+            for a in range(1, n_actions):
+                if next_q_online[a, r] > top:
+                    b, top = a, next_q_online[a, r]
+            nq = next_q_all[b, r]
         else:
             nq = next_q_all[0, r]
             for a in range(1, n_actions):
@@ -613,7 +619,7 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
         self.weights, self.target_weights, self.grad_tensors = (layout.tensors(flat) for flat in (self.params, self.target, self.grads))
         self.optimizer = FlatAdam(layout.size, layout.views, cfg.lr)  # torch Adam's checkpoint layout
         self.cfg, self.updates = cfg, 0
-        self._batch, self._no_best = -1, np.zeros(0, np.int64)
+        self._batch = -1
 
     @property
     def policy_network(self) -> nn.Module:
@@ -624,6 +630,9 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
         if batch != self._batch:
             self._batch = batch
             self.online, self.scratch = QPass(self.layout, batch), QPass(self.layout, batch)
+            # the online network's Q-values of the next states (double Q-learning), kept while the scratch pass
+            # computes the target network's
+            self.next_q_online = np.empty((int(self.layout.shapes[-1][0]), batch) if self.cfg.double else (0, batch), np.float32)
 
     def update(self, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
         """One update from host arrays (numpy, or CPU tensors; uint8 observations stay bytes)."""
@@ -633,15 +642,13 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
         rewards, discounts, weights = (host_array(batch[k]) for k in ("rewards", "discounts", "weights"))
         size = len(actions)
         self._passes(size)
-        best = self._no_best
         if cfg.double:  # the online network picks the next action, the target network values it
-            best = self.scratch.forward(self.weights, next_obs).argmax(dim=0).numpy()
+            np.copyto(self.next_q_online, self.scratch.forward(self.weights, next_obs).numpy())
         next_q_all = self.scratch.forward(self.target_weights, next_obs).numpy()
         q_all = self.online.forward(self.weights, obs).numpy()
         td = np.empty(size, np.float32)  # a new array: the executor keeps it
-        q_grad = self.online.q_grad_t
-        loss = dqn_td_loss(q_all, actions, rewards, discounts, next_q_all, best, weights, q_grad.numpy(), td)
-        self.online.backward(self.weights, self.grad_tensors, q_grad)
+        loss = dqn_td_loss(q_all, actions, rewards, discounts, next_q_all, self.next_q_online, weights, self.online.q_grad_np, td)
+        self.online.backward(self.weights, self.grad_tensors, self.online.q_grad_t)
         self.updates += 1
         # Polyak averaging every update, or a hard copy every target_update_every (DQNLearner.periodic_due)
         target_moves = cfg.tau < 1.0 or self.updates % cfg.target_update_every == 0
