@@ -64,8 +64,18 @@ def torch_device_name(device: str) -> str:
     return f"{device} ({torch.cuda.get_device_name(0)})" if device == "cuda" else device
 
 
+def _flush_denormals() -> None:
+    """Denormal floats flushed to zero in this process, as a hetrl run computes (hetrl.runtime.denormals);
+    set before torch's thread pool starts, since its threads take the mode they are created with."""
+    from hetrl.runtime.denormals import set_flushing
+
+    set_flushing(True)
+
+
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """Run one job in this process and return its JSON-able result."""
+    if args.peers_flush_denormals and args.worker[0] not in ("probe", "matmul") and not args.worker[0].startswith("hetrl"):
+        _flush_denormals()
     _set_threads(args.threads)
     import peer_runners as pr
 
@@ -115,6 +125,7 @@ def run_job(job: list[str], args: argparse.Namespace) -> dict[str, Any]:
     RuntimeError with the tail of its stderr."""
     first = [str(args.baseline_src)] if BASELINE in job and args.baseline_src else []  # that checkout's hetrl wins
     argv = [*job, "--threads", str(args.threads), "--device", args.device, "--eval-episodes", str(args.eval_episodes)]
+    argv += ["--peers-flush-denormals"] if args.peers_flush_denormals else []
     return run_worker(Path(__file__).resolve(), argv + (["--quick"] if args.quick else []), args.threads,
                       first_on_path=first)
 
@@ -283,7 +294,9 @@ def report(results: list[dict[str, Any]], failures: list[Failure], matmul: dict[
     how = (f"`{command}` on {datetime.date.today()}, {machine}, {args.threads} torch thread(s) for every library, "
            f"Python {platform.python_version()}; {args.repeats} repeat(s) per library and workload "
            f"(seeds {args.seed}..{args.seed + args.repeats - 1}), {args.dqn_steps:,} DQN and {args.ddpg_steps:,} DDPG "
-           f"env steps per run; {seconds / 60:.0f} min in all.")
+           f"env steps per run; {seconds / 60:.0f} min in all."
+           + (" Every library computed with denormal floats flushed to zero (`--peers-flush-denormals`; hetrl does "
+              "by default, the peers only when asked)." if args.peers_flush_denormals else ""))
     method = ("Every run is a fresh process; repeats alternate between libraries. Timed: the training call only "
               "(not imports, construction or evaluation; hetrl's call includes its end-of-run checkpoint, "
               "one-episode evaluation and plot). Rates are env steps (or gradient updates) over those seconds. "
@@ -354,6 +367,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                              "there and 'hetrl-auto' lets its plan choose; Tianshou and TorchRL run on the CPU only")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat (repeat r uses seed + r)")
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--peers-flush-denormals", action="store_true",
+                        help="run the other libraries with denormal floats flushed to zero too, as hetrl runs by "
+                             "default (torch's default keeps them): what a user of a peer could set by hand")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke test: 1 repeat, {QUICK_STEPS['dqn']} DQN and {QUICK_STEPS['ddpg']} DDPG env steps")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
