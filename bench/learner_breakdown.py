@@ -84,7 +84,7 @@ def main() -> None:
     spent: dict[str, float] = defaultdict(float)
     wrap_kernels(spent)
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    print(f"\n| {args.algo.upper()} {args.hidden.replace(',', 'x')}, batch {args.batch}, Learn/{args.backend}: "
+    print(f"\n| {args.algo.upper()} {args.hidden.replace(',', 'x')}, batch {args.batch}, Learn/{args.backend} | "
           + " | ".join(f"{t} thread(s), µs per update" for t in args.threads) + " |")
     print("|---|" + "---:|" * len(args.threads))
     columns = []

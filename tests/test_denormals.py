@@ -2,6 +2,7 @@
 setting): the mode itself, its effect on each host learner's Adam, and where a run sets it (the
 session, actor processes, the Ray learner)."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -130,3 +131,45 @@ def test_the_ray_learner_and_actors_compute_in_the_run_s_mode(monkeypatch, flush
     assert flushing() == flush
     executor = RayExecutor(algo, placement, 1, 0, actors=1, log=lambda m: None, flush_denormals=flush)
     assert executor.spec.flush_denormals == flush
+
+
+class _Measured(Exception):
+    """Stops a command where its measurement starts: the test has seen the mode by then."""
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_hetrl_profile_measures_in_the_mode_a_run_computes_in(monkeypatch, mode_kept, tmp_path, flush):
+    from hetrl import profile as profile_module
+    from hetrl.cli import main
+
+    modes = []
+
+    def measured(*args, **kwargs):
+        modes.append(flushing())
+        raise _Measured
+
+    monkeypatch.setattr(profile_module, "profile_workload", measured)
+    set_flushing(False)
+    with pytest.raises(_Measured):
+        main(["profile", "dqn", "CartPole-v1", "--no-progress", "--out", str(tmp_path / "profile.json")]
+             + ([] if flush else ["--set", "flush_denormals=false"]))
+    assert modes == [flush] and not flushing()
+
+
+def test_the_cosearch_supernet_trains_with_denormals_flushed(monkeypatch, mode_kept, tmp_path):
+    from hetrl.cosearch import pipeline
+
+    modes = []
+
+    def searched(*args, **kwargs):
+        modes.append(flushing())
+        raise _Measured
+
+    monkeypatch.setattr(pipeline, "search", searched)
+    monkeypatch.setattr(pipeline, "Teacher", lambda *a: SimpleNamespace(
+        config=SimpleNamespace(env="CartPole-v1"), spec=env_spec("CartPole-v1"),
+        data=lambda *a: SimpleNamespace(source="test"), policy=SimpleNamespace(source=Path("teacher.pt"))))
+    set_flushing(False)
+    with pytest.raises(_Measured):
+        pipeline.cosearch("CartPole-v1", tmp_path / "teacher", hardware="macs", out=tmp_path / "out")
+    assert modes == [True] and not flushing()

@@ -214,13 +214,15 @@ def _profile(args: argparse.Namespace) -> int:
     from hetrl.hardware import describe_machine
     from hetrl.profile import default_path, partial_path, profile_table, profile_workload
     from hetrl.run.report import progress_bar
+    from hetrl.runtime.denormals import flush_denormals
 
     cfg = make_config(args.algo, args.env, args.config, args.overrides)
     devices = [str(resolve_device(d)) for d in args.devices] if args.devices else None
     console = Console(stderr=True)
     machine = describe_machine()
     out = check_writable(args.out or default_path(machine, cfg.algo, cfg.env_source(), cfg.agent), "--out")  # before profiling
-    with progress_bar(console, not args.no_progress) as bar:
+    # in the mode a run computes in (runtime/denormals.py), set before the profile starts torch's thread pool
+    with flush_denormals(cfg.flush_denormals), progress_bar(console, not args.no_progress) as bar:
         task = bar.add_task(f"profile {cfg.algo} {cfg.env}", total=None, stats="", unit="measurements")
         profile = profile_workload(cfg.algo, cfg.env_source(), cfg.agent, devices, machine=machine, resume=partial_path(out),
                                    progress=lambda label, done, total: bar.update(task, completed=done + 1, total=total, stats=label))

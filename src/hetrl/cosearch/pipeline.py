@@ -17,6 +17,7 @@ from hetrl.cosearch.supernet import SuperNet, search_space
 from hetrl.cosearch.teacher import Teacher
 from hetrl.errors import HetrlError
 from hetrl.files import check_writable, file_part
+from hetrl.runtime.denormals import flush_denormals
 
 STATES = 20_000  # teacher transitions searched on
 
@@ -64,10 +65,13 @@ def cosearch(env: str, teacher_dir: str | Path, hardware: str = "cpu", config: S
     except (TypeError, ValueError) as exc:
         raise HetrlError(f"search space: {exc}") from None
     say(f"hardware cost: {hardware} ...")
-    cost = hardware_cost(hardware, space, batch=1, fpga_search=fpga_search, backend=cost_backend)
-    with seeded_init(config.seed):
-        supernet = SuperNet(space, config.tau_start)
-    result = search(supernet, data, config, cost, progress)
+    # denormals flushed, as a training run computes (hetrl.runtime.denormals): the costs are measured in the
+    # mode the derived agent will run in, and the supernet's Adam moments decay into denormals as a learner's do
+    with flush_denormals():
+        cost = hardware_cost(hardware, space, batch=1, fpga_search=fpga_search, backend=cost_backend)
+        with seeded_init(config.seed):
+            supernet = SuperNet(space, config.tau_start)
+        result = search(supernet, data, config, cost, progress)
     context: dict[str, Any] = {"env": env, "teacher": str(teacher_dir), "checkpoint": teacher.policy.source.name,
                                "states": data.source, "hardware": hardware,
                                **({"cost_backend": cost.backend} if getattr(cost, "backend", "") else {})}
