@@ -55,7 +55,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from peers import write_section
+from peers import PEERS_FLUSH_HELP, flush_peer_denormals, write_section
 from workers import run_worker  # one writer of marked sections in docs/benchmarks.md
 
 BENCH = Path(__file__).resolve().parent
@@ -113,6 +113,7 @@ class Cell:
 # --- worker side ------------------------------------------------------------------------------
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """One run (or the matmul peak) in this process; its JSON-able result."""
+    flush_peer_denormals(args.worker, args.peers_flush_denormals)
     import torch
 
     if args.threads != DEFAULT:
@@ -149,7 +150,7 @@ def run_job(job: list[str], threads: int, args: argparse.Namespace, steps: int =
     """``grid.py --worker JOB`` in a fresh interpreter; RuntimeError with its stderr's tail on failure.
     At the default threads no thread variable is set: the library sees the machine as a user's run does."""
     argv = [*job, "--threads", str(threads), "--steps", str(steps), "--seed", str(seed), "--eval-episodes",
-            str(args.eval_episodes), "--device", args.device]
+            str(args.eval_episodes), "--device", args.device] + (["--peers-flush-denormals"] if args.peers_flush_denormals else [])
     return run_worker(Path(__file__).resolve(), argv, None if threads == DEFAULT else threads, tail_lines=8,
                       env={"XDG_CACHE_HOME": str(args.cache)})  # hetrl's profiles measured by this code, in this run
 
@@ -490,7 +491,9 @@ def how_measured(raw: dict[str, Any], args: argparse.Namespace, seconds: float, 
     versions = sorted({f"{LIB_NAMES[r['lib']]} {r['version']}" for r in raw["results"]})
     return (f"{commands_of(raw, args)} on {where['date']}, {machine}, Python {where['python']}; {args.steps:,} env steps "
             f"per run ({1000:,} of them random warm-up), {runs_said(raw)}; {seconds / 60:.0f} min in all. "
-            f"Versions: {', '.join(versions)}.")
+            f"Versions: {', '.join(versions)}."
+            + (" The peers computed with denormal floats flushed to zero, as hetrl does by default."
+               if any("--peers-flush-denormals" in argv for argv in raw.get("commands", [raw.get("argv", args.argv)])) else ""))
 
 
 def commands_of(raw: dict[str, Any], args: argparse.Namespace) -> str:
@@ -514,6 +517,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
                         help="where every library's networks go (cuda: the GPU column, its own section)")
     parser.add_argument("--quick", action="store_true", help="4 cells, 2500 env steps, 2 evaluation episodes: under 10 minutes")
+    parser.add_argument("--peers-flush-denormals", action="store_true", help=PEERS_FLUSH_HELP)
     parser.add_argument("--resume", action="store_true", help="keep the runs already in the raw JSON and run only the rest")
     parser.add_argument("--from-json", type=Path, nargs="+",
                         help="write the report from this raw JSON (of an earlier run) without running; several: "

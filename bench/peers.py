@@ -64,18 +64,24 @@ def torch_device_name(device: str) -> str:
     return f"{device} ({torch.cuda.get_device_name(0)})" if device == "cuda" else device
 
 
-def _flush_denormals() -> None:
-    """Denormal floats flushed to zero in this process, as a hetrl run computes (hetrl.runtime.denormals);
-    set before torch's thread pool starts, since its threads take the mode they are created with."""
-    from hetrl.runtime.denormals import set_flushing
+PEERS_FLUSH_HELP = ("run the other libraries with denormal floats flushed to zero too, as hetrl runs by default "
+                    "(torch's default keeps them): what a user of a peer could set by hand")
 
-    set_flushing(True)
+
+def flush_peer_denormals(job: Sequence[str], asked: bool) -> None:
+    """With ``asked`` (--peers-flush-denormals), a peer library's run (``job``: the worker's arguments,
+    the library first) computes with denormal floats flushed to zero, as a hetrl run does by default
+    (hetrl.runtime.denormals). Called before torch's thread pool starts: its threads take the mode
+    they are created with."""
+    if asked and job[0] not in ("probe", "matmul") and not job[0].startswith("hetrl"):
+        from hetrl.runtime.denormals import set_flushing
+
+        set_flushing(True)
 
 
 def worker(args: argparse.Namespace) -> dict[str, Any]:
     """Run one job in this process and return its JSON-able result."""
-    if args.peers_flush_denormals and args.worker[0] not in ("probe", "matmul") and not args.worker[0].startswith("hetrl"):
-        _flush_denormals()
+    flush_peer_denormals(args.worker, args.peers_flush_denormals)
     _set_threads(args.threads)
     import peer_runners as pr
 
@@ -367,9 +373,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                              "there and 'hetrl-auto' lets its plan choose; Tianshou and TorchRL run on the CPU only")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first repeat (repeat r uses seed + r)")
     parser.add_argument("--eval-episodes", type=int, default=10)
-    parser.add_argument("--peers-flush-denormals", action="store_true",
-                        help="run the other libraries with denormal floats flushed to zero too, as hetrl runs by "
-                             "default (torch's default keeps them): what a user of a peer could set by hand")
+    parser.add_argument("--peers-flush-denormals", action="store_true", help=PEERS_FLUSH_HELP)
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke test: 1 repeat, {QUICK_STEPS['dqn']} DQN and {QUICK_STEPS['ddpg']} DDPG env steps")
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md",
