@@ -283,21 +283,26 @@ class QPass:
             kept = self._numpy[id(tensors)] = (tensors, [t.numpy() for t in tensors])
         return kept[1]
 
-    def forward(self, weights: list[torch.Tensor], obs: torch.Tensor) -> torch.Tensor:
+    def forward(self, weights: list[torch.Tensor], obs: torch.Tensor, same_obs: bool = False) -> torch.Tensor:
         """Q-values (actions, batch), feature-major, of ``obs`` (uint8 or float, (batch, *obs_shape))
-        with ``weights`` (:meth:`FlatQ.tensors`); keeps what the backward pass reads."""
+        with ``weights`` (:meth:`FlatQ.tensors`); keeps what the backward pass reads. ``same_obs``:
+        ``obs`` is what this pass's last forward took (double Q-learning's two networks on the next
+        states), so its input layout (and the first convolution's patches, which no weight enters) is
+        still in the buffers and is not made again."""
         layout, batch = self.layout, self.batch
         x = obs.reshape(batch, -1)
         if layout.convs:
-            images_by_feature(x.numpy(), np.float32(layout.scale), self.raw.numpy())
+            if not same_obs:
+                images_by_feature(x.numpy(), np.float32(layout.scale), self.raw.numpy())
             x = self.raw
             for k in range(layout.n_convs):
-                torch.index_select(x, 0, self.index[k], out=self.patches[k].view(-1, batch))
+                if k or not same_obs:
+                    torch.index_select(x, 0, self.index[k], out=self.patches[k].view(-1, batch))
                 out = self.maps[k]
                 torch.addmm(weights[2 * k + 1].unsqueeze(1), weights[2 * k], self.patches[k], out=out)
                 out.clamp_(min=0.0)
                 x = out.view(-1, batch)
-        else:
+        elif not same_obs:
             self.hidden[0].copy_(x.t())
         base, n = 2 * layout.n_convs, layout.n_linears
         w = self._views(weights)

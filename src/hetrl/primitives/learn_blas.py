@@ -644,7 +644,7 @@ class DQNBlasLearner(DQNCheckpoint, Learner):
         self._passes(size)
         if cfg.double:  # the online network picks the next action, the target network values it
             np.copyto(self.next_q_online, self.scratch.forward(self.weights, next_obs).numpy())
-        next_q_all = self.scratch.forward(self.target_weights, next_obs).numpy()
+        next_q_all = self.scratch.forward(self.target_weights, next_obs, same_obs=cfg.double).numpy()
         q_all = self.online.forward(self.weights, obs).numpy()
         td = np.empty(size, np.float32)  # a new array: the executor keeps it
         loss = dqn_td_loss(q_all, actions, rewards, discounts, next_q_all, self.next_q_online, weights, self.online.q_grad_np, td)
