@@ -493,12 +493,17 @@ def how_measured(raw: dict[str, Any], args: argparse.Namespace, seconds: float, 
             f"per run ({1000:,} of them random warm-up), {runs_said(raw)}; {seconds / 60:.0f} min in all. "
             f"Versions: {', '.join(versions)}."
             + (" The peers computed with denormal floats flushed to zero, as hetrl does by default."
-               if any("--peers-flush-denormals" in argv for argv in raw.get("commands", [raw.get("argv", args.argv)])) else ""))
+               if any("--peers-flush-denormals" in argv for argv in commands(raw, args)) else ""))
+
+
+def commands(raw: dict[str, Any], args: argparse.Namespace) -> list[list[str]]:
+    """The arguments of the measuring run (--from-json keeps them), or of each merged run."""
+    return raw.get("commands", [raw.get("argv", args.argv)])
 
 
 def commands_of(raw: dict[str, Any], args: argparse.Namespace) -> str:
-    """The measuring run's command (--from-json keeps it), or each merged run's."""
-    return "; ".join(f"`{' '.join(['python bench/grid.py', *argv])}`" for argv in raw.get("commands", [raw.get("argv", args.argv)]))
+    """The measuring run's command, or each merged run's, as the report names them."""
+    return "; ".join(f"`{' '.join(['python bench/grid.py', *argv])}`" for argv in commands(raw, args))
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
