@@ -82,35 +82,3 @@ def test_the_runs_of_several_calls_merge_into_one_gpu_report(tmp_path):
     assert header.count("|") == delimiter.count("|") == row.count("|")
     assert "**4.00×** vs SB3" in row and (tmp_path / "g.png").exists()
 
-
-@pytest.mark.parametrize("lib, asked, flushed", [("sb3", False, False), ("sb3", True, True), ("hetrl", False, False)])
-def test_a_peer_of_the_grid_flushes_denormals_only_when_asked(monkeypatch, lib, asked, flushed):
-    """hetrl's run sets its own mode (its setting flush_denormals); a peer's worker flushes only with
-    --peers-flush-denormals."""
-    from types import SimpleNamespace
-
-    import peer_runners
-
-    from hetrl.runtime.denormals import flushing, set_flushing
-
-    seen = []
-
-    def runner(w, steps, seed, threads, device):
-        seen.append(flushing())
-        return SimpleNamespace(act=None, version="x", env_steps=steps, updates=0, seconds=1.0, extra={})
-
-    monkeypatch.setitem(peer_runners.RUNNERS, lib, runner)
-    monkeypatch.setattr(peer_runners, "evaluate", lambda act, env_id, episodes: [1.0])
-    if not set_flushing(False):
-        pytest.skip("torch cannot set flush-to-zero on this CPU")
-    args = grid.parse(["--worker", lib, "dqn:CartPole-v1:64,64:64:1", "--steps", "10", "--threads", "1"]
-                      + (["--peers-flush-denormals"] if asked else []))
-    import torch
-
-    threads = torch.get_num_threads()
-    try:
-        result = grid.worker(args)
-    finally:
-        set_flushing(False)
-        torch.set_num_threads(threads)
-    assert seen == [flushed] and result["env_steps"] == 10
