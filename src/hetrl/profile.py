@@ -41,6 +41,7 @@ from hetrl.hardware import Machine, describe_machine, usable_cores
 from hetrl.planner.rule import default_placement, frame_replay_wanted
 from hetrl.primitives import LIBRARY, build, implementations
 from hetrl.protocol import Placement, Slot
+from hetrl.runtime.frozen_objects import objects_frozen
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.inference import TRIP_ROUNDS, inference_layout, measure_round_trip
 from hetrl.runtime.inline import InlineExecutor
@@ -719,7 +720,7 @@ def profile_workload(algo: str, env: str | EnvSource, agent: AgentConfig, device
     jobs = list(_jobs(algorithm, devices, threads, meters, machine, result.notes, result.unmeasured))
     labels = [label for label, _ in jobs]
     done = _resumed(resume, result, labels) if resume is not None else 0
-    with one_blas_thread():  # as a run acts (runtime/host_blas.py)
+    with one_blas_thread(), objects_frozen():  # as a run acts and collects (runtime/host_blas.py, runtime/frozen_objects.py)
         for index, (label, measure) in enumerate(jobs[done:], start=done):
             if progress:
                 progress(label, index, len(jobs))

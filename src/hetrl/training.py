@@ -33,6 +33,7 @@ from hetrl.run.signals import StopSignals
 from hetrl.run.wandb_sink import WandbSink, require_wandb
 from hetrl.runtime.denormals import flush_denormals
 from hetrl.runtime.executors import make_executor
+from hetrl.runtime.frozen_objects import objects_frozen
 from hetrl.runtime.host_blas import one_blas_thread
 from hetrl.runtime.shared import sweep_stale_segments
 from hetrl.planner.plan_file import Plan
@@ -272,7 +273,8 @@ class Session:
         self._callbacks = callbacks if isinstance(callbacks, Callbacks) else Callbacks(callbacks)
         self.check_machine()  # a resumed run, on this machine
         try:
-            with self.stop, one_blas_thread(), flush_denormals(self.config.flush_denormals):
+            # objects_frozen: no full garbage collection rewalks the heap that existed before the run
+            with self.stop, one_blas_thread(), flush_denormals(self.config.flush_denormals), objects_frozen():
                 try:
                     swept = sweep_stale_segments()
                     if swept:
