@@ -1,7 +1,7 @@
 """Where a host learner's update spends its time, per kernel, at 1 and at more torch threads: the
-BLAS products (torch.mm), each compiled kernel hetrl's modules call (the thin-layer kernels, Adam's
-``clip_and_adam``, the learner's own) and the rest (Python and numpy between them), in
-microseconds per update.
+BLAS products (torch.mm and torch.bmm), each compiled kernel hetrl's modules call (the thin-layer
+kernels, Adam's ``clip_and_adam``, the learner's own) and the rest (Python and numpy between
+them), in microseconds per update.
 
     python bench/learner_breakdown.py                                  # TD3 400x300, batch 256, Learn/blas
     python bench/learner_breakdown.py --algo sac --hidden 256,256 --threads 1 2
@@ -43,15 +43,16 @@ def timed(spent: dict[str, float], label: str, fn: Callable[..., Any]) -> Callab
 
 
 def wrap_kernels(spent: dict[str, float]) -> None:
-    """Replace every compiled kernel that hetrl's imported modules call by name, and torch.mm, by a
-    timed wrapper (labelled by the module that defines the kernel). Kernels that other kernels call
-    are compiled into them and count as their caller's time."""
+    """Replace every compiled kernel that hetrl's imported modules call by name, and torch.mm and
+    torch.bmm, by a timed wrapper (labelled by the module that defines the kernel). Kernels that
+    other kernels call are compiled into them and count as their caller's time."""
     for module in [m for name, m in sys.modules.items() if name.startswith("hetrl.")]:
         for name, value in list(vars(module).items()):
             if isinstance(value, numba.core.registry.CPUDispatcher):
                 home = value.py_func.__module__.rsplit(".", 1)[-1]
                 setattr(module, name, timed(spent, f"{home}.{value.py_func.__name__}", value))
-    torch.mm = timed(spent, "torch.mm (BLAS products)", torch.mm)
+    torch.mm = timed(spent, "torch.mm, torch.bmm (BLAS products)", torch.mm)
+    torch.bmm = timed(spent, "torch.mm, torch.bmm (BLAS products)", torch.bmm)
 
 
 def update_of(algo_name: str, hidden: tuple[int, ...], batch_size: int, backend: str, threads: int = 1) -> Callable[[int], None]:

@@ -216,7 +216,24 @@ def test_learner_buffers_start_on_cache_lines():
     learner = LearnBlas(make_algorithm("td3", spec, TD3Config(hidden=(40, 40))), "cpu", seed=0).learner
     learner.update(_batch(np.random.default_rng(5), spec, b=33))
     flat = learner.critic_flat
-    heads = [flat.params[start:end] for start, end in flat.spans]
-    arrays = [flat.params, flat.target, flat.grads, *heads, *learner.critic_passes[1].h_np, *learner.actor_pass.g_np]
-    assert len(heads) == 2 and all(a.ctypes.data % CACHE_LINE == 0 for a in arrays if a.size)
+    weights = [layer.w.numpy() for layer in flat.layers + flat.grad_layers + flat.target_layers]  # every head's, side by side
+    arrays = [flat.params, flat.target, flat.grads, *weights, *learner.critic_pass.h_np, *learner.actor_pass.g_np]
+    assert flat.count == 2 and all(a.ctypes.data % CACHE_LINE == 0 for a in arrays if a.size)
     assert aligned_zeros((3, 5)).shape == (3, 5) and not aligned_zeros(7).any()
+
+
+def test_twin_heads_lie_side_by_side_and_nets_of_two_shapes_are_refused():
+    """Each layer's weights of every head are one block (what one batched product reads and writes),
+    and each head's module still sees its own weights."""
+    from torch import nn
+
+    from hetrl.primitives.learn_blas import FlatNets
+
+    heads = [nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 1)) for _ in range(2)]
+    flat = FlatNets(heads, None, 1e-3)
+    assert flat.layers[0].w.shape == (2, 8, 3) and flat.layers[0].w.is_contiguous()
+    for k, head in enumerate(heads):
+        assert head[0].weight.data_ptr() == flat.layers[0].w[k].data_ptr()
+        assert head[2].bias.data_ptr() == flat.layers[1].nets[k].b.data_ptr()
+    with pytest.raises(ValueError, match="one shape"):
+        FlatNets([heads[0], nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))], None, 1e-3)

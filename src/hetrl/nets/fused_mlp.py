@@ -61,8 +61,12 @@ class FlatMLP:
     def adopt(self, flat: np.ndarray | torch.Tensor) -> None:
         """Copy the module's parameters into ``flat`` (a numpy vector, or a torch one on any device),
         then make them views of it (shared memory)."""
+        self.adopt_views(self.views(flat))
+
+    def adopt_views(self, views: list[np.ndarray] | list[torch.Tensor]) -> None:
+        """As :meth:`adopt`, into per-tensor views laid out elsewhere (weight, bias, weight, ...)."""
         params = [p for m in self.linears for p in (m.weight, m.bias)]
-        for param, view in zip(params, self.views(flat)):
+        for param, view in zip(params, views, strict=True):
             if isinstance(view, torch.Tensor):
                 view.copy_(param.detach())
                 param.data = view

@@ -15,10 +15,12 @@ docs/benchmarks.md, 'Measurements behind the code'). Here:
 - what is not a hidden layer's product is a compiled kernel (hetrl.nets.narrow, and here the loss
   heads, the tanh's backward and SAC's squashed Gaussian sample and its backward), and
   neighbouring steps share a pass where they meet in one row;
-- each network's parameters, target, gradient and Adam moments are flat vectors in FlatMLP's layout
-  (the torch modules' parameters are views of them, so acting, evaluation and state dicts work
-  unchanged), and Adam and the Polyak average are one compiled loop per network
-  (:class:`hetrl.nets.fused_mlp.FlatAdam`).
+- each network's parameters, target, gradient and Adam moments are flat vectors (the torch
+  modules' parameters are views of them, so acting, evaluation and state dicts work unchanged), and
+  Adam and the Polyak average are one compiled loop per network
+  (:class:`hetrl.nets.fused_mlp.FlatAdam`);
+- a twin critic's heads lie side by side in those vectors, layer by layer, and each of their hidden
+  products is one batched product over both heads (:class:`Stacked`, :class:`MLPPass`).
 
 It computes what :class:`hetrl.algos.ddpg.DDPGLearner` and :class:`hetrl.algos.sac.SACLearner`
 compute, to float32 tolerance (tests/primitives/test_learn_blas.py checks DDPG, TD3 and SAC update
@@ -71,43 +73,77 @@ class Dense:
         object.__setattr__(self, "four_inputs", n_in <= FOUR)
 
 
-Layers = list[Dense]
+@dataclass(frozen=True)
+class Stacked:
+    """Layer l of one or more nets of one shape (a twin critic's heads): each net's :class:`Dense`,
+    and all their weights as one (nets x out x in) tensor, so that one batched product (torch.bmm)
+    covers every net. On two threads a batched product splits by net, where one product at these
+    sizes splits less well (docs/results.md, 'Twin heads in one batched product')."""
+
+    nets: tuple[Dense, ...]
+    w: torch.Tensor  # (nets x out x in), contiguous: a batched product writes a weight gradient into it in place
+    wt: torch.Tensor = field(init=False)  # w transposed per net (a view), as the forward product reads it
+    few_outputs: bool = field(init=False)
+    few_inputs: bool = field(init=False)
+    four_inputs: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "wt", self.w.transpose(1, 2))
+        for name in ("few_outputs", "few_inputs", "four_inputs"):
+            object.__setattr__(self, name, getattr(self.nets[0], name))
+
+    def first(self, count: int) -> Stacked:
+        """The first ``count`` nets' layer (views of the same numbers)."""
+        return Stacked(self.nets[:count], self.w[:count])
 
 
 class FlatNets:
-    """Some MLPs (a critic's heads, an actor's trunk) in one flat vector, with a target copy (unless
-    ``targets`` is None: SAC's actor has none), a gradient and Adam's moments laid out alike: what one
-    optimiser steps and one Polyak average moves (in the same compiled pass).
-    The modules' parameters become views of the vectors."""
+    """One or more MLPs of one shape (a critic's heads, an actor's trunk) in one flat vector, with a
+    target copy (unless ``targets`` is None: SAC's actor has none), a gradient and Adam's moments laid
+    out alike: what one optimiser steps and one Polyak average moves (in the same compiled pass).
+    The modules' parameters become views of the vectors.
+
+    The layout is by layer: layer l's weights of every net side by side (one contiguous block, which
+    a batched product reads and writes whole), then their biases, each block on a cache line."""
 
     def __init__(self, nets: list[nn.Sequential], targets: list[nn.Sequential] | None, lr: float) -> None:
         self.layouts = [FlatMLP(net) for net in nets]
-        line = CACHE_LINE // 4
-        starts = np.cumsum([0] + [-(-layout.size // line) * line for layout in self.layouts])  # each net on a cache line
-        self.spans = [(int(start), int(start) + layout.size) for start, layout in zip(starts, self.layouts)]
-        size = int(starts[-1])
-        self.params, self.grads = aligned_zeros(size), aligned_zeros(size)
-        self.target: np.ndarray | None = None if targets is None else aligned_zeros(size)
-        for i, (layout, (start, end)) in enumerate(zip(self.layouts, self.spans)):
-            layout.adopt(self.params[start:end])
+        self.dims, self.count = self.layouts[0].dims, len(nets)
+        if any(not np.array_equal(layout.dims, self.dims) for layout in self.layouts):
+            raise ValueError(f"FlatNets holds nets of one shape, got {[layout.dims.tolist() for layout in self.layouts]}")
+        line, at = CACHE_LINE // 4, 0
+        self.blocks: list[tuple[int, int, int, int]] = []  # per layer: weights' start, biases' start, out, in
+        for n_in, n_out in zip(self.dims[:-1].tolist(), self.dims[1:].tolist()):
+            w_at, at = at, at + -(-self.count * n_out * n_in // line) * line
+            b_at, at = at, at + -(-self.count * n_out // line) * line
+            self.blocks.append((w_at, b_at, n_out, n_in))
+        self.params, self.grads = aligned_zeros(at), aligned_zeros(at)
+        self.target: np.ndarray | None = None if targets is None else aligned_zeros(at)
+        for k, layout in enumerate(self.layouts):
+            layout.adopt_views(self._net_views(self.params, k))
             if targets is not None:
-                FlatMLP(targets[i]).adopt(self.target[start:end])
-        self.adam = FlatAdam(size, self.views, lr)
-        self.layers, self.grad_layers = (self._split(flat) for flat in (self.params, self.grads))
-        self.target_layers = [] if self.target is None else self._split(self.target)
+                FlatMLP(targets[k]).adopt_views(self._net_views(self.target, k))
+        self.adam = FlatAdam(at, self.views, lr)
+        self.layers, self.grad_layers = self._stacked(self.params), self._stacked(self.grads)
+        self.target_layers = [] if self.target is None else self._stacked(self.target)
 
-    def _split(self, flat: np.ndarray) -> list[Layers]:
-        """Each net's layers in ``flat`` (the parameters, the target or the gradient)."""
-        return [self._layers(layout, flat[start:end]) for layout, (start, end) in zip(self.layouts, self.spans)]
+    def _blocks(self, flat: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each layer's (nets x out x in) weights and (nets x out) biases in ``flat``."""
+        c = self.count
+        return [(flat[w:w + c * o * i].reshape(c, o, i), flat[b:b + c * o].reshape(c, o)) for w, b, o, i in self.blocks]
 
-    @staticmethod
-    def _layers(layout: FlatMLP, flat: np.ndarray) -> Layers:
-        views = layout.views(flat)
-        return [Dense(torch.from_numpy(w), torch.from_numpy(b), w, b) for w, b in zip(views[0::2], views[1::2])]
+    def _net_views(self, flat: np.ndarray, k: int) -> list[np.ndarray]:
+        """Net k's weight and bias views in ``flat``, in its module's parameter order."""
+        return [view for w, b in self._blocks(flat) for view in (w[k], b[k])]
+
+    def _stacked(self, flat: np.ndarray) -> list[Stacked]:
+        """Every layer of the nets in ``flat`` (the parameters, the target or the gradient)."""
+        return [Stacked(tuple(Dense(torch.from_numpy(w[k]), torch.from_numpy(b[k]), w[k], b[k]) for k in range(self.count)),
+                        torch.from_numpy(w)) for w, b in self._blocks(flat)]
 
     def views(self, flat: np.ndarray) -> list[np.ndarray]:
         """Per-tensor views of ``flat`` in the modules' parameter order (the torch optimiser's)."""
-        return [view for layout, (start, end) in zip(self.layouts, self.spans) for view in layout.views(flat[start:end])]
+        return [view for k in range(self.count) for view in self._net_views(flat, k)]
 
     def step(self, max_norm: float | None, tau: float = 0.0) -> None:
         """Adam on the gradient the backward passes wrote (clipped over all of it first, if asked),
@@ -223,19 +259,22 @@ def _compile_now() -> None:
 
 
 class MLPPass:
-    """Forward and hand-written backward passes of a ReLU MLP at one batch size, into buffers.
+    """Forward and hand-written backward passes of a ReLU MLP, or of ``nets`` MLPs of one shape side by
+    side (a twin critic's heads, each on its own input), at one batch size, into buffers.
 
     ``h[0]`` is the input buffer (callers fill ``h_np[0]``), ``h[l]`` layer l's output (after its
     ReLU for hidden layers, whose positive entries are where the ReLU passed); ``g[l]`` holds the
-    gradient with respect to ``h[l]`` on the way back. Hidden products go to torch's BLAS; a layer
-    with few outputs, or at most four inputs, and what surrounds the products, to
-    hetrl.nets.narrow's kernels. Each buffer is a numpy array (``_np``) and a torch view of it.
+    gradient with respect to ``h[l]`` on the way back. Each is (nets x batch x width), net k's rows at
+    ``[k]``. Hidden products go to torch's BLAS, one batched product for all the nets; a layer with
+    few outputs, or at most four inputs, and what surrounds the products, to hetrl.nets.narrow's
+    kernels, net by net. Each buffer is a numpy array (``_np``) and a torch view of it. The layers
+    passed in cover exactly ``nets`` nets (:meth:`Stacked.first` picks some of a FlatNets').
     """
 
-    def __init__(self, dims: np.ndarray, batch: int, input_grad_columns: int = 0) -> None:
-        self.h_np, self.h = zip(*(_buffer(batch, int(d)) for d in dims))
-        self.g_np, self.g = (list(pair) for pair in zip(*(_buffer(batch, int(d)) for d in dims[:-1])))
-        self.g_np[0], self.g[0] = _buffer(batch, input_grad_columns)  # only the input columns asked for
+    def __init__(self, dims: np.ndarray, batch: int, nets: int = 1, input_grad_columns: int = 0) -> None:
+        self.h_np, self.h = zip(*(_buffer(nets, batch, int(d)) for d in dims))
+        self.g_np, self.g = (list(pair) for pair in zip(*(_buffer(nets, batch, int(d)) for d in dims[:-1])))
+        self.g_np[0], self.g[0] = _buffer(nets, batch, input_grad_columns)  # only the input columns asked for
         # the weight gradient of a layer with few inputs, but more than the four grads_four_inputs takes, before its transpose
         self.transposed = {i: torch.empty(int(dims[i]), int(dims[i + 1])) for i in range(len(dims) - 1) if FOUR < dims[i] <= NARROW}
         self.input_w = np.zeros((input_grad_columns, int(dims[1])), np.float32)  # the input gradient's weights, transposed
@@ -243,30 +282,36 @@ class MLPPass:
         self.unused_w, self.unused_b = np.zeros((1, 1), np.float32), np.zeros(1, np.float32)
         self.unused_sums = [np.zeros(int(d), np.float32) for d in dims[:-1]]
 
-    def forward(self, layers: Layers) -> np.ndarray:
+    def forward(self, layers: list[Stacked]) -> np.ndarray:
+        """Every net's output, (nets x batch x outputs)."""
         last = len(layers) - 1
-        unfinished = None  # the bias of a BLAS product whose bias and ReLU the next layer's kernel adds
+        unfinished = None  # the biases of a BLAS product whose bias and ReLU the next layer's kernel adds
         for i, layer in enumerate(layers):
             x, out, relu = self.h_np[i], self.h_np[i + 1], i < last
             if layer.four_inputs:
-                narrow.forward_four_inputs(x, layer.w_np, layer.b_np, out, relu)
+                for k, net in enumerate(layer.nets):
+                    narrow.forward_four_inputs(x[k], net.w_np, net.b_np, out[k], relu)
             elif layer.few_outputs and unfinished is not None:
-                narrow.finish_then_few_outputs(x, unfinished, layer.w_np, layer.b_np, out, relu)
+                for k, net in enumerate(layer.nets):
+                    narrow.finish_then_few_outputs(x[k], unfinished[k].b_np, net.w_np, net.b_np, out[k], relu)
             elif layer.few_outputs:
-                narrow.forward_few_outputs(x, layer.w_np, layer.b_np, out, relu)
+                for k, net in enumerate(layer.nets):
+                    narrow.forward_few_outputs(x[k], net.w_np, net.b_np, out[k], relu)
             else:  # the product alone (addmm would first copy the bias into every row)
-                torch.mm(self.h[i], layer.w.t(), out=self.h[i + 1])
+                torch.bmm(self.h[i], layer.wt, out=self.h[i + 1])
                 if relu and layers[i + 1].few_outputs:
-                    unfinished = layer.b_np
+                    unfinished = layer.nets
                     continue
-                narrow.add_bias(out, layer.b_np, relu)
+                for k, net in enumerate(layer.nets):
+                    narrow.add_bias(out[k], net.b_np, relu)
             unfinished = None
         return self.h_np[-1]
 
-    def backward(self, layers: Layers, g_out: np.ndarray, grads: Layers | None, input_from: int | None = None) -> np.ndarray | None:
-        """Back from dLoss/d(output) ``g_out``: weight and bias gradients into ``grads`` (None: skip
-        them), and, if ``input_from`` is given, the gradient for the input columns from it on
-        (into ``g_np[0]``, sized by ``input_grad_columns``).
+    def backward(self, layers: list[Stacked], g_out: np.ndarray, grads: list[Stacked] | None,
+                 input_from: int | None = None) -> np.ndarray | None:
+        """Back from dLoss/d(output) ``g_out`` (nets x batch x outputs): weight and bias gradients
+        into ``grads`` (None: skip them), and, if ``input_from`` is given, the gradient for the input
+        columns from it on (into ``g_np[0]``, sized by ``input_grad_columns``).
 
         On the way down ``g_np`` is dLoss/d(h[i + 1]); for the first layer the ReLU's mask is left
         to the kernels that read it (``unmasked``), and a bias gradient that a kernel above already
@@ -276,37 +321,45 @@ class MLPPass:
         for i in range(len(layers) - 1, -1, -1):
             layer = layers[i]
             if i > 0 and layer.few_outputs:  # weight grads, the gradient back through the ReLU and its sum, in one kernel
-                gw, gb = (grads[i].w_np, grads[i].b_np) if grads is not None else (self.unused_w, self.unused_b)
-                below = grads[i - 1].b_np if grads is not None else self.unused_sums[i]
-                narrow.backward_few_outputs(g_np, self.h_np[i], layer.w_np, gw, gb, self.g_np[i], grads is not None, below)
+                for k, net in enumerate(layer.nets):
+                    gw, gb = (grads[i].nets[k].w_np, grads[i].nets[k].b_np) if grads is not None else (self.unused_w, self.unused_b)
+                    below = grads[i - 1].nets[k].b_np if grads is not None else self.unused_sums[i]
+                    narrow.backward_few_outputs(g_np[k], self.h_np[i][k], net.w_np, gw, gb, self.g_np[i][k], grads is not None, below)
                 g_np, g, bias_summed = self.g_np[i], self.g[i], grads is not None
                 continue
             if grads is not None:
+                into = grads[i].nets
                 if layer.four_inputs:
-                    narrow.grads_four_inputs(g_np, self.h_np[i], grads[i].w_np, grads[i].b_np, self.h_np[i + 1], unmasked)
+                    for k in range(len(into)):
+                        narrow.grads_four_inputs(g_np[k], self.h_np[i][k], into[k].w_np, into[k].b_np, self.h_np[i + 1][k], unmasked)
                 else:
                     if unmasked:
-                        narrow.relu_mask(g_np, self.h_np[i + 1])
+                        for k in range(len(into)):
+                            narrow.relu_mask(g_np[k], self.h_np[i + 1][k])
                         unmasked = False
                     if layer.few_inputs:  # MKL is far slower at (out x B)(B x few) than at (few x B)(B x out) and a copy (docs/benchmarks.md, 'Measurements behind the code')
-                        torch.mm(self.h[i].t(), g, out=self.transposed[i])
-                        grads[i].w.copy_(self.transposed[i].t())
+                        for k in range(len(into)):
+                            torch.mm(self.h[i][k].t(), g[k], out=self.transposed[i])
+                            into[k].w.copy_(self.transposed[i].t())
                     else:
-                        torch.mm(g.t(), self.h[i], out=grads[i].w)
+                        torch.bmm(g.transpose(1, 2), self.h[i], out=grads[i].w)
                     if not bias_summed:
-                        narrow.column_sum(g_np, grads[i].b_np)
+                        for k in range(len(into)):
+                            narrow.column_sum(g_np[k], into[k].b_np)
             bias_summed = False
             if i > 0:
-                torch.mm(g, layer.w, out=self.g[i])
+                torch.bmm(g, layer.w, out=self.g[i])
                 g_np, g = self.g_np[i], self.g[i]
                 if i > 1:
-                    narrow.relu_mask(g_np, self.h_np[i])
+                    for k in range(len(g_np)):
+                        narrow.relu_mask(g_np[k], self.h_np[i][k])
                 else:
                     unmasked = True
         if input_from is None:
             return None
-        np.copyto(self.input_w, layers[0].w_np[:, input_from:].T)
-        narrow.input_grads(g_np, self.h_np[1], self.input_w, self.g_np[0], unmasked)
+        for k, net in enumerate(layers[0].nets):
+            np.copyto(self.input_w, net.w_np[:, input_from:].T)
+            narrow.input_grads(g_np[k], self.h_np[1][k], self.input_w, self.g_np[0][k], unmasked)
         return self.g_np[0]
 
 
@@ -339,7 +392,7 @@ class ActorCriticBlas(Learner):
         self.actor_optimizer, self.critic_optimizer = self.actor_flat.adam, self.critic_flat.adam  # as the checkpoints name them
         self.generator = torch.Generator()  # the update's noise (TD3's smoothing, SAC's samples), seeded as the torch learner's
         self.generator.manual_seed(seed + 1)
-        self.obs_dim, self.act_dim = int(self.actor_flat.layouts[0].dims[0]), len(self.actor.scale)
+        self.obs_dim, self.act_dim = int(self.actor_flat.dims[0]), len(self.actor.scale)
         self.scale, self.center = self.actor.scale.numpy(), self.actor.center.numpy()  # views of the actor's buffers
         self.cfg, self.updates, self._batch = cfg, 0, -1
         narrow.compile_now()
@@ -354,13 +407,13 @@ class ActorCriticBlas(Learner):
         if batch == self._batch:
             return
         self._batch = batch
-        critic_dims, heads = self.critic_flat.layouts[0].dims, len(self.critic_flat.layouts)
-        self.actor_pass = MLPPass(self.actor_flat.layouts[0].dims, batch)
-        # the heads' passes also serve the actor's step, which asks them for the actions' gradient
-        self.critic_passes = [MLPPass(critic_dims, batch, self.act_dim) for _ in range(heads)]
-        self.critic_target_passes = [MLPPass(critic_dims, batch) for _ in range(heads)]
+        critic_dims, heads = self.critic_flat.dims, self.critic_flat.count
+        self.actor_pass = MLPPass(self.actor_flat.dims, batch)
+        # every head's pass at once; it also serves the actor's step, which asks the heads for the actions' gradient
+        self.critic_pass = MLPPass(critic_dims, batch, heads, self.act_dim)
+        self.critic_target_pass = MLPPass(critic_dims, batch, heads)
         self.next_q, self.target, self.td_abs = (np.zeros(batch, np.float32) for _ in range(3))
-        self.q_grad = np.zeros((batch, 1), np.float32)
+        self.q_grad = np.zeros((heads, batch, 1), np.float32)
         self._own_scratch(batch)
 
     def _own_scratch(self, batch: int) -> None:
@@ -381,30 +434,25 @@ class ActorCriticBlas(Learner):
     def _target_q(self, next_obs: np.ndarray) -> np.ndarray:
         """The minimum over the target heads of Q'(s', a'), into ``self.next_q``; a' is what the
         caller wrote into the first target head's action columns."""
-        od = self.obs_dim
-        first = self.critic_target_passes[0].h_np[0]
-        first[:, :od] = next_obs
-        for i, (net, layers) in enumerate(zip(self.critic_target_passes, self.critic_flat.target_layers)):
-            if i:
-                net.h_np[0][...] = first
-            q = net.forward(layers)[:, 0]
-            if i:
-                np.minimum(self.next_q, q, out=self.next_q)
-            else:
-                self.next_q[...] = q
+        net = self.critic_target_pass
+        inputs = net.h_np[0]
+        inputs[0, :, :self.obs_dim] = next_obs
+        inputs[1:] = inputs[0]  # every head reads (s', a')
+        np.min(net.forward(self.critic_flat.target_layers)[:, :, 0], axis=0, out=self.next_q)
         return self.next_q
 
     def _critic_step(self, obs: np.ndarray, actions: np.ndarray, weights: np.ndarray, loss_scale: float,
                      tau: float) -> dict[str, torch.Tensor]:
         """The critic's step on loss_scale * sum over heads of mean(w * (Q(s, a) - target)^2), with
         ``self.target`` set; its targets move by ``tau`` in the same pass as Adam."""
-        od, critic = self.obs_dim, self.critic_flat
+        od, critic, net = self.obs_dim, self.critic_flat, self.critic_pass
         loss, td_errors = 0.0, np.empty(len(weights), np.float32)  # new arrays: the executor keeps them
-        for i, (net, layers, grads) in enumerate(zip(self.critic_passes, critic.layers, critic.grad_layers)):
-            net.h_np[0][:, :od] = obs
-            net.h_np[0][:, od:] = actions
-            loss += td_loss(net.forward(layers), self.target, weights, self.q_grad, td_errors if i == 0 else self.td_abs, loss_scale)
-            net.backward(layers, self.q_grad, grads)
+        net.h_np[0][:, :, :od] = obs
+        net.h_np[0][:, :, od:] = actions
+        q = net.forward(critic.layers)
+        for k in range(critic.count):
+            loss += td_loss(q[k], self.target, weights, self.q_grad[k], td_errors if k == 0 else self.td_abs, loss_scale)
+        net.backward(critic.layers, self.q_grad, critic.grad_layers)
         critic.step(self.cfg.max_grad_norm, tau)
         return {"td_errors": torch.from_numpy(td_errors), "loss": torch.from_numpy(np.array(loss, np.float32))}
 
@@ -418,15 +466,20 @@ class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
     cfg: DDPGConfig
 
     def _own_scratch(self, batch: int) -> None:
-        self.actor_target_pass = MLPPass(self.actor_flat.layouts[0].dims, batch)
-        self.tanh, self.action_grad = (np.zeros((batch, self.act_dim), np.float32) for _ in range(2))
+        self.actor_target_pass = MLPPass(self.actor_flat.dims, batch)
+        # the actor's step reads the first head alone (TD3's too)
+        self.first_head = [layer.first(1) for layer in self.critic_flat.layers]
+        one_head = self.critic_flat.count == 1
+        self.first_head_pass = self.critic_pass if one_head else MLPPass(self.critic_flat.dims, batch, 1, self.act_dim)
+        self.tanh = np.zeros((batch, self.act_dim), np.float32)
+        self.action_grad = np.zeros((1, batch, self.act_dim), np.float32)
         self.noise = torch.empty(batch, self.act_dim)  # drawn by torch's generator, as DDPGLearner draws it
-        self.actor_q_grad = np.full((batch, 1), -1.0 / batch, np.float32)  # d(-mean Q)/dQ
+        self.actor_q_grad = np.full((1, batch, 1), -1.0 / batch, np.float32)  # d(-mean Q)/dQ
 
-    def _act(self, net: MLPPass, layers: Layers, obs: np.ndarray, into: np.ndarray) -> None:
+    def _act(self, net: MLPPass, layers: list[Stacked], obs: np.ndarray, into: np.ndarray) -> None:
         """The actor's actions for ``obs`` into ``into`` (tanh(output) * scale + center); keeps tanh in self.tanh."""
-        net.h_np[0][...] = obs
-        np.tanh(net.forward(layers), out=self.tanh)
+        net.h_np[0][0] = obs
+        np.tanh(net.forward(layers)[0], out=self.tanh)
         np.multiply(self.tanh, self.scale, out=into)
         into += self.center
 
@@ -444,8 +497,8 @@ class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
     def _set_target(self, rewards: np.ndarray, next_obs: np.ndarray, discounts: np.ndarray) -> None:
         """self.target = r + discount * min over heads of Q'(s', mu'(s')), with TD3's clipped noise on mu'(s')."""
         cfg, od = self.cfg, self.obs_dim
-        next_actions = self.critic_target_passes[0].h_np[0][:, od:]
-        self._act(self.actor_target_pass, self.actor_flat.target_layers[0], next_obs, next_actions)
+        next_actions = self.critic_target_pass.h_np[0][0, :, od:]
+        self._act(self.actor_target_pass, self.actor_flat.target_layers, next_obs, next_actions)
         if cfg.target_noise > 0:
             scale, center = self.scale, self.center
             torch.randn(self.noise.shape, generator=self.generator, out=self.noise)
@@ -463,13 +516,14 @@ class DDPGBlasLearner(DDPGCheckpoint, ActorCriticBlas):
         Returns the step's loss, -mean Q(s, mu(s)), from the forward pass it runs anyway."""
         cfg, od = self.cfg, self.obs_dim
         critic, actor = self.critic_flat, self.actor_flat
-        net = self.critic_passes[0]  # its buffers are free again after the critic's step
-        net.h_np[0][:, :od] = obs
-        self._act(self.actor_pass, actor.layers[0], obs, net.h_np[0][:, od:])
-        loss = -net.forward(critic.layers[0]).mean(dtype=np.float32)  # before the backward pass reuses any buffer
-        action_grad = net.backward(critic.layers[0], self.actor_q_grad, None, input_from=od)  # the critic's weights stay put
-        squash_backward(action_grad, self.scale, self.tanh, self.action_grad)
-        self.actor_pass.backward(actor.layers[0], self.action_grad, actor.grad_layers[0])
+        net = self.first_head_pass  # the critic's pass, where it is one head: its buffers are free again after the critic's step
+        inputs = net.h_np[0][0]
+        inputs[:, :od] = obs
+        self._act(self.actor_pass, actor.layers, obs, inputs[:, od:])
+        loss = -net.forward(self.first_head).mean(dtype=np.float32)  # before the backward pass reuses any buffer
+        action_grad = net.backward(self.first_head, self.actor_q_grad, None, input_from=od)  # the critic's weights stay put
+        squash_backward(action_grad[0], self.scale, self.tanh, self.action_grad[0])
+        self.actor_pass.backward(actor.layers, self.action_grad, actor.grad_layers)
         actor.step(cfg.max_grad_norm, cfg.tau)
         return torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
 
@@ -504,15 +558,15 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
         self.next_noise, self.actor_noise = torch.empty(batch, self.act_dim), torch.empty(batch, self.act_dim)
         self.squashed, self.action_grad = (np.zeros((batch, self.act_dim), np.float32) for _ in range(2))
         self.log_prob = np.zeros(batch, np.float32)
-        self.head_grads = [np.zeros((batch, 1), np.float32) for _ in self.critic_passes]
-        self.actor_out_grad = aligned_zeros((batch, 2 * self.act_dim))
+        self.head_grads = np.zeros((self.critic_flat.count, batch, 1), np.float32)
+        self.actor_out_grad = aligned_zeros((1, batch, 2 * self.act_dim))
 
     def _sample(self, obs: np.ndarray, noise: torch.Tensor, into: np.ndarray) -> None:
         """GaussianActor.sample: actions for ``obs`` and ``noise`` into ``into``, their tanh into
         ``self.squashed``, their log densities into ``self.log_prob``."""
         net = self.actor_pass
-        net.h_np[0][...] = obs
-        out = net.forward(self.actor_flat.layers[0])
+        net.h_np[0][0] = obs
+        out = net.forward(self.actor_flat.layers)[0]
         squashed_gaussian(out, noise.numpy(), self.scale, self.center, into, self.squashed, self.log_prob)
 
     def _update(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
@@ -522,7 +576,7 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
             torch.randn(noise.shape, generator=self.generator, out=noise)
         alpha = np.exp(self._log_alpha[0])  # the update's starting temperature, for the critics' target and the actor alike
         # the target: r + discount * (min over heads of Q'(s', a') - alpha * log pi(a'|s')), a' ~ pi(.|s')
-        self._sample(next_obs, self.next_noise, self.critic_target_passes[0].h_np[0][:, self.obs_dim:])
+        self._sample(next_obs, self.next_noise, self.critic_target_pass.h_np[0][0, :, self.obs_dim:])
         soft_q = self._target_q(next_obs)
         self.log_prob *= alpha
         soft_q -= self.log_prob
@@ -539,26 +593,19 @@ class SACBlasLearner(SACCheckpoint, ActorCriticBlas):
         the critics just stepped (whose weights stay put), then the temperature's on
         -mean(log_alpha * (log pi(a|s) + target entropy)). Returns the actor's loss."""
         cfg, od = self.cfg, self.obs_dim
-        heads = self.critic_passes  # their buffers are free again after the critic's step
-        first = heads[0].h_np[0]
-        first[:, :od] = obs
-        self._sample(obs, self.actor_noise, first[:, od:])
-        q = []
-        for i, (net, layers) in enumerate(zip(heads, self.critic_flat.layers)):
-            if i:
-                net.h_np[0][...] = first
-            q.append(net.forward(layers))
+        net, layers = self.critic_pass, self.critic_flat.layers  # its buffers are free again after the critic's step
+        inputs = net.h_np[0]
+        inputs[0, :, :od] = obs
+        self._sample(obs, self.actor_noise, inputs[0, :, od:])
+        inputs[1:] = inputs[0]  # both heads read (s, a)
+        q = net.forward(layers)
         loss = soft_actor_loss(q[0], q[1], self.log_prob, alpha, self.head_grads[0], self.head_grads[1])
-        for i, (net, layers, grad) in enumerate(zip(heads, self.critic_flat.layers, self.head_grads)):
-            action_grad = net.backward(layers, grad, None, input_from=od)
-            if i:
-                self.action_grad += action_grad
-            else:
-                self.action_grad[...] = action_grad
+        action_grads = net.backward(layers, self.head_grads, None, input_from=od)
+        np.add(action_grads[0], action_grads[1], out=self.action_grad)
         coef = np.float32(alpha / len(obs))  # d(loss)/d(log pi) of each sample
-        squashed_gaussian_backward(self.actor_pass.h_np[-1], self.actor_noise.numpy(), self.squashed, self.action_grad, coef,
-                                   self.scale, self.actor_out_grad)
-        self.actor_pass.backward(self.actor_flat.layers[0], self.actor_out_grad, self.actor_flat.grad_layers[0])
+        squashed_gaussian_backward(self.actor_pass.h_np[-1][0], self.actor_noise.numpy(), self.squashed, self.action_grad, coef,
+                                   self.scale, self.actor_out_grad[0])
+        self.actor_pass.backward(self.actor_flat.layers, self.actor_out_grad, self.actor_flat.grad_layers)
         self.actor_flat.step(cfg.max_grad_norm)
         self.actor_loss = torch.from_numpy(np.array(loss, np.float32))  # a new tensor: the executor keeps it
         if self.alpha_optimizer is not None:
