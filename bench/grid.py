@@ -353,7 +353,9 @@ def heat_map(rows: list[dict[str, Any]], path: Path,
 
 
 def measured_here(args: argparse.Namespace) -> dict[str, Any]:
-    where = {"date": str(datetime.date.today()), "machine": platform.processor() or platform.machine(), "cores": args.cores,
+    from hetrl.hardware import read_cpu
+
+    where = {"date": str(datetime.date.today()), "machine": f"{read_cpu().model} ({platform.machine()})", "cores": args.cores,
              "python": platform.python_version()}
     if args.device != "cpu":
         import torch
