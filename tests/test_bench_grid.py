@@ -81,4 +81,3 @@ def test_the_runs_of_several_calls_merge_into_one_gpu_report(tmp_path):
     header, delimiter, row = [line for line in text.splitlines() if line.startswith("|")]
     assert header.count("|") == delimiter.count("|") == row.count("|")
     assert "**4.00×** vs SB3" in row and (tmp_path / "g.png").exists()
-

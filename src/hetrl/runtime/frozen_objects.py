@@ -5,10 +5,10 @@ as long as it does: the modules of torch, numpy, gymnasium and matplotlib, the n
 A full collection walks every one of them, and one comes due whenever many new objects survive
 at once, as when a module is first imported in the middle of a run (TensorBoard's writer at the
 run's start, say). Each such collection walks the whole heap (docs/results.md, 'A full garbage
-collection at the start of every run'). ``gc.freeze`` moves every object there is to a generation that no
-collection walks; what the run itself makes and drops is still collected as before. At the end
-the objects go back (``gc.unfreeze``): whatever of them died meanwhile is freed then, and nothing
-stays frozen after the call.
+collection at the start of every run'). ``gc.freeze`` moves every object there is to a generation
+that no collection walks; what the run itself makes and drops is still collected as before. At the
+end the objects go back (``gc.unfreeze``): whatever of them died meanwhile is freed then, and
+nothing stays frozen after the call.
 """
 
 from __future__ import annotations
